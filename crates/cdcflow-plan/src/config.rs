@@ -1,0 +1,108 @@
+//! `pipeline.yaml`: the pipeline's name, where its tables live, which SQL files
+//! define it and the `${key}` configuration substituted into them.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The settings of one pipeline folder.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Required; names the pipeline in messages, locks and the event log.
+    pub name: String,
+    /// Where tables and checkpoints live, relative to the pipeline folder.
+    #[serde(default = "default_storage")]
+    pub storage: String,
+    /// Globs of SQL files, relative to the folder; default every `*.sql` below it.
+    #[serde(default = "default_libraries")]
+    pub libraries: Vec<String>,
+    /// Values substituted into SQL as `${key}`.
+    #[serde(default)]
+    pub configuration: BTreeMap<String, ConfigValue>,
+}
+
+/// A configuration value: YAML scalars only.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ConfigValue {
+    String(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl std::fmt::Display for ConfigValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigValue::String(s) => f.write_str(s),
+            ConfigValue::Integer(i) => write!(f, "{i}"),
+            ConfigValue::Float(x) => write!(f, "{x}"),
+            ConfigValue::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+fn default_storage() -> String {
+    "_storage".to_string()
+}
+
+fn default_libraries() -> Vec<String> {
+    vec!["**/*.sql".to_string()]
+}
+
+/// A YAML error with its 1-based position, when serde_yaml knows it.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    pub message: String,
+    pub line: Option<u64>,
+    pub column: Option<u64>,
+}
+
+impl PipelineConfig {
+    /// Parses the text of `pipeline.yaml`.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        serde_yaml::from_str(text).map_err(|e| {
+            let loc = e.location();
+            let message = e.to_string();
+            // serde_yaml appends " at line L column C"; the span says that already.
+            let message = match message.find(" at line ") {
+                Some(i) => message[..i].to_string(),
+                None => message,
+            };
+            ConfigError {
+                message,
+                line: loc.as_ref().map(|l| l.line() as u64),
+                column: loc.as_ref().map(|l| l.column() as u64),
+            }
+        })
+    }
+
+    /// The configuration as strings, for substitution.
+    pub fn configuration_strings(&self) -> BTreeMap<String, String> {
+        self.configuration
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_apply() {
+        let c = PipelineConfig::parse("name: p\n").unwrap();
+        assert_eq!(c.storage, "_storage");
+        assert_eq!(c.libraries, vec!["**/*.sql"]);
+    }
+
+    #[test]
+    fn unknown_key_has_a_position() {
+        let e = PipelineConfig::parse("name: p\nstorag: x\n").unwrap_err();
+        assert!(e.message.contains("unknown field `storag`"), "{}", e.message);
+        assert_eq!(e.line, Some(2));
+        assert_eq!(e.column, Some(1));
+    }
+}

@@ -1,0 +1,146 @@
+//! The resolved pipeline: datasets, the flows that feed them, and their order.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cdcflow_sql::Span;
+use cdcflow_sql::ast::{CreateDataset, DatasetKind};
+use cdcflow_sql::preprocess::Preprocessed;
+use cdcflow_sql::sqlparser::ast::Query;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::logical_expr::LogicalPlan;
+
+use crate::autocdc::AutoCdcSpec;
+use crate::config::PipelineConfig;
+use crate::diagnostic::Located;
+use crate::read_files::ReadFiles;
+
+/// Index of a file in [`Pipeline::files`].
+pub type FileId = usize;
+
+/// One SQL file of the pipeline, as written and as parsed.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    /// Relative to the pipeline folder.
+    pub path: String,
+    /// The text as written (diagnostics quote it).
+    pub text: Arc<str>,
+    /// The text after `${key}` substitution, with the map back.
+    pub pre: Preprocessed,
+}
+
+impl SourceFile {
+    /// A place in this file; `span` is in substituted coordinates.
+    pub fn locate(&self, span: Span, label: impl Into<String>) -> Located {
+        Located {
+            path: self.path.clone(),
+            text: Arc::clone(&self.text),
+            span: self.pre.original_span(span),
+            label: label.into(),
+        }
+    }
+}
+
+/// A table or view of the pipeline.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    /// As declared (case kept); lookups ignore case.
+    pub name: String,
+    pub kind: DatasetKind,
+    pub def: CreateDataset,
+    pub file: FileId,
+    /// Known once the definition or its inputs give it; `None` when it cannot be known
+    /// without data (then checks that need it are skipped with a note).
+    pub schema: Option<SchemaRef>,
+    /// `TBLPROPERTIES`, keys as written.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Dataset {
+    /// True when a flow with AUTO CDC writes into this dataset.
+    pub fn is_published(&self) -> bool {
+        !self.def.private && self.kind != DatasetKind::View
+    }
+}
+
+/// Where a flow reads from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// Another dataset of the pipeline; `streaming` for `STREAM(name)`.
+    Dataset { name: String, streaming: bool },
+    /// Files in a landing folder (`read_files`).
+    Files(ReadFiles),
+}
+
+/// What a flow computes.
+#[derive(Debug, Clone)]
+pub enum FlowKind {
+    /// A query: the defining query of a table or view, or an `INSERT INTO … BY NAME`
+    /// append flow. The query is rewritten so that every dataset reference is a plain
+    /// table name and every `read_files` call a table named by [`ReadFiles::table`].
+    Query { query: Box<Query>, append: bool },
+    /// An AUTO CDC flow.
+    AutoCdc(Arc<AutoCdcSpec>),
+}
+
+/// A flow: a computation writing into one dataset.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    pub name: String,
+    /// The dataset written, by its declared name.
+    pub target: String,
+    pub kind: FlowKind,
+    pub inputs: Vec<Input>,
+    /// Runs once (and again on full refresh).
+    pub once: bool,
+    pub file: FileId,
+    pub span: Span,
+    /// The DataFusion plan, when every input schema is known.
+    pub plan: Option<LogicalPlan>,
+}
+
+impl Flow {
+    pub fn auto_cdc(&self) -> Option<&AutoCdcSpec> {
+        match &self.kind {
+            FlowKind::AutoCdc(s) => Some(s),
+            FlowKind::Query { .. } => None,
+        }
+    }
+}
+
+/// A pipeline folder after parsing, resolution and planning.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    pub root: PathBuf,
+    pub config: PipelineConfig,
+    pub files: Vec<SourceFile>,
+    pub datasets: Vec<Dataset>,
+    pub flows: Vec<Flow>,
+    /// Flow indexes in an order where every flow comes after the flows feeding its inputs.
+    pub order: Vec<usize>,
+}
+
+impl Pipeline {
+    pub fn dataset(&self, name: &str) -> Option<&Dataset> {
+        self.datasets
+            .iter()
+            .find(|d| d.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn flow(&self, name: &str) -> Option<&Flow> {
+        self.flows.iter().find(|f| f.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The flows writing into `dataset`.
+    pub fn flows_into<'a>(&'a self, dataset: &'a str) -> impl Iterator<Item = &'a Flow> + 'a {
+        self.flows
+            .iter()
+            .filter(move |f| f.target.eq_ignore_ascii_case(dataset))
+    }
+
+    /// The storage folder, absolute.
+    pub fn storage_dir(&self) -> PathBuf {
+        self.root.join(&self.config.storage)
+    }
+}

@@ -1,0 +1,246 @@
+//! The pipeline statements of the dialect. Every node keeps its source [`Span`];
+//! expressions, data types and queries are sqlparser's AST.
+
+use crate::sqlparser::ast::{DataType, Expr, Ident, Query};
+use crate::sqlparser::tokenizer::Span;
+
+/// One statement of a flow file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Statement {
+    /// `CREATE … STREAMING TABLE | MATERIALIZED VIEW | VIEW …`
+    CreateDataset(CreateDataset),
+    /// `CREATE FLOW name AS AUTO CDC … | INSERT INTO …`
+    CreateFlow(CreateFlow),
+    /// The legacy `APPLY CHANGES INTO target …`, a flow named after its target.
+    ApplyChanges(AutoCdc),
+}
+
+impl Statement {
+    /// The span of the whole statement, from its first to its last token.
+    pub fn span(&self) -> Span {
+        match self {
+            Statement::CreateDataset(d) => d.span,
+            Statement::CreateFlow(f) => f.span,
+            Statement::ApplyChanges(a) => a.span,
+        }
+    }
+}
+
+/// What a `CREATE` statement defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DatasetKind {
+    /// Incrementally maintained Delta table, fed by flows.
+    StreamingTable,
+    /// Delta table recomputed from its query.
+    MaterializedView,
+    /// A named query, never stored.
+    View,
+}
+
+impl DatasetKind {
+    /// The SQL words that define this kind, as printed.
+    pub fn sql(self) -> &'static str {
+        match self {
+            DatasetKind::StreamingTable => "STREAMING TABLE",
+            DatasetKind::MaterializedView => "MATERIALIZED VIEW",
+            DatasetKind::View => "VIEW",
+        }
+    }
+
+    /// A short lower-case name for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            DatasetKind::StreamingTable => "streaming table",
+            DatasetKind::MaterializedView => "materialized view",
+            DatasetKind::View => "view",
+        }
+    }
+}
+
+/// `CREATE [OR REFRESH] [PRIVATE|TEMPORARY] <kind> name [(columns, constraints)] [clauses] [AS query]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateDataset {
+    pub kind: DatasetKind,
+    pub or_refresh: bool,
+    /// `PRIVATE` or `TEMPORARY`: visible inside the pipeline only, never published.
+    pub private: bool,
+    pub name: DatasetName,
+    pub columns: Vec<ColumnDef>,
+    pub expectations: Vec<Expectation>,
+    /// Table constraints other than expectations (`PRIMARY KEY …`), kept verbatim.
+    pub table_constraints: Vec<String>,
+    pub comment: Option<String>,
+    pub partitioned_by: Vec<Ident>,
+    pub cluster_by: Vec<Ident>,
+    pub properties: Vec<TableProperty>,
+    pub location: Option<String>,
+    pub query: Option<Box<Query>>,
+    pub span: Span,
+}
+
+/// A dataset reference: `name`, `LIVE.name`, `schema.name` or `catalog.schema.name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatasetName {
+    /// The parts as written, including a `LIVE` prefix.
+    pub parts: Vec<Ident>,
+    pub span: Span,
+}
+
+impl DatasetName {
+    /// The dataset's own name: the last part.
+    pub fn name(&self) -> &str {
+        self.parts.last().map(|i| i.value.as_str()).unwrap_or("")
+    }
+
+    /// The parts before the name, without a leading `LIVE`.
+    pub fn qualifier(&self) -> Vec<&str> {
+        let n = self.parts.len().saturating_sub(1);
+        let mut q: Vec<&str> = self.parts[..n].iter().map(|i| i.value.as_str()).collect();
+        if q.first().is_some_and(|p| p.eq_ignore_ascii_case("live")) {
+            q.remove(0);
+        }
+        q
+    }
+}
+
+/// A column of a declared schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnDef {
+    pub name: Ident,
+    pub data_type: DataType,
+    pub not_null: bool,
+    pub comment: Option<String>,
+    /// `GENERATED ALWAYS AS (expr)`
+    pub generated: Option<Expr>,
+    /// `DEFAULT expr`
+    pub default: Option<Expr>,
+    pub span: Span,
+}
+
+/// `CONSTRAINT name EXPECT (condition) [ON VIOLATION DROP ROW | FAIL UPDATE]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expectation {
+    pub name: Ident,
+    pub condition: Expr,
+    pub on_violation: OnViolation,
+    pub span: Span,
+}
+
+/// What a violated expectation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnViolation {
+    /// No `ON VIOLATION`: keep the row, count the violation.
+    Warn,
+    DropRow,
+    FailUpdate,
+}
+
+/// One `key = value` of `TBLPROPERTIES`, both normalised to text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableProperty {
+    pub key: String,
+    pub value: String,
+    pub span: Span,
+}
+
+/// `CREATE FLOW name [COMMENT '…'] AS …`
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateFlow {
+    pub name: Ident,
+    pub comment: Option<String>,
+    pub body: FlowBody,
+    pub span: Span,
+}
+
+/// What a flow does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FlowBody {
+    AutoCdc(AutoCdc),
+    /// `INSERT [ONCE] INTO target BY NAME query`: an append flow.
+    InsertInto(InsertInto),
+}
+
+/// `INSERT [ONCE] INTO target BY NAME query`
+#[derive(Debug, Clone, PartialEq)]
+pub struct InsertInto {
+    pub once: bool,
+    pub target: DatasetName,
+    pub query: Box<Query>,
+}
+
+/// The AUTO CDC specification shared by `CREATE FLOW … AUTO CDC` and `APPLY CHANGES`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoCdc {
+    pub once: bool,
+    pub target: DatasetName,
+    pub source: SourceRef,
+    pub keys: Spanned<Vec<Ident>>,
+    /// The legacy `WHERE condition` of `APPLY CHANGES`: rows to consider at all.
+    pub filter: Option<Spanned<Expr>>,
+    /// `IGNORE NULL UPDATES [ON …]`; `None` inside means every column.
+    pub ignore_null_updates: Option<Spanned<Option<ColumnSelection>>>,
+    pub apply_as_delete: Option<Spanned<Expr>>,
+    pub apply_as_truncate: Option<Spanned<Expr>>,
+    pub sequence_by: Spanned<Expr>,
+    pub columns: Option<Spanned<ColumnSelection>>,
+    pub stored_as: Option<Spanned<u64>>,
+    pub track_history: Option<Spanned<ColumnSelection>>,
+    /// True for the legacy `APPLY CHANGES INTO` spelling.
+    pub legacy: bool,
+    pub span: Span,
+}
+
+impl AutoCdc {
+    /// The SCD type, defaulting to 1 as documented.
+    pub fn scd_type(&self) -> u64 {
+        self.stored_as.as_ref().map_or(1, |s| s.node)
+    }
+}
+
+/// The source of an AUTO CDC flow: `STREAM(name)`, `STREAM name` or `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRef {
+    pub name: DatasetName,
+    pub streaming: bool,
+}
+
+/// `(a, b)` or `* EXCEPT (a, b)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnSelection {
+    Only(Vec<Ident>),
+    AllExcept(Vec<Ident>),
+}
+
+impl ColumnSelection {
+    /// The columns named in the selection, whichever form it has.
+    pub fn named(&self) -> &[Ident] {
+        match self {
+            ColumnSelection::Only(c) | ColumnSelection::AllExcept(c) => c,
+        }
+    }
+
+    /// Applies the selection to a list of available column names, keeping their order.
+    pub fn select<'a>(&self, available: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        let hit = |c: &str, list: &[Ident]| list.iter().any(|i| i.value.eq_ignore_ascii_case(c));
+        available
+            .into_iter()
+            .filter(|c| match self {
+                ColumnSelection::Only(list) => hit(c, list),
+                ColumnSelection::AllExcept(list) => !hit(c, list),
+            })
+            .collect()
+    }
+}
+
+/// A node and the span of the clause that introduced it (keyword included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spanned<T> {
+    pub node: T,
+    pub span: Span,
+}
+
+impl<T> Spanned<T> {
+    pub fn new(node: T, span: Span) -> Self {
+        Self { node, span }
+    }
+}

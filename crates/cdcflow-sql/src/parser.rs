@@ -1,0 +1,712 @@
+//! The statement layer: our pipeline statements on top of sqlparser's `Parser`,
+//! which we drive token by token and hand expressions, types and queries to.
+
+use crate::ast::*;
+use crate::error::ParseError;
+use crate::sqlparser::ast::{Expr, Ident, Value};
+use crate::sqlparser::dialect::DatabricksDialect;
+use crate::sqlparser::parser::{Parser, ParserError};
+use crate::sqlparser::tokenizer::{Location, Span, Token, TokenWithSpan};
+use crate::tokens::{is_word, tokenize};
+
+/// The statements of one file and every syntax error found in it. Parsing goes on
+/// after an error from the next `;`, so one run reports all broken statements.
+#[derive(Debug, Default)]
+pub struct ParsedFile {
+    pub statements: Vec<Statement>,
+    pub errors: Vec<ParseError>,
+}
+
+/// Parses the text of a flow file.
+pub fn parse_statements(text: &str) -> ParsedFile {
+    let tokens = match tokenize(text) {
+        Ok(t) => t,
+        Err(e) => {
+            return ParsedFile {
+                statements: vec![],
+                errors: vec![e],
+            };
+        }
+    };
+    let dialect = DatabricksDialect {};
+    let parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
+    let mut p = StatementParser { p: parser };
+    let mut out = ParsedFile::default();
+    loop {
+        while p.p.consume_token(&Token::SemiColon) {}
+        if p.at_end() {
+            break;
+        }
+        match p.statement() {
+            Ok(s) => out.statements.push(s),
+            Err(e) => {
+                out.errors.push(e);
+                p.skip_statement();
+            }
+        }
+    }
+    out
+}
+
+type Result<T> = std::result::Result<T, ParseError>;
+
+struct StatementParser<'a> {
+    p: Parser<'a>,
+}
+
+/// A clause that may appear once, remembered to report a repeat.
+struct Seen(Vec<(&'static str, Span)>);
+
+impl Seen {
+    fn check(&mut self, clause: &'static str, span: Span) -> Result<()> {
+        if let Some((_, first)) = self.0.iter().find(|(c, _)| *c == clause) {
+            return Err(
+                ParseError::new(format!("duplicate {clause} clause"), span).with_help(format!(
+                    "{clause} is already given at line {}:{}; keep one",
+                    first.start.line, first.start.column
+                )),
+            );
+        }
+        self.0.push((clause, span));
+        Ok(())
+    }
+}
+
+impl<'a> StatementParser<'a> {
+    fn at_end(&self) -> bool {
+        matches!(self.p.peek_token_ref().token, Token::EOF)
+    }
+
+    fn peek(&self) -> &TokenWithSpan {
+        self.p.peek_token_ref()
+    }
+
+    fn peek_is(&self, word: &str) -> bool {
+        is_word(&self.peek().token, word)
+    }
+
+    fn peek_nth_is(&self, n: usize, word: &str) -> bool {
+        is_word(&self.p.peek_nth_token_ref(n).token, word)
+    }
+
+    /// Consumes `word` if it is next.
+    fn word(&mut self, word: &str) -> bool {
+        if self.peek_is(word) {
+            self.p.next_token();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Consumes all `words` if they all come next, else nothing.
+    fn words(&mut self, words: &[&str]) -> bool {
+        if words
+            .iter()
+            .enumerate()
+            .all(|(n, w)| self.peek_nth_is(n, w))
+        {
+            for _ in words {
+                self.p.next_token();
+            }
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect_words(&mut self, words: &[&str]) -> Result<()> {
+        for w in words {
+            if !self.word(w) {
+                return Err(self.unexpected(&format!("expected {}", words.join(" "))));
+            }
+        }
+        Ok(())
+    }
+
+    fn expect_token(&mut self, token: Token) -> Result<()> {
+        if self.p.consume_token(&token) {
+            Ok(())
+        } else {
+            Err(self.unexpected(&format!("expected {token}")))
+        }
+    }
+
+    fn unexpected(&self, what: &str) -> ParseError {
+        let found = self.peek();
+        let shown = match &found.token {
+            Token::EOF => "end of file".to_string(),
+            t => format!("'{t}'"),
+        };
+        ParseError::new(format!("{what}, found {shown}"), self.token_span(found))
+    }
+
+    fn token_span(&self, t: &TokenWithSpan) -> Span {
+        if t.span == Span::empty() || matches!(t.token, Token::EOF) {
+            let end = self.last_end();
+            return Span::new(end, Location::new(end.line, end.column + 1));
+        }
+        t.span
+    }
+
+    fn start(&self) -> Location {
+        self.peek().span.start
+    }
+
+    /// The end of the last consumed token.
+    fn last_end(&self) -> Location {
+        self.p.get_current_token().span.end
+    }
+
+    fn span_from(&self, start: Location) -> Span {
+        Span::new(start, self.last_end())
+    }
+
+    fn sql<T>(&mut self, r: std::result::Result<T, ParserError>) -> Result<T> {
+        let fallback = self.token_span(self.peek());
+        r.map_err(|e| ParseError::from_sqlparser(e, fallback))
+    }
+
+    fn skip_statement(&mut self) {
+        let mut depth = 0i64;
+        loop {
+            match &self.peek().token {
+                Token::EOF => return,
+                Token::SemiColon if depth <= 0 => return,
+                Token::LParen => depth += 1,
+                Token::RParen => depth -= 1,
+                _ => {}
+            }
+            self.p.next_token();
+        }
+    }
+
+    fn end_of_statement(&mut self) -> Result<()> {
+        match self.peek().token {
+            Token::SemiColon | Token::EOF => Ok(()),
+            _ => Err(self.unexpected("expected ';' at the end of the statement")),
+        }
+    }
+
+    fn statement(&mut self) -> Result<Statement> {
+        let start = self.start();
+        let stmt = if self.word("CREATE") {
+            self.create(start)?
+        } else if self.words(&["APPLY", "CHANGES", "INTO"]) {
+            Statement::ApplyChanges(self.auto_cdc(start, false, true)?)
+        } else {
+            return Err(self
+                .unexpected("expected CREATE or APPLY CHANGES")
+                .with_help("a flow file holds CREATE STREAMING TABLE, CREATE MATERIALIZED VIEW, CREATE VIEW, CREATE FLOW and APPLY CHANGES statements"));
+        };
+        self.end_of_statement()?;
+        Ok(stmt)
+    }
+
+    fn create(&mut self, start: Location) -> Result<Statement> {
+        let or_refresh = self.words(&["OR", "REFRESH"]) || self.words(&["OR", "REPLACE"]);
+        let private = self.word("PRIVATE") | self.word("TEMPORARY");
+        if self.word("FLOW") {
+            return self.flow(start).map(Statement::CreateFlow);
+        }
+        let kind = if self.word("STREAMING") || self.word("INCREMENTAL") {
+            if self.word("LIVE") && self.peek_is("VIEW") {
+                self.p.next_token();
+                DatasetKind::View
+            } else {
+                self.expect_words(&["TABLE"])?;
+                DatasetKind::StreamingTable
+            }
+        } else if self.words(&["MATERIALIZED", "VIEW"]) || self.words(&["LIVE", "TABLE"]) {
+            DatasetKind::MaterializedView
+        } else if self.word("VIEW") || self.words(&["LIVE", "VIEW"]) {
+            DatasetKind::View
+        } else if self.peek_is("TABLE") {
+            return Err(self
+                .unexpected("expected STREAMING TABLE, MATERIALIZED VIEW, VIEW or FLOW")
+                .with_help("a pipeline table is either a STREAMING TABLE (fed incrementally by flows) or a MATERIALIZED VIEW (recomputed from its query)"));
+        } else {
+            return Err(
+                self.unexpected("expected STREAMING TABLE, MATERIALIZED VIEW, VIEW or FLOW")
+            );
+        };
+        self.dataset(start, kind, or_refresh, private)
+            .map(Statement::CreateDataset)
+    }
+
+    fn dataset_name(&mut self) -> Result<DatasetName> {
+        let start = self.start();
+        let mut parts = vec![self.ident()?];
+        while self.p.consume_token(&Token::Period) {
+            parts.push(self.ident()?);
+        }
+        Ok(DatasetName {
+            parts,
+            span: self.span_from(start),
+        })
+    }
+
+    fn ident(&mut self) -> Result<Ident> {
+        let t = self.peek().clone();
+        match &t.token {
+            Token::Word(w) => {
+                self.p.next_token();
+                Ok(Ident {
+                    value: w.value.clone(),
+                    quote_style: w.quote_style,
+                    span: t.span,
+                })
+            }
+            _ => Err(self.unexpected("expected a name")),
+        }
+    }
+
+    fn string(&mut self) -> Result<String> {
+        let t = self.peek().clone();
+        match t.token {
+            Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => {
+                self.p.next_token();
+                Ok(s)
+            }
+            _ => Err(self.unexpected("expected a quoted string")),
+        }
+    }
+
+    fn dataset(
+        &mut self,
+        start: Location,
+        kind: DatasetKind,
+        or_refresh: bool,
+        private: bool,
+    ) -> Result<CreateDataset> {
+        let name = self.dataset_name()?;
+        let mut d = CreateDataset {
+            kind,
+            or_refresh,
+            private,
+            name,
+            columns: vec![],
+            expectations: vec![],
+            table_constraints: vec![],
+            comment: None,
+            partitioned_by: vec![],
+            cluster_by: vec![],
+            properties: vec![],
+            location: None,
+            query: None,
+            span: Span::empty(),
+        };
+        if matches!(self.peek().token, Token::LParen) {
+            self.table_elements(&mut d)?;
+        }
+        let mut seen = Seen(vec![]);
+        loop {
+            let clause_start = self.start();
+            if self.word("COMMENT") {
+                seen.check("COMMENT", self.span_from(clause_start))?;
+                d.comment = Some(self.string()?);
+            } else if self.words(&["PARTITIONED", "BY"]) {
+                seen.check("PARTITIONED BY", self.span_from(clause_start))?;
+                d.partitioned_by = self.paren_idents()?;
+            } else if self.words(&["CLUSTER", "BY"]) {
+                seen.check("CLUSTER BY", self.span_from(clause_start))?;
+                if !(self.word("AUTO") || self.word("NONE")) {
+                    d.cluster_by = self.paren_idents()?;
+                }
+            } else if self.word("TBLPROPERTIES") {
+                seen.check("TBLPROPERTIES", self.span_from(clause_start))?;
+                d.properties = self.properties()?;
+            } else if self.word("USING") {
+                seen.check("USING", self.span_from(clause_start))?;
+                if !self.word("DELTA") {
+                    return Err(self
+                        .unexpected("expected DELTA")
+                        .with_help("cdcflow stores every table as Delta Lake"));
+                }
+            } else if self.word("LOCATION") {
+                seen.check("LOCATION", self.span_from(clause_start))?;
+                d.location = Some(self.string()?);
+            } else {
+                break;
+            }
+        }
+        if self.word("AS") {
+            let q = self.p.parse_query();
+            d.query = Some(self.sql(q)?);
+        } else if kind != DatasetKind::StreamingTable {
+            return Err(self
+                .unexpected("expected AS followed by a query")
+                .with_help(format!("a {} is defined by its query", kind.noun())));
+        }
+        d.span = self.span_from(start);
+        Ok(d)
+    }
+
+    fn table_elements(&mut self, d: &mut CreateDataset) -> Result<()> {
+        self.expect_token(Token::LParen)?;
+        loop {
+            let start = self.start();
+            if self.word("CONSTRAINT") {
+                let name = self.ident()?;
+                if self.word("EXPECT") {
+                    self.expect_token(Token::LParen)?;
+                    let e = self.p.parse_expr();
+                    let condition = self.sql(e)?;
+                    self.expect_token(Token::RParen)?;
+                    let on_violation = if self.words(&["ON", "VIOLATION"]) {
+                        if self.words(&["DROP", "ROW"]) {
+                            OnViolation::DropRow
+                        } else if self.words(&["FAIL", "UPDATE"]) {
+                            OnViolation::FailUpdate
+                        } else {
+                            return Err(self.unexpected("expected DROP ROW or FAIL UPDATE"));
+                        }
+                    } else {
+                        OnViolation::Warn
+                    };
+                    d.expectations.push(Expectation {
+                        name,
+                        condition,
+                        on_violation,
+                        span: self.span_from(start),
+                    });
+                } else {
+                    let body = self.balanced_text()?;
+                    d.table_constraints
+                        .push(format!("CONSTRAINT {name} {body}").trim().to_string());
+                }
+            } else if self.peek_is("PRIMARY") || self.peek_is("FOREIGN") {
+                let body = self.balanced_text()?;
+                d.table_constraints.push(body);
+            } else {
+                d.columns.push(self.column_def()?);
+            }
+            if self.p.consume_token(&Token::Comma) {
+                continue;
+            }
+            self.expect_token(Token::RParen)?;
+            return Ok(());
+        }
+    }
+
+    /// The tokens up to the next top-level ',' or ')', as text.
+    fn balanced_text(&mut self) -> Result<String> {
+        let mut depth = 0usize;
+        let mut text = String::new();
+        loop {
+            let t = self.peek().clone();
+            match t.token {
+                Token::EOF => return Err(self.unexpected("expected ')'")),
+                Token::Comma | Token::RParen if depth == 0 => return Ok(text.trim().to_string()),
+                Token::LParen => depth += 1,
+                Token::RParen => depth -= 1,
+                _ => {}
+            }
+            if !text.is_empty()
+                && !matches!(t.token, Token::RParen | Token::Comma)
+                && !text.ends_with('(')
+            {
+                text.push(' ');
+            }
+            text.push_str(&t.token.to_string());
+            self.p.next_token();
+        }
+    }
+
+    fn column_def(&mut self) -> Result<ColumnDef> {
+        let start = self.start();
+        let name = self.ident()?;
+        let dt = self.p.parse_data_type();
+        let data_type = self.sql(dt)?;
+        let mut c = ColumnDef {
+            name,
+            data_type,
+            not_null: false,
+            comment: None,
+            generated: None,
+            default: None,
+            span: Span::empty(),
+        };
+        loop {
+            if self.words(&["NOT", "NULL"]) {
+                c.not_null = true;
+            } else if self.word("COMMENT") {
+                c.comment = Some(self.string()?);
+            } else if self.words(&["GENERATED", "ALWAYS", "AS"]) {
+                self.expect_token(Token::LParen)?;
+                let e = self.p.parse_expr();
+                c.generated = Some(self.sql(e)?);
+                self.expect_token(Token::RParen)?;
+            } else if self.word("DEFAULT") {
+                let e = self.p.parse_expr();
+                c.default = Some(self.sql(e)?);
+            } else {
+                break;
+            }
+        }
+        c.span = self.span_from(start);
+        Ok(c)
+    }
+
+    fn paren_idents(&mut self) -> Result<Vec<Ident>> {
+        self.expect_token(Token::LParen)?;
+        let cols = self.idents()?;
+        self.expect_token(Token::RParen)?;
+        Ok(cols)
+    }
+
+    fn idents(&mut self) -> Result<Vec<Ident>> {
+        let mut cols = vec![self.ident()?];
+        while self.p.consume_token(&Token::Comma) {
+            cols.push(self.ident()?);
+        }
+        Ok(cols)
+    }
+
+    fn properties(&mut self) -> Result<Vec<TableProperty>> {
+        self.expect_token(Token::LParen)?;
+        let mut props = vec![];
+        loop {
+            let start = self.start();
+            let key = self.property_text()?;
+            let _ = self.p.consume_token(&Token::Eq);
+            let value = self.property_text()?;
+            props.push(TableProperty {
+                key,
+                value,
+                span: self.span_from(start),
+            });
+            if !self.p.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        self.expect_token(Token::RParen)?;
+        Ok(props)
+    }
+
+    /// A property key or value: a string, a number, or dotted words (`a.b.c`, `true`).
+    fn property_text(&mut self) -> Result<String> {
+        let t = self.peek().clone();
+        match t.token {
+            Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => {
+                self.p.next_token();
+                Ok(s)
+            }
+            Token::Number(n, _) => {
+                self.p.next_token();
+                Ok(n)
+            }
+            Token::Minus => {
+                self.p.next_token();
+                match self.peek().token.clone() {
+                    Token::Number(n, _) => {
+                        self.p.next_token();
+                        Ok(format!("-{n}"))
+                    }
+                    _ => Err(self.unexpected("expected a number")),
+                }
+            }
+            Token::Word(_) => {
+                let mut text = self.ident()?.value;
+                while self.p.consume_token(&Token::Period) {
+                    text.push('.');
+                    text.push_str(&self.ident()?.value);
+                }
+                Ok(text)
+            }
+            _ => Err(self.unexpected("expected a property key or value")),
+        }
+    }
+
+    fn flow(&mut self, start: Location) -> Result<CreateFlow> {
+        let name = self.ident()?;
+        let comment = if self.word("COMMENT") {
+            Some(self.string()?)
+        } else {
+            None
+        };
+        self.expect_words(&["AS"])?;
+        let body = if self.words(&["AUTO", "CDC"]) {
+            let once = self.word("ONCE");
+            self.expect_words(&["INTO"])?;
+            FlowBody::AutoCdc(self.auto_cdc(start, once, false)?)
+        } else if self.word("INSERT") {
+            let mut once = self.word("ONCE");
+            self.expect_words(&["INTO"])?;
+            once |= self.word("ONCE");
+            let target = self.dataset_name()?;
+            if !self.words(&["BY", "NAME"]) {
+                return Err(self.unexpected("expected BY NAME").with_help(
+                    "append flows match columns by name: INSERT INTO target BY NAME SELECT …",
+                ));
+            }
+            let q = self.p.parse_query();
+            let query = self.sql(q)?;
+            FlowBody::InsertInto(InsertInto {
+                once,
+                target,
+                query,
+            })
+        } else {
+            return Err(self.unexpected("expected AUTO CDC or INSERT after AS"));
+        };
+        Ok(CreateFlow {
+            name,
+            comment,
+            body,
+            span: self.span_from(start),
+        })
+    }
+
+    fn column_selection(&mut self) -> Result<ColumnSelection> {
+        if self.p.consume_token(&Token::Mul) {
+            self.expect_words(&["EXCEPT"])?;
+            return Ok(ColumnSelection::AllExcept(self.paren_idents()?));
+        }
+        if matches!(self.peek().token, Token::LParen) {
+            return Ok(ColumnSelection::Only(self.paren_idents()?));
+        }
+        Ok(ColumnSelection::Only(self.idents()?))
+    }
+
+    fn expr(&mut self) -> Result<Expr> {
+        let e = self.p.parse_expr();
+        self.sql(e)
+    }
+
+    /// Everything after `INTO` of `AUTO CDC INTO` and `APPLY CHANGES INTO`.
+    fn auto_cdc(&mut self, start: Location, once: bool, legacy: bool) -> Result<AutoCdc> {
+        let target = self.dataset_name()?;
+        self.expect_words(&["FROM"])?;
+        let streaming = self.word("STREAM");
+        let source = if streaming {
+            self.expect_token(Token::LParen)?;
+            let name = self.dataset_name()?;
+            self.expect_token(Token::RParen)?;
+            name
+        } else {
+            self.dataset_name()?
+        };
+        let keys_start = self.start();
+        if !self.word("KEYS") {
+            return Err(self.unexpected("expected KEYS").with_help(
+                "AUTO CDC takes FROM and KEYS first, then its other clauses in any order",
+            ));
+        }
+        let keys = self.paren_idents()?;
+        let keys = Spanned::new(keys, self.span_from(keys_start));
+
+        let mut cdc = AutoCdc {
+            once,
+            target,
+            source: SourceRef {
+                name: source,
+                streaming,
+            },
+            keys,
+            filter: None,
+            ignore_null_updates: None,
+            apply_as_delete: None,
+            apply_as_truncate: None,
+            sequence_by: Spanned::new(Expr::value(Value::Null), Span::empty()),
+            columns: None,
+            stored_as: None,
+            track_history: None,
+            legacy,
+            span: Span::empty(),
+        };
+        let mut seen = Seen(vec![]);
+        let mut has_sequence = false;
+        loop {
+            let s = self.start();
+            if self.word("WHERE") {
+                seen.check("WHERE", self.span_from(s))?;
+                let e = self.expr()?;
+                cdc.filter = Some(Spanned::new(e, self.span_from(s)));
+            } else if self.words(&["IGNORE", "NULL", "UPDATES"]) {
+                seen.check("IGNORE NULL UPDATES", self.span_from(s))?;
+                let on = if self.word("ON") {
+                    Some(self.column_selection()?)
+                } else {
+                    None
+                };
+                cdc.ignore_null_updates = Some(Spanned::new(on, self.span_from(s)));
+            } else if self.words(&["APPLY", "AS", "DELETE", "WHEN"]) {
+                seen.check("APPLY AS DELETE", self.span_from(s))?;
+                let e = self.expr()?;
+                cdc.apply_as_delete = Some(Spanned::new(e, self.span_from(s)));
+            } else if self.words(&["APPLY", "AS", "TRUNCATE", "WHEN"]) {
+                seen.check("APPLY AS TRUNCATE", self.span_from(s))?;
+                let e = self.expr()?;
+                cdc.apply_as_truncate = Some(Spanned::new(e, self.span_from(s)));
+            } else if self.words(&["SEQUENCE", "BY"]) {
+                seen.check("SEQUENCE BY", self.span_from(s))?;
+                let e = self.expr()?;
+                cdc.sequence_by = Spanned::new(e, self.span_from(s));
+                has_sequence = true;
+            } else if self.word("COLUMNS") {
+                seen.check("COLUMNS", self.span_from(s))?;
+                let c = self.column_selection()?;
+                cdc.columns = Some(Spanned::new(c, self.span_from(s)));
+            } else if self.words(&["STORED", "AS"]) {
+                seen.check("STORED AS", self.span_from(s))?;
+                self.expect_words(&["SCD", "TYPE"])?;
+                let n = self.p.parse_literal_uint();
+                let n = self.sql(n)?;
+                cdc.stored_as = Some(Spanned::new(n, self.span_from(s)));
+            } else if self.words(&["TRACK", "HISTORY", "ON"]) {
+                seen.check("TRACK HISTORY", self.span_from(s))?;
+                let c = self.column_selection()?;
+                cdc.track_history = Some(Spanned::new(c, self.span_from(s)));
+            } else if self.peek_is("KEYS") || self.peek_is("FROM") {
+                return Err(self
+                    .unexpected("expected an AUTO CDC clause")
+                    .with_help("FROM and KEYS come first, once each"));
+            } else {
+                break;
+            }
+        }
+        cdc.span = self.span_from(start);
+        if !has_sequence {
+            return Err(ParseError::new("AUTO CDC requires a SEQUENCE BY clause", cdc.span)
+                .with_help("add SEQUENCE BY <column> (or STRUCT(a, b)) giving the order of the changes per key"));
+        }
+        if !legacy && cdc.filter.is_some() {
+            let span = cdc.filter.as_ref().map_or(cdc.span, |f| f.span);
+            return Err(
+                ParseError::new("WHERE is only accepted in APPLY CHANGES", span)
+                    .with_help("filter the source in a view and read the view instead"),
+            );
+        }
+        Ok(cdc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_every_broken_statement() {
+        let f = parse_statements(
+            "CREATE STREAMING TABLE a;\nCREATE FLOW f AS AUTO CDC INTO a FROM STREAM(b) KEYS (id);\nCREATE TABLE x;\nCREATE MATERIALIZED VIEW m AS SELECT 1;",
+        );
+        assert_eq!(f.statements.len(), 2);
+        assert_eq!(f.errors.len(), 2);
+        assert_eq!(
+            f.errors[0].message,
+            "AUTO CDC requires a SEQUENCE BY clause"
+        );
+        assert_eq!(f.errors[0].span.start.line, 2);
+        assert_eq!(f.errors[1].span.start, Location::new(3, 8));
+    }
+
+    #[test]
+    fn duplicate_clause_is_an_error_at_the_second() {
+        let f = parse_statements(
+            "CREATE FLOW f AS AUTO CDC INTO a FROM STREAM(b) KEYS (id)\n SEQUENCE BY x\n SEQUENCE BY y",
+        );
+        assert_eq!(f.errors[0].message, "duplicate SEQUENCE BY clause");
+        assert_eq!(f.errors[0].span.start, Location::new(3, 2));
+    }
+}

@@ -1,0 +1,14 @@
+CREATE OR REFRESH STREAMING LIVE TABLE target;
+APPLY CHANGES INTO live.target
+FROM stream(live.cdc_data)
+KEYS (userId)
+APPLY AS DELETE WHEN operation = "DELETE"
+SEQUENCE BY sequenceNum
+COLUMNS * EXCEPT (operation, sequenceNum)
+STORED AS SCD TYPE 2;
+CREATE INCREMENTAL LIVE TABLE target2;
+APPLY CHANGES INTO LIVE.target2 FROM STREAM(LIVE.cdc_data) KEYS (userId) WHERE userId > 0 SEQUENCE BY sequenceNum;
+CREATE OR REFRESH LIVE TABLE gold AS SELECT count(*) AS n FROM LIVE.target;
+CREATE TEMPORARY LIVE VIEW v AS SELECT * FROM live.target;
+CREATE TEMPORARY STREAMING LIVE VIEW sv AS SELECT * FROM STREAM(live.cdc_data);
+CREATE STREAMING LIVE TABLE props TBLPROPERTIES (pipelines.reset.allowed = false, delta.enableChangeDataFeed = true) AS SELECT * FROM STREAM(live.cdc_data);
