@@ -1,1 +1,81 @@
-fn main() {}
+//! The `cdcflow` command line: the last stage of the data path and the only place that
+//! renders to a terminal.
+
+mod explain;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "cdcflow",
+    version,
+    about = "Declarative change-data-capture pipelines"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every command that reads a pipeline takes.
+#[derive(clap::Args, Clone)]
+struct PipelineArgs {
+    /// The pipeline folder (holding pipeline.yaml).
+    #[arg(short = 'p', long = "pipeline", default_value = ".")]
+    dir: PathBuf,
+    /// Override a configuration value: --conf key=value (repeatable).
+    #[arg(long = "conf", value_parser = parse_key_value)]
+    conf: Vec<(String, String)>,
+}
+
+impl PipelineArgs {
+    fn overrides(&self) -> BTreeMap<String, String> {
+        self.conf.iter().cloned().collect()
+    }
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected key=value, got `{s}`"))
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum DiagnosticFormat {
+    /// Rendered for people, with source snippets (stderr).
+    Text,
+    /// One JSON object per diagnostic (stdout).
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse, resolve and plan every flow; report every problem with its file:line:col.
+    Validate {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        #[arg(long, value_enum, default_value = "text")]
+        format: DiagnosticFormat,
+    },
+    /// Print the DataFusion plan of each flow (or of one).
+    Explain {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Only this flow.
+        #[arg(long)]
+        flow: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate { pipeline, format } => validate::run(&pipeline, format),
+        Command::Explain { pipeline, flow } => explain::run(&pipeline, flow.as_deref()),
+    }
+}

@@ -101,7 +101,11 @@ mod tests {
     #[test]
     fn unknown_key_has_a_position() {
         let e = PipelineConfig::parse("name: p\nstorag: x\n").unwrap_err();
-        assert!(e.message.contains("unknown field `storag`"), "{}", e.message);
+        assert!(
+            e.message.contains("unknown field `storag`"),
+            "{}",
+            e.message
+        );
         assert_eq!(e.line, Some(2));
         assert_eq!(e.column, Some(1));
     }

@@ -93,12 +93,9 @@ impl Diagnostic {
 
     /// `file:line:col` of the start, when the diagnostic has a place.
     pub fn position(&self) -> Option<String> {
-        self.at.as_ref().map(|a| {
-            format!(
-                "{}:{}:{}",
-                a.path, a.span.start.line, a.span.start.column
-            )
-        })
+        self.at
+            .as_ref()
+            .map(|a| format!("{}:{}:{}", a.path, a.span.start.line, a.span.start.column))
     }
 
     /// The miette report, with the file's text attached so the snippet renders.
@@ -120,7 +117,8 @@ impl Diagnostic {
                     Some(at.label.clone()),
                     (start, end.saturating_sub(start)),
                 ));
-                Report::new(d).with_source_code(NamedSource::new(at.path.clone(), at.text.to_string()))
+                Report::new(d)
+                    .with_source_code(NamedSource::new(at.path.clone(), at.text.to_string()))
             }
             None => Report::new(d),
         }

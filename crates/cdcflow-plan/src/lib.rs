@@ -1,1 +1,24 @@
-//! placeholder
+//! Second stage of the cdcflow data path: **resolve** and **plan**.
+//!
+//! `pipeline.yaml + *.sql` → parse → **resolve → plan** → run.
+//!
+//! [`load`] reads a pipeline folder, parses every flow file, builds the dataset graph,
+//! derives schemas and compiles each flow to a DataFusion [`LogicalPlan`]
+//! (AUTO CDC flows end in an [`autocdc::AutoCdcNode`]). Problems are [`Diagnostic`]s
+//! pointing at `file:line:col`; nothing here reads table data or writes anything.
+//!
+//! [`LogicalPlan`]: datafusion::logical_expr::LogicalPlan
+
+pub mod autocdc;
+pub mod config;
+pub mod diagnostic;
+pub mod pipeline;
+pub mod planner;
+pub mod read_files;
+mod relations;
+mod resolve;
+pub mod types;
+
+pub use diagnostic::{Diagnostic, Located, Severity};
+pub use pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
+pub use resolve::{Loaded, load};

@@ -129,7 +129,9 @@ impl Pipeline {
     }
 
     pub fn flow(&self, name: &str) -> Option<&Flow> {
-        self.flows.iter().find(|f| f.name.eq_ignore_ascii_case(name))
+        self.flows
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(name))
     }
 
     /// The flows writing into `dataset`.

@@ -1,0 +1,197 @@
+//! Plans queries and expressions with DataFusion's SQL planner against a set of named
+//! tables. Validation registers empty tables of the known schemas; the runtime registers
+//! real ones. Planning is synchronous and needs no catalog I/O.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cdcflow_sql::sqlparser::ast::{Expr as SqlExpr, Query, Statement as SqlStatement};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::{DFSchema, TableReference};
+use datafusion::datasource::empty::EmptyTable;
+use datafusion::datasource::provider_as_source;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::planner::{ExprPlanner, TypePlanner};
+use datafusion::logical_expr::{
+    AggregateUDF, Expr, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
+};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::planner::{ContextProvider, ParserOptions, PlannerContext, SqlToRel};
+
+/// DataFusion configuration for the dialect: identifiers keep their case (column names
+/// come from files, `userId` must stay `userId`), strings are `Utf8`, spans are kept.
+pub fn session_config() -> SessionConfig {
+    let mut config = SessionConfig::new();
+    let options = config.options_mut();
+    options.sql_parser.enable_ident_normalization = false;
+    options.sql_parser.map_string_types_to_utf8view = false;
+    options.sql_parser.collect_spans = true;
+    options.sql_parser.dialect = datafusion::config::Dialect::Databricks;
+    config
+}
+
+/// A SQL planner over named tables.
+#[derive(Clone)]
+pub struct Planner {
+    state: SessionState,
+    tables: HashMap<String, Arc<dyn TableSource>>,
+}
+
+impl Default for Planner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planner")
+            .field("tables", &self.tables.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Planner {
+    pub fn new() -> Self {
+        Self::with_state(SessionContext::new_with_config(session_config()).state())
+    }
+
+    /// A planner that uses the functions of `state` (the runtime's session).
+    pub fn with_state(state: SessionState) -> Self {
+        Self {
+            state,
+            tables: HashMap::new(),
+        }
+    }
+
+    /// Makes `name` resolve to `source`.
+    pub fn register(&mut self, name: &str, source: Arc<dyn TableSource>) {
+        self.tables.insert(name.to_string(), source);
+    }
+
+    /// Makes `name` resolve to an empty table of `schema` (for planning without data).
+    pub fn register_schema(&mut self, name: &str, schema: SchemaRef) {
+        self.register(name, provider_as_source(Arc::new(EmptyTable::new(schema))));
+    }
+
+    fn sql_to_rel<'a>(&self, provider: &'a Provider<'a>) -> SqlToRel<'a, Provider<'a>> {
+        let options = ParserOptions::new()
+            .with_enable_ident_normalization(false)
+            .with_map_string_types_to_utf8view(false)
+            .with_collect_spans(true);
+        SqlToRel::new_with_options(provider, options)
+    }
+
+    /// Plans a query whose table references are registered names.
+    pub fn plan_query(&self, query: &Query) -> Result<LogicalPlan> {
+        let provider = Provider { planner: self };
+        self.sql_to_rel(&provider)
+            .sql_statement_to_plan(SqlStatement::Query(Box::new(query.clone())))
+    }
+
+    /// Plans an expression over the columns of `schema`.
+    pub fn plan_expr(&self, expr: &SqlExpr, schema: &DFSchema) -> Result<Expr> {
+        let provider = Provider { planner: self };
+        self.sql_to_rel(&provider)
+            .sql_to_expr(expr.clone(), schema, &mut PlannerContext::new())
+    }
+}
+
+struct Provider<'a> {
+    planner: &'a Planner,
+}
+
+impl ContextProvider for Provider<'_> {
+    fn get_table_source(&self, name: TableReference) -> Result<Arc<dyn TableSource>> {
+        let key = name.table();
+        self.planner
+            .tables
+            .get(key)
+            .or_else(|| {
+                self.planner
+                    .tables
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                    .map(|(_, v)| v)
+            })
+            .cloned()
+            .ok_or_else(|| DataFusionError::Plan(format!("table '{name}' not found")))
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        self.planner.state.expr_planners()
+    }
+
+    fn get_type_planner(&self) -> Option<Arc<dyn TypePlanner>> {
+        None
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.planner.state.scalar_functions().get(name).cloned()
+    }
+
+    fn get_higher_order_meta(
+        &self,
+        name: &str,
+    ) -> Option<Arc<datafusion::logical_expr::HigherOrderUDF>> {
+        self.planner
+            .state
+            .higher_order_functions()
+            .get(name)
+            .cloned()
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        self.planner.state.aggregate_functions().get(name).cloned()
+    }
+
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.planner.state.window_functions().get(name).cloned()
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        self.planner.state.config_options()
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        self.planner
+            .state
+            .scalar_functions()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        self.planner
+            .state
+            .higher_order_functions()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        self.planner
+            .state
+            .aggregate_functions()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        self.planner
+            .state
+            .window_functions()
+            .keys()
+            .cloned()
+            .collect()
+    }
+}

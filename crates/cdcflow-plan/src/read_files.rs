@@ -1,0 +1,188 @@
+//! `read_files(path, format => …, schema => …, header => …)`: a landing folder as a
+//! source. This module knows the options, lists the files and infers a schema from
+//! them when none is declared.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, Seek};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cdcflow_sql::Span;
+use datafusion::arrow::csv::reader::Format;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::json::reader::infer_json_schema_from_seekable;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// The file formats cdcflow reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileFormat {
+    /// Newline-delimited JSON.
+    Json,
+    Csv,
+    Parquet,
+}
+
+impl FileFormat {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "json" | "ndjson" | "jsonl" => Some(Self::Json),
+            "csv" => Some(Self::Csv),
+            "parquet" => Some(Self::Parquet),
+            _ => None,
+        }
+    }
+
+    fn from_extension(path: &Path) -> Option<Self> {
+        Self::parse(path.extension()?.to_str()?)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Json => "json",
+            Self::Csv => "csv",
+            Self::Parquet => "parquet",
+        }
+    }
+}
+
+/// A resolved `read_files` call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadFiles {
+    /// The table name that stands for this call in the flow's rewritten query.
+    pub table: String,
+    /// The path as written.
+    pub path_text: String,
+    /// Absolute: relative paths are taken from the pipeline folder.
+    pub path: PathBuf,
+    pub format: FileFormat,
+    /// From `schema => 'ddl'`.
+    pub declared_schema: Option<SchemaRef>,
+    /// Every option, keys lower-cased, values as text.
+    pub options: BTreeMap<String, String>,
+    /// `STREAM read_files(…)`: each file is read once.
+    pub streaming: bool,
+    pub span: Span,
+}
+
+/// Options we read; others are accepted and ignored with a note.
+pub const KNOWN_OPTIONS: &[&str] = &["format", "schema", "header", "sep", "delimiter"];
+
+impl ReadFiles {
+    /// CSV: whether the first line holds column names (default true, as for landing
+    /// exports; Databricks' own default is false, so set it explicitly to be portable).
+    pub fn csv_header(&self) -> bool {
+        self.options
+            .get("header")
+            .is_none_or(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    pub fn csv_delimiter(&self) -> u8 {
+        self.options
+            .get("sep")
+            .or_else(|| self.options.get("delimiter"))
+            .and_then(|s| s.bytes().next())
+            .unwrap_or(b',')
+    }
+
+    /// The data files under `path`, sorted by path: hidden and `_`-prefixed entries
+    /// and `.tmp`/`.crc` files are skipped (files still being written, engine metadata).
+    pub fn list_files(&self) -> std::io::Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        if self.path.is_file() {
+            out.push(self.path.clone());
+            return Ok(out);
+        }
+        if !self.path.exists() {
+            return Ok(out);
+        }
+        collect(&self.path, &mut out)?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// The declared schema, or one inferred from the files present; `Ok(None)` when
+    /// there is neither.
+    pub fn schema(&self) -> Result<Option<SchemaRef>, String> {
+        if let Some(s) = &self.declared_schema {
+            return Ok(Some(Arc::clone(s)));
+        }
+        let files = self
+            .list_files()
+            .map_err(|e| format!("cannot list {}: {e}", self.path.display()))?;
+        if files.is_empty() {
+            return Ok(None);
+        }
+        let mut schemas = Vec::new();
+        for f in files.iter().take(64) {
+            schemas.push(
+                self.infer_file(f)
+                    .map_err(|e| format!("{}: {e}", f.display()))?,
+            );
+        }
+        Schema::try_merge(schemas)
+            .map(|s| Some(Arc::new(s)))
+            .map_err(|e| format!("landing files disagree on their schema: {e}"))
+    }
+
+    fn infer_file(&self, path: &Path) -> Result<Schema, String> {
+        let file = File::open(path).map_err(|e| e.to_string())?;
+        match self.format {
+            FileFormat::Json => {
+                let mut reader = BufReader::new(file);
+                let (schema, _) = infer_json_schema_from_seekable(&mut reader, Some(1000))
+                    .map_err(|e| e.to_string())?;
+                reader.rewind().map_err(|e| e.to_string())?;
+                Ok(schema)
+            }
+            FileFormat::Csv => {
+                let (schema, _) = Format::default()
+                    .with_header(self.csv_header())
+                    .with_delimiter(self.csv_delimiter())
+                    .infer_schema(file, Some(1000))
+                    .map_err(|e| e.to_string())?;
+                Ok(schema)
+            }
+            FileFormat::Parquet => {
+                let builder =
+                    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| e.to_string())?;
+                Ok(builder.schema().as_ref().clone())
+            }
+        }
+    }
+
+    /// The format for a call without `format =>`: the extension of its files.
+    pub fn detect_format(path: &Path) -> Option<FileFormat> {
+        if let Some(f) = FileFormat::from_extension(path) {
+            return Some(f);
+        }
+        let mut files = Vec::new();
+        collect(path, &mut files).ok()?;
+        files.sort();
+        files.iter().find_map(|f| FileFormat::from_extension(f))
+    }
+}
+
+fn skipped(name: &str) -> bool {
+    name.starts_with('.')
+        || name.starts_with('_')
+        || name.ends_with(".tmp")
+        || name.ends_with(".crc")
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if skipped(&name.to_string_lossy()) {
+            continue;
+        }
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            collect(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}

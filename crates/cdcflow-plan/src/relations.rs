@@ -1,0 +1,208 @@
+//! Finds and rewrites the relations a query reads: `STREAM(name)`, `LIVE.name`,
+//! `catalog.schema.name`, `read_files(…)`. Each is handed to a resolver, which returns
+//! the plain table name that stands for it; the query is rewritten in place so
+//! DataFusion sees only plain names, with the original spans kept.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+use cdcflow_sql::Span;
+use cdcflow_sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName, ObjectNamePart,
+    Query, Spanned, TableFactor, Value, VisitMut, VisitorMut,
+};
+
+/// A relation found in a query.
+#[derive(Debug, Clone)]
+pub enum Relation {
+    /// A dataset reference: its parts as written.
+    Dataset {
+        parts: Vec<String>,
+        streaming: bool,
+        span: Span,
+    },
+    /// A `read_files(…)` call.
+    Files(FilesCall),
+}
+
+/// The arguments of a `read_files` call, as literals.
+#[derive(Debug, Clone)]
+pub struct FilesCall {
+    pub path: Option<String>,
+    /// Named options, keys lower-cased, values as text.
+    pub options: Vec<(String, String, Span)>,
+    /// Arguments that are not literals, for a diagnostic.
+    pub invalid: Vec<Span>,
+    pub streaming: bool,
+    pub span: Span,
+}
+
+/// Rewrites every relation of `query` to the name `resolve` returns for it (when it
+/// returns `None`, the relation is left alone: the resolver reports it).
+pub fn rewrite_relations(query: &mut Query, resolve: &mut dyn FnMut(Relation) -> Option<String>) {
+    let mut ctes = HashSet::new();
+    let _ = query.visit(&mut CteCollector(&mut ctes));
+    let mut v = Rewriter { resolve, ctes };
+    let _ = query.visit(&mut v);
+}
+
+struct CteCollector<'a>(&'a mut HashSet<String>);
+
+impl VisitorMut for CteCollector<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        if let Some(with) = &query.with {
+            for cte in &with.cte_tables {
+                self.0.insert(cte.alias.name.value.to_ascii_lowercase());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+struct Rewriter<'a> {
+    resolve: &'a mut dyn FnMut(Relation) -> Option<String>,
+    ctes: HashSet<String>,
+}
+
+fn idents(name: &ObjectName) -> Vec<&Ident> {
+    name.0.iter().filter_map(ObjectNamePart::as_ident).collect()
+}
+
+fn name_span(name: &ObjectName) -> Span {
+    Span::union_iter(idents(name).iter().map(|i| i.span))
+}
+
+fn is_named(name: &ObjectName, wanted: &str) -> bool {
+    let parts = idents(name);
+    parts.len() == 1
+        && parts[0].quote_style.is_none()
+        && parts[0].value.eq_ignore_ascii_case(wanted)
+}
+
+fn literal_text(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(s.clone()),
+            Value::Number(n, _) => Some(n.clone()),
+            Value::Boolean(b) => Some(b.to_string()),
+            _ => None,
+        },
+        Expr::Identifier(i)
+            if i.value.eq_ignore_ascii_case("true") || i.value.eq_ignore_ascii_case("false") =>
+        {
+            Some(i.value.to_ascii_lowercase())
+        }
+        _ => None,
+    }
+}
+
+fn files_call(args: &[FunctionArg], streaming: bool, span: Span) -> FilesCall {
+    let mut call = FilesCall {
+        path: None,
+        options: vec![],
+        invalid: vec![],
+        streaming,
+        span,
+    };
+    for arg in args {
+        match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if call.path.is_none() => {
+                match literal_text(e) {
+                    Some(p) => call.path = Some(p),
+                    None => call.invalid.push(e.span()),
+                }
+            }
+            FunctionArg::Named {
+                name,
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            } => match literal_text(e) {
+                Some(v) => call.options.push((
+                    name.value.to_ascii_lowercase(),
+                    v,
+                    name.span.union(&e.span()),
+                )),
+                None => call.invalid.push(e.span()),
+            },
+            other => call.invalid.push(other.span()),
+        }
+    }
+    call
+}
+
+impl Rewriter<'_> {
+    fn replace(&mut self, factor: &mut TableFactor, relation: Relation, keep_span: Span) {
+        if let Some(new_name) = (self.resolve)(relation)
+            && let TableFactor::Table { name, args, .. } = factor
+        {
+            *name = ObjectName(vec![ObjectNamePart::Identifier(Ident::with_span(
+                keep_span, new_name,
+            ))]);
+            *args = None;
+        }
+    }
+}
+
+impl VisitorMut for Rewriter<'_> {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let TableFactor::Table { name, args, .. } = factor else {
+            return ControlFlow::Continue(());
+        };
+        let span = name_span(name);
+        let relation = match args {
+            Some(targs) if is_named(name, "STREAM") => {
+                let inner = targs.args.first().cloned();
+                match inner {
+                    Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(e))) => match &e {
+                        Expr::Identifier(i) => Relation::Dataset {
+                            parts: vec![i.value.clone()],
+                            streaming: true,
+                            span: i.span,
+                        },
+                        Expr::CompoundIdentifier(parts) => Relation::Dataset {
+                            parts: parts.iter().map(|p| p.value.clone()).collect(),
+                            streaming: true,
+                            span: Span::union_iter(parts.iter().map(|p| p.span)),
+                        },
+                        Expr::Function(f)
+                            if f.name.0.len() == 1 && (is_named(&f.name, "read_files")) =>
+                        {
+                            let fargs = match &f.args {
+                                FunctionArguments::List(l) => l.args.clone(),
+                                _ => vec![],
+                            };
+                            Relation::Files(files_call(&fargs, true, e.span()))
+                        }
+                        _ => return ControlFlow::Continue(()),
+                    },
+                    _ => return ControlFlow::Continue(()),
+                }
+            }
+            Some(targs) if is_named(name, "read_files") => {
+                Relation::Files(files_call(&targs.args, false, span))
+            }
+            Some(_) => return ControlFlow::Continue(()),
+            None => {
+                let parts: Vec<String> = idents(name).iter().map(|i| i.value.clone()).collect();
+                if parts.len() == 1 && self.ctes.contains(&parts[0].to_ascii_lowercase()) {
+                    return ControlFlow::Continue(());
+                }
+                Relation::Dataset {
+                    parts,
+                    streaming: false,
+                    span,
+                }
+            }
+        };
+        let keep = match &relation {
+            Relation::Dataset { span, .. } => *span,
+            Relation::Files(f) => f.span,
+        };
+        self.replace(factor, relation, keep);
+        ControlFlow::Continue(())
+    }
+}
