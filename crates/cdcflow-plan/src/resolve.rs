@@ -100,6 +100,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         planner: Planner::new(),
         pending_cdc: Vec::new(),
         file_schemas: HashMap::new(),
+        unresolved: Vec::new(),
     };
     r.read_libraries(&config, &config_text, &conf);
     r.collect();
@@ -107,6 +108,10 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     let order = r.order_datasets();
     r.derive_schemas(&order);
     let flow_order = r.order_flows(&order);
+    r.diags.sort_by_key(|d| {
+        d.at.as_ref()
+            .map(|a| (a.path.clone(), a.span.start.line, a.span.start.column))
+    });
     Loaded {
         pipeline: Some(Pipeline {
             root: root.to_path_buf(),
@@ -131,6 +136,8 @@ struct Resolver<'a> {
     pending_cdc: Vec<(usize, AutoCdc)>,
     /// Schemas of `read_files` sources, by their table name.
     file_schemas: HashMap<String, Option<SchemaRef>>,
+    /// Flows whose references did not resolve: planning them would only repeat the error.
+    unresolved: Vec<usize>,
 }
 
 /// A statement's flow before resolution.
@@ -310,7 +317,7 @@ impl Resolver<'_> {
                     Statement::CreateFlow(f) => {
                         let (target, once, body) = match f.body {
                             FlowBody::AutoCdc(a) => {
-                                (a.target.clone(), a.once, PendingBody::AutoCdc(Box::new(a)))
+                                (a.target.clone(), a.once, PendingBody::AutoCdc(a))
                             }
                             FlowBody::InsertInto(i) => (
                                 i.target.clone(),
@@ -345,7 +352,7 @@ impl Resolver<'_> {
                             base,
                             a.target.clone(),
                             false,
-                            PendingBody::AutoCdc(Box::new(a)),
+                            PendingBody::AutoCdc(a),
                             file,
                         ));
                     }
@@ -371,7 +378,7 @@ impl Resolver<'_> {
                 );
                 continue;
             }
-            self.add_flow(name, name_span, target, target_name, once, body, file);
+            self.add_flow(name, name_span, target, &target_name, once, body, file);
         }
     }
 
@@ -457,7 +464,7 @@ impl Resolver<'_> {
         name: String,
         span: Span,
         target: String,
-        target_name: DatasetName,
+        target_name: &DatasetName,
         once: bool,
         body: PendingBody,
         file: FileId,
@@ -501,7 +508,11 @@ impl Resolver<'_> {
             .map_or(target, |i| self.datasets[i].name.clone());
         match body {
             PendingBody::Query { mut query, append } => {
+                let errors = self.diags.len();
                 let inputs = self.resolve_query(&mut query, file, &name);
+                if self.diags[errors..].iter().any(Diagnostic::is_error) {
+                    self.unresolved.push(self.flows.len());
+                }
                 self.flows.push(Flow {
                     name,
                     target,
@@ -609,7 +620,7 @@ impl Resolver<'_> {
                     self.unknown_dataset(file, span, &parts)
                 }
                 (Relation::Files(call), Some(table)) => {
-                    if let Some(rf) = self.read_files(call, table, file) {
+                    if let Some(rf) = self.read_files(&call, table, file) {
                         inputs.push(Input::Files(rf));
                     }
                 }
@@ -619,7 +630,7 @@ impl Resolver<'_> {
         inputs
     }
 
-    fn read_files(&mut self, call: FilesCall, table: String, file: FileId) -> Option<ReadFiles> {
+    fn read_files(&mut self, call: &FilesCall, table: String, file: FileId) -> Option<ReadFiles> {
         for span in &call.invalid {
             self.error(file, *span, "cdcflow::read_files", "read_files takes literal arguments".into(), "not a literal", Some("write the path and options as literals, e.g. read_files('landing/orders', format => 'json')".into()));
         }
@@ -958,6 +969,9 @@ impl Resolver<'_> {
 
     /// Plans flow `f`; returns its output schema when every input schema is known.
     fn plan_flow(&mut self, f: usize) -> Option<SchemaRef> {
+        if self.unresolved.contains(&f) {
+            return None;
+        }
         let inputs = self.flows[f].inputs.clone();
         for i in &inputs {
             if let Err(why) = self.input_schema(i) {

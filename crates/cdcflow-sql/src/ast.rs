@@ -12,7 +12,7 @@ pub enum Statement {
     /// `CREATE FLOW name AS AUTO CDC … | INSERT INTO …`
     CreateFlow(CreateFlow),
     /// The legacy `APPLY CHANGES INTO target …`, a flow named after its target.
-    ApplyChanges(AutoCdc),
+    ApplyChanges(Box<AutoCdc>),
 }
 
 impl Statement {
@@ -155,7 +155,7 @@ pub struct CreateFlow {
 /// What a flow does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FlowBody {
-    AutoCdc(AutoCdc),
+    AutoCdc(Box<AutoCdc>),
     /// `INSERT [ONCE] INTO target BY NAME query`: an append flow.
     InsertInto(InsertInto),
 }

@@ -124,8 +124,8 @@ impl<'a> StatementParser<'a> {
         Ok(())
     }
 
-    fn expect_token(&mut self, token: Token) -> Result<()> {
-        if self.p.consume_token(&token) {
+    fn expect_token(&mut self, token: &Token) -> Result<()> {
+        if self.p.consume_token(token) {
             Ok(())
         } else {
             Err(self.unexpected(&format!("expected {token}")))
@@ -193,7 +193,7 @@ impl<'a> StatementParser<'a> {
         let stmt = if self.word("CREATE") {
             self.create(start)?
         } else if self.words(&["APPLY", "CHANGES", "INTO"]) {
-            Statement::ApplyChanges(self.auto_cdc(start, false, true)?)
+            Statement::ApplyChanges(Box::new(self.auto_cdc(start, false, true)?))
         } else {
             return Err(self
                 .unexpected("expected CREATE or APPLY CHANGES")
@@ -343,16 +343,16 @@ impl<'a> StatementParser<'a> {
     }
 
     fn table_elements(&mut self, d: &mut CreateDataset) -> Result<()> {
-        self.expect_token(Token::LParen)?;
+        self.expect_token(&Token::LParen)?;
         loop {
             let start = self.start();
             if self.word("CONSTRAINT") {
                 let name = self.ident()?;
                 if self.word("EXPECT") {
-                    self.expect_token(Token::LParen)?;
+                    self.expect_token(&Token::LParen)?;
                     let e = self.p.parse_expr();
                     let condition = self.sql(e)?;
-                    self.expect_token(Token::RParen)?;
+                    self.expect_token(&Token::RParen)?;
                     let on_violation = if self.words(&["ON", "VIOLATION"]) {
                         if self.words(&["DROP", "ROW"]) {
                             OnViolation::DropRow
@@ -384,7 +384,7 @@ impl<'a> StatementParser<'a> {
             if self.p.consume_token(&Token::Comma) {
                 continue;
             }
-            self.expect_token(Token::RParen)?;
+            self.expect_token(&Token::RParen)?;
             return Ok(());
         }
     }
@@ -433,10 +433,10 @@ impl<'a> StatementParser<'a> {
             } else if self.word("COMMENT") {
                 c.comment = Some(self.string()?);
             } else if self.words(&["GENERATED", "ALWAYS", "AS"]) {
-                self.expect_token(Token::LParen)?;
+                self.expect_token(&Token::LParen)?;
                 let e = self.p.parse_expr();
                 c.generated = Some(self.sql(e)?);
-                self.expect_token(Token::RParen)?;
+                self.expect_token(&Token::RParen)?;
             } else if self.word("DEFAULT") {
                 let e = self.p.parse_expr();
                 c.default = Some(self.sql(e)?);
@@ -449,9 +449,9 @@ impl<'a> StatementParser<'a> {
     }
 
     fn paren_idents(&mut self) -> Result<Vec<Ident>> {
-        self.expect_token(Token::LParen)?;
+        self.expect_token(&Token::LParen)?;
         let cols = self.idents()?;
-        self.expect_token(Token::RParen)?;
+        self.expect_token(&Token::RParen)?;
         Ok(cols)
     }
 
@@ -464,7 +464,7 @@ impl<'a> StatementParser<'a> {
     }
 
     fn properties(&mut self) -> Result<Vec<TableProperty>> {
-        self.expect_token(Token::LParen)?;
+        self.expect_token(&Token::LParen)?;
         let mut props = vec![];
         loop {
             let start = self.start();
@@ -480,7 +480,7 @@ impl<'a> StatementParser<'a> {
                 break;
             }
         }
-        self.expect_token(Token::RParen)?;
+        self.expect_token(&Token::RParen)?;
         Ok(props)
     }
 
@@ -529,7 +529,7 @@ impl<'a> StatementParser<'a> {
         let body = if self.words(&["AUTO", "CDC"]) {
             let once = self.word("ONCE");
             self.expect_words(&["INTO"])?;
-            FlowBody::AutoCdc(self.auto_cdc(start, once, false)?)
+            FlowBody::AutoCdc(Box::new(self.auto_cdc(start, once, false)?))
         } else if self.word("INSERT") {
             let mut once = self.word("ONCE");
             self.expect_words(&["INTO"])?;
@@ -580,9 +580,9 @@ impl<'a> StatementParser<'a> {
         self.expect_words(&["FROM"])?;
         let streaming = self.word("STREAM");
         let source = if streaming {
-            self.expect_token(Token::LParen)?;
+            self.expect_token(&Token::LParen)?;
             let name = self.dataset_name()?;
-            self.expect_token(Token::RParen)?;
+            self.expect_token(&Token::RParen)?;
             name
         } else {
             self.dataset_name()?

@@ -33,6 +33,8 @@ pub struct UnknownKey {
 
 /// Replaces every `${key}` whose key `lookup` knows. Keys are letters, digits, `_`,
 /// `-` and `.`; a value's line breaks become spaces so line numbers never move.
+/// An unknown key is reported and replaced by `NULL`, so that the rest of the file
+/// still parses and the user sees the one real mistake, not a cascade.
 pub fn substitute(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Preprocessed {
     let mut out = String::with_capacity(text.len());
     let mut edits = Vec::new();
@@ -83,8 +85,15 @@ pub fn substitute(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Prepro
                             Location::new(line_no, orig_col + orig_len),
                         ),
                     });
-                    out.push_str(&rest[at..at + 2 + key_len + 1]);
-                    new_col += orig_len;
+                    edits.push(Edit {
+                        line: line_no,
+                        new_start: new_col,
+                        new_len: 4,
+                        orig_start: orig_col,
+                        orig_len,
+                    });
+                    out.push_str("NULL");
+                    new_col += 4;
                 }
             }
             orig_col += orig_len;
@@ -156,7 +165,7 @@ mod tests {
     #[test]
     fn unknown_keys_are_reported_at_their_use() {
         let p = substitute("a\n  ${nope} b", conf);
-        assert_eq!(p.text, "a\n  ${nope} b");
+        assert_eq!(p.text, "a\n  NULL b");
         assert_eq!(p.unknown[0].key, "nope");
         assert_eq!(p.unknown[0].span.start, Location::new(2, 3));
     }

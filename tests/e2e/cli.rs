@@ -1,0 +1,136 @@
+//! The commands on the example pipelines, their output formats and exit codes.
+
+use std::fs;
+
+use crate::{cdcflow, repo, stderr, stdout};
+
+fn example(name: &str) -> String {
+    repo()
+        .join("pipelines")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn examples_validate() {
+    for p in ["customers", "orders"] {
+        let out = cdcflow(&["validate", "-p", &example(p)]);
+        assert!(out.status.success(), "{p}: {}", stderr(&out));
+        assert!(stdout(&out).contains("is valid"), "{}", stdout(&out));
+    }
+}
+
+#[test]
+fn explain_prints_the_auto_cdc_plan() {
+    let out = cdcflow(&[
+        "explain",
+        "-p",
+        &example("orders"),
+        "--flow",
+        "orders_changes",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("AutoCdc: target=silver_orders_history keys=[order_id]"),
+        "{text}"
+    );
+    assert!(text.contains("scd_type=2"), "{text}");
+    assert!(text.contains("TableScan: bronze_order_changes"), "{text}");
+    assert!(
+        !text.contains("gold_orders_by_status"),
+        "only the flow asked for: {text}"
+    );
+}
+
+#[test]
+fn explain_of_an_unknown_flow_is_a_usage_error() {
+    let out = cdcflow(&["explain", "-p", &example("orders"), "--flow", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no flow `nope`"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(
+        cdcflow(&["validate", "--format", "xml"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(cdcflow(&["frobnicate"]).status.code(), Some(2));
+}
+
+#[test]
+fn text_diagnostics_show_file_line_col_label_and_help() {
+    let case = repo().join("tests/validate/scd_rules");
+    let out = cdcflow(&["validate", "-p", case.to_str().expect("path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("flows.sql:5:3"), "{err}");
+    assert!(
+        err.contains("APPLY AS TRUNCATE is not supported with SCD TYPE 2"),
+        "{err}"
+    );
+    assert!(err.contains("TRUNCATE with SCD TYPE 2"), "label: {err}");
+    assert!(err.contains("help:"), "{err}");
+}
+
+#[test]
+fn validate_writes_nothing_into_the_pipeline_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = repo().join("pipelines/orders");
+    copy_dir(&src, dir.path());
+    let before = listing(dir.path());
+    let out = cdcflow(&["validate", "-p", dir.path().to_str().expect("path")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _ = cdcflow(&["explain", "-p", dir.path().to_str().expect("path")]);
+    assert_eq!(before, listing(dir.path()));
+}
+
+#[test]
+fn conf_overrides_configuration() {
+    let case = repo().join("tests/validate/configuration");
+    let out = cdcflow(&[
+        "validate",
+        "-p",
+        case.to_str().expect("path"),
+        "--conf",
+        "missing.key=5",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        !stdout(&out).contains("unknown_configuration"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    fs::create_dir_all(to).expect("mkdir");
+    for e in fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let target = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            fs::copy(e.path(), target).expect("copy");
+        }
+    }
+}
+
+fn listing(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).expect("read_dir") {
+            let p = e.expect("entry").path();
+            out.push(p.to_string_lossy().into_owned());
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,77 @@
+//! Table-driven diagnostics: every folder under `tests/validate/` is a pipeline, and its
+//! `expected` file lists the errors `cdcflow validate --format json` must report, one
+//! `file:line:col code` per line (empty: the pipeline is valid). Add a case by adding a
+//! folder; no Rust needed.
+
+use std::fs;
+
+use crate::{cdcflow, repo, stdout};
+
+#[test]
+fn every_validate_case_reports_exactly_its_expected_errors() {
+    let root = repo().join("tests/validate");
+    let mut cases: Vec<_> = fs::read_dir(&root)
+        .expect("tests/validate")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 10);
+    let mut failures = Vec::new();
+    for case in cases {
+        let expected = fs::read_to_string(case.join("expected")).expect("expected file");
+        let expected: Vec<&str> = expected.lines().filter(|l| !l.trim().is_empty()).collect();
+        let out = cdcflow(&[
+            "validate",
+            "-p",
+            case.to_str().expect("utf-8 path"),
+            "--format",
+            "json",
+        ]);
+        let mut actual = Vec::new();
+        for line in stdout(&out).lines() {
+            let v: serde_json::Value =
+                serde_json::from_str(line).expect("one JSON object per line");
+            for key in [
+                "file",
+                "line",
+                "column",
+                "end_line",
+                "end_column",
+                "severity",
+                "code",
+                "message",
+                "help",
+            ] {
+                assert!(
+                    v.get(key).is_some(),
+                    "{}: missing key {key} in {line}",
+                    case.display()
+                );
+            }
+            if v["severity"] == "error" {
+                actual.push(format!(
+                    "{}:{}:{} {}",
+                    v["file"].as_str().unwrap_or("?"),
+                    v["line"],
+                    v["column"],
+                    v["code"].as_str().unwrap_or("?")
+                ));
+            }
+        }
+        let code = out.status.code();
+        let want_code = if expected.is_empty() {
+            Some(0)
+        } else {
+            Some(1)
+        };
+        if actual != expected || code != want_code {
+            failures.push(format!(
+                "{}: exit {code:?} (want {want_code:?})\n  expected: {expected:?}\n  actual:   {actual:?}\n  output:\n{}",
+                case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                stdout(&out)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,0 +1,7 @@
+CREATE OR REFRESH STREAMING TABLE bronze
+AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, op STRING, seq BIGINT');
+
+CREATE MATERIALIZED VIEW gold AS SELECT * FROM silver_typo;
+CREATE OR REFRESH STREAMING TABLE silver;
+CREATE FLOW f AS AUTO CDC INTO silver FROM STREAM(bronz) KEYS (id) SEQUENCE BY seq;
+CREATE MATERIALIZED VIEW outside AS SELECT * FROM main.sales.orders;
