@@ -58,7 +58,7 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// True when a flow with AUTO CDC writes into this dataset.
+    /// True for datasets stored as tables others may read: not private, not views.
     pub fn is_published(&self) -> bool {
         !self.def.private && self.kind != DatasetKind::View
     }

@@ -1,0 +1,96 @@
+//! Reading the library files named by `pipeline.yaml`, with `${key}` substitution.
+
+use super::*;
+
+impl Resolver<'_> {
+    // ---- files -------------------------------------------------------------------
+
+    pub(super) fn read_libraries(
+        &mut self,
+        config: &PipelineConfig,
+        config_text: &Arc<str>,
+        conf: &BTreeMap<String, String>,
+    ) {
+        let storage = self.root.join(&config.storage);
+        let mut paths = Vec::new();
+        for pattern in &config.libraries {
+            let full = self.root.join(pattern);
+            let found: Vec<_> = match glob::glob(&full.to_string_lossy()) {
+                Ok(g) => g.filter_map(Result::ok).filter(|p| p.is_file()).collect(),
+                Err(e) => {
+                    self.config_error(
+                        config_text,
+                        pattern,
+                        format!("invalid library glob `{pattern}`: {e}"),
+                    );
+                    continue;
+                }
+            };
+            let found: Vec<_> = found
+                .into_iter()
+                .filter(|p| !p.starts_with(&storage))
+                .collect();
+            if found.is_empty() {
+                self.config_error(
+                    config_text,
+                    pattern,
+                    format!("library `{pattern}` matches no file"),
+                );
+            }
+            paths.extend(found);
+        }
+        paths.sort();
+        paths.dedup();
+        for path in paths {
+            let rel = path
+                .strip_prefix(self.root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.diags.push(Diagnostic::error(
+                        "cdcflow::io",
+                        format!("cannot read {rel}: {e}"),
+                    ));
+                    continue;
+                }
+            };
+            let pre = if text.contains("${") {
+                substitute(&text, |k| conf.get(k).cloned())
+            } else {
+                Preprocessed::verbatim(&text)
+            };
+            self.files.push(SourceFile {
+                path: rel,
+                text: text.into(),
+                pre,
+            });
+        }
+        if self.files.is_empty() && !config.libraries.is_empty() {
+            self.diags.push(Diagnostic::warning(
+                "cdcflow::empty_pipeline",
+                "the pipeline has no SQL files",
+            ));
+        }
+    }
+
+    pub(super) fn config_error(&mut self, text: &Arc<str>, needle: &str, message: String) {
+        let mut d = Diagnostic::error("cdcflow::config", message);
+        if let Some((line_idx, line)) = text.lines().enumerate().find(|(_, l)| l.contains(needle)) {
+            let col = line[..line.find(needle).unwrap_or(0)].chars().count() as u64 + 1;
+            let line_no = line_idx as u64 + 1;
+            d = d.at(Located {
+                path: CONFIG_FILE.into(),
+                text: Arc::clone(text),
+                span: Span::new(
+                    Location::new(line_no, col),
+                    Location::new(line_no, col + needle.chars().count() as u64),
+                ),
+                label: "this glob".into(),
+            });
+        }
+        self.diags.push(d);
+    }
+}

@@ -1,0 +1,497 @@
+//! Second stage of the data path: a pipeline folder becomes a [`Pipeline`] — files read
+//! and parsed, datasets and flows collected, references resolved, the dataset graph
+//! checked for cycles, schemas derived in dependency order and every flow planned.
+//! Every problem becomes a [`Diagnostic`]; resolution goes on after an error so that
+//! one run reports them all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use cdcflow_sql::ast::{
+    AutoCdc, ColumnSelection, CreateDataset, DatasetKind, DatasetName, FlowBody, Spanned, Statement,
+};
+use cdcflow_sql::preprocess::{Preprocessed, substitute};
+use cdcflow_sql::sqlparser::ast::{Expr as SqlExpr, Ident, Query, Spanned as _};
+use cdcflow_sql::{Location, Span, parse_statements};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::DFSchema;
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{ExprSchemable, Extension, LogicalPlan, LogicalPlanBuilder};
+
+use crate::autocdc::{AutoCdcNode, AutoCdcSpec, END_AT, RESERVED_PREFIX, START_AT, SequenceField};
+use crate::config::PipelineConfig;
+use crate::diagnostic::{Diagnostic, Located};
+use crate::pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
+use crate::planner::Planner;
+use crate::read_files::{FileFormat, ReadFiles};
+use crate::relations::{FilesCall, Relation, rewrite_relations};
+use crate::types::{arrow_type, ddl_schema};
+
+/// The result of loading a pipeline folder: the pipeline (absent only when
+/// `pipeline.yaml` itself is unusable) and every diagnostic found.
+#[derive(Debug)]
+pub struct Loaded {
+    pub pipeline: Option<Pipeline>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Loaded {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+const CONFIG_FILE: &str = "pipeline.yaml";
+
+/// Loads, resolves and plans the pipeline in `root`. `overrides` replace
+/// `configuration` values of `pipeline.yaml`. Nothing is written.
+pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
+    let mut diags = Vec::new();
+    let config_path = root.join(CONFIG_FILE);
+    let config_text: Arc<str> = match std::fs::read_to_string(&config_path) {
+        Ok(t) => t.into(),
+        Err(e) => {
+            diags.push(
+                Diagnostic::error(
+                    "cdcflow::no_pipeline",
+                    format!("cannot read {}: {e}", config_path.display()),
+                )
+                .help("a pipeline folder holds a pipeline.yaml with at least `name: <pipeline>`"),
+            );
+            return Loaded {
+                pipeline: None,
+                diagnostics: diags,
+            };
+        }
+    };
+    let config = match PipelineConfig::parse(&config_text) {
+        Ok(c) => c,
+        Err(e) => {
+            let line = e.line.unwrap_or(1);
+            let col = e.column.unwrap_or(1);
+            let d = Diagnostic::error(
+                "cdcflow::config",
+                format!("invalid pipeline.yaml: {}", e.message),
+            )
+            .at(Located {
+                path: CONFIG_FILE.to_string(),
+                text: Arc::clone(&config_text),
+                span: Span::new(Location::new(line, col), Location::new(line, col + 1)),
+                label: "here".into(),
+            })
+            .help("pipeline.yaml takes name, storage, libraries and configuration");
+            diags.push(d);
+            return Loaded {
+                pipeline: None,
+                diagnostics: diags,
+            };
+        }
+    };
+    let mut conf = config.configuration_strings();
+    conf.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+
+    let mut r = Resolver {
+        root,
+        files: Vec::new(),
+        datasets: Vec::new(),
+        flows: Vec::new(),
+        diags,
+        planner: Planner::new(),
+        pending_cdc: Vec::new(),
+        file_schemas: HashMap::new(),
+        unresolved: Vec::new(),
+    };
+    r.read_libraries(&config, &config_text, &conf);
+    r.collect();
+    r.check_targets();
+    let order = r.order_datasets();
+    r.derive_schemas(&order);
+    let flow_order = r.order_flows(&order);
+    r.diags.sort_by_key(|d| {
+        d.at.as_ref()
+            .map(|a| (a.path.clone(), a.span.start.line, a.span.start.column))
+    });
+    Loaded {
+        pipeline: Some(Pipeline {
+            root: root.to_path_buf(),
+            config,
+            files: r.files,
+            datasets: r.datasets,
+            flows: r.flows,
+            order: flow_order,
+        }),
+        diagnostics: r.diags,
+    }
+}
+
+struct Resolver<'a> {
+    root: &'a Path,
+    files: Vec<SourceFile>,
+    datasets: Vec<Dataset>,
+    flows: Vec<Flow>,
+    diags: Vec<Diagnostic>,
+    planner: Planner,
+    /// The AUTO CDC clauses of each CDC flow (by flow index), resolved once schemas are known.
+    pending_cdc: Vec<(usize, AutoCdc)>,
+    /// Schemas of `read_files` sources, by their table name.
+    file_schemas: HashMap<String, Option<SchemaRef>>,
+    /// Flows whose references did not resolve: planning them would only repeat the error.
+    unresolved: Vec<usize>,
+}
+
+/// A statement's flow before resolution.
+enum PendingBody {
+    Query { query: Box<Query>, append: bool },
+    AutoCdc(Box<AutoCdc>),
+}
+
+pub(super) fn ident_list(idents: &[Ident]) -> Vec<&str> {
+    idents.iter().map(|i| i.value.as_str()).collect()
+}
+
+impl Resolver<'_> {
+    fn locate(&self, file: FileId, span: Span, label: impl Into<String>) -> Located {
+        self.files[file].locate(span, label)
+    }
+
+    fn error(
+        &mut self,
+        file: FileId,
+        span: Span,
+        code: &'static str,
+        message: String,
+        label: &str,
+        help: Option<String>,
+    ) {
+        let mut d = Diagnostic::error(code, message).at(self.locate(file, span, label));
+        if let Some(h) = help {
+            d = d.help(h);
+        }
+        self.diags.push(d);
+    }
+
+    fn position(&self, file: FileId, span: Span) -> String {
+        let l = self.locate(file, span, "");
+        format!("{}:{}:{}", l.path, l.span.start.line, l.span.start.column)
+    }
+
+    // ---- collection ----------------------------------------------------------------
+
+    fn collect(&mut self) {
+        let mut pending: Vec<(String, Span, String, DatasetName, bool, PendingBody, FileId)> =
+            Vec::new();
+        for file in 0..self.files.len() {
+            let parsed = parse_statements(&self.files[file].pre.text);
+            for u in self.files[file].pre.unknown.clone() {
+                let located = Located {
+                    path: self.files[file].path.clone(),
+                    text: Arc::clone(&self.files[file].text),
+                    span: u.span,
+                    label: "unknown key".into(),
+                };
+                self.diags.push(
+                    Diagnostic::error("cdcflow::unknown_configuration", format!("unknown configuration key `{}`", u.key))
+                        .at(located)
+                        .help("define it under `configuration:` in pipeline.yaml or pass --conf key=value"),
+                );
+            }
+            for e in parsed.errors {
+                let mut d = Diagnostic::error("cdcflow::syntax", e.message.clone())
+                    .at(self.locate(file, e.span, "here"));
+                if let Some(h) = e.help {
+                    d = d.help(h);
+                }
+                self.diags.push(d);
+            }
+            for stmt in parsed.statements {
+                match stmt {
+                    Statement::CreateDataset(def) => {
+                        if let Some(q) = &def.query {
+                            pending.push((
+                                def.name.name().to_string(),
+                                def.name.span,
+                                def.name.name().to_string(),
+                                def.name.clone(),
+                                false,
+                                PendingBody::Query {
+                                    query: q.clone(),
+                                    append: false,
+                                },
+                                file,
+                            ));
+                        }
+                        self.add_dataset(def, file);
+                    }
+                    Statement::CreateFlow(f) => {
+                        let (target, once, body) = match f.body {
+                            FlowBody::AutoCdc(a) => {
+                                (a.target.clone(), a.once, PendingBody::AutoCdc(a))
+                            }
+                            FlowBody::InsertInto(i) => (
+                                i.target.clone(),
+                                i.once,
+                                PendingBody::Query {
+                                    query: i.query,
+                                    append: true,
+                                },
+                            ),
+                        };
+                        pending.push((
+                            f.name.value.clone(),
+                            f.name.span,
+                            target.name().to_string(),
+                            target,
+                            once,
+                            body,
+                            file,
+                        ));
+                    }
+                    Statement::ApplyChanges(a) => {
+                        let base = a.target.name().to_string();
+                        let mut name = base.clone();
+                        let mut n = 1;
+                        while pending.iter().any(|p| p.0.eq_ignore_ascii_case(&name)) {
+                            n += 1;
+                            name = format!("{base}_{n}");
+                        }
+                        pending.push((
+                            name,
+                            a.target.span,
+                            base,
+                            a.target.clone(),
+                            false,
+                            PendingBody::AutoCdc(a),
+                            file,
+                        ));
+                    }
+                }
+            }
+        }
+        for (name, name_span, target, target_name, once, body, file) in pending {
+            if let Some(first) = self
+                .flows
+                .iter()
+                .find(|f| f.name.eq_ignore_ascii_case(&name))
+            {
+                let at = self.position(first.file, first.span);
+                self.error(
+                    file,
+                    name_span,
+                    "cdcflow::duplicate_flow",
+                    format!("flow `{name}` is defined twice"),
+                    "second definition",
+                    Some(format!(
+                        "the first definition is at {at}; rename one of them"
+                    )),
+                );
+                continue;
+            }
+            self.add_flow(name, name_span, target, &target_name, once, body, file);
+        }
+    }
+
+    fn add_dataset(&mut self, def: CreateDataset, file: FileId) {
+        let name = def.name.name().to_string();
+        if let Some(first) = self
+            .datasets
+            .iter()
+            .find(|d| d.name.eq_ignore_ascii_case(&name))
+        {
+            let at = self.position(first.file, first.def.name.span);
+            self.error(
+                file,
+                def.name.span,
+                "cdcflow::duplicate_dataset",
+                format!("dataset `{name}` is defined twice"),
+                "second definition",
+                Some(format!("`{name}` is first defined at {at}; a dataset has one definition (add more inputs with CREATE FLOW … INSERT INTO)")),
+            );
+            return;
+        }
+        self.check_qualifier(&def.name, file);
+        let properties = def
+            .properties
+            .iter()
+            .map(|p| (p.key.clone(), p.value.clone()))
+            .collect();
+        self.datasets.push(Dataset {
+            name,
+            kind: def.kind,
+            def,
+            file,
+            schema: None,
+            properties,
+        });
+    }
+
+    fn check_qualifier(&mut self, name: &DatasetName, file: FileId) {
+        if name.qualifier().len() > 2 {
+            self.error(
+                file,
+                name.span,
+                "cdcflow::invalid_name",
+                format!("`{name}` has too many parts"),
+                "name",
+                Some("use name, schema.name or catalog.schema.name".into()),
+            );
+        }
+    }
+
+    fn dataset_index(&self, name: &str) -> Option<usize> {
+        self.datasets
+            .iter()
+            .position(|d| d.name.eq_ignore_ascii_case(name))
+    }
+
+    fn unknown_dataset(&mut self, file: FileId, span: Span, parts: &[String]) {
+        let written = parts.join(".");
+        let known: Vec<&str> = self.datasets.iter().map(|d| d.name.as_str()).collect();
+        let help = if parts.len() > 1 && !parts[0].eq_ignore_ascii_case("live") {
+            format!(
+                "`{written}` names a table outside this pipeline; cdcflow reads only the pipeline's own datasets and files (read_files)"
+            )
+        } else if known.is_empty() {
+            "declare it with CREATE STREAMING TABLE, CREATE MATERIALIZED VIEW or CREATE VIEW"
+                .to_string()
+        } else {
+            format!("the pipeline defines: {}", known.join(", "))
+        };
+        self.error(
+            file,
+            span,
+            "cdcflow::unknown_dataset",
+            format!("unknown dataset `{written}`"),
+            "not defined in this pipeline",
+            Some(help),
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add_flow(
+        &mut self,
+        name: String,
+        span: Span,
+        target: String,
+        target_name: &DatasetName,
+        once: bool,
+        body: PendingBody,
+        file: FileId,
+    ) {
+        let explicit = !self
+            .datasets
+            .iter()
+            .any(|d| d.file == file && d.def.name.span == target_name.span);
+        if explicit {
+            match self.dataset_index(&target) {
+                None => {
+                    self.error(
+                        file,
+                        target_name.span,
+                        "cdcflow::undeclared_target",
+                        format!("flow `{name}` writes into `{target}`, which is not declared"),
+                        "undeclared target",
+                        Some(format!(
+                            "declare it first: CREATE OR REFRESH STREAMING TABLE {target};"
+                        )),
+                    );
+                    return;
+                }
+                Some(i) if self.datasets[i].kind != DatasetKind::StreamingTable => {
+                    let kind = self.datasets[i].kind.noun();
+                    self.error(
+                        file,
+                        target_name.span,
+                        "cdcflow::target_not_streaming_table",
+                        format!("flow `{name}` writes into `{target}`, a {kind}"),
+                        "not a streaming table",
+                        Some("flows write only into streaming tables; a materialized view or view is defined by its own query".into()),
+                    );
+                    return;
+                }
+                Some(_) => {}
+            }
+        }
+        let target = self
+            .dataset_index(&target)
+            .map_or(target, |i| self.datasets[i].name.clone());
+        match body {
+            PendingBody::Query { mut query, append } => {
+                let errors = self.diags.len();
+                let inputs = self.resolve_query(&mut query, file, &name);
+                if self.diags[errors..].iter().any(Diagnostic::is_error) {
+                    self.unresolved.push(self.flows.len());
+                }
+                self.flows.push(Flow {
+                    name,
+                    target,
+                    kind: FlowKind::Query { query, append },
+                    inputs,
+                    once,
+                    file,
+                    span,
+                    plan: None,
+                });
+            }
+            PendingBody::AutoCdc(cdc) => {
+                let src = &cdc.source.name;
+                let inputs = match self.dataset_index(src.name()) {
+                    Some(i) if src.qualifier().len() <= 2 => vec![Input::Dataset {
+                        name: self.datasets[i].name.clone(),
+                        streaming: cdc.source.streaming,
+                    }],
+                    _ => {
+                        let parts: Vec<String> =
+                            src.parts.iter().map(|p| p.value.clone()).collect();
+                        self.unknown_dataset(file, src.span, &parts);
+                        vec![]
+                    }
+                };
+                // The spec is completed once the source schema is known.
+                let spec = AutoCdcSpec {
+                    flow: name.clone(),
+                    target: target.clone(),
+                    source: inputs
+                        .first()
+                        .map(|i| match i {
+                            Input::Dataset { name, .. } => name.clone(),
+                            Input::Files(f) => f.table.clone(),
+                        })
+                        .unwrap_or_default(),
+                    streaming: cdc.source.streaming,
+                    once: cdc.once,
+                    keys: ident_list(&cdc.keys.node)
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect(),
+                    sequence: vec![],
+                    delete_when: None,
+                    truncate_when: None,
+                    filter: None,
+                    columns: vec![],
+                    scd_type: cdc.scd_type().min(255) as u8,
+                    track_history: vec![],
+                    ignore_null_updates: vec![],
+                };
+                self.check_cdc_clauses(&cdc, file);
+                self.pending_cdc.push((self.flows.len(), *cdc));
+                self.flows.push(Flow {
+                    name,
+                    target,
+                    kind: FlowKind::AutoCdc(Arc::new(spec)),
+                    inputs,
+                    once,
+                    file,
+                    span,
+                    plan: None,
+                });
+            }
+        }
+    }
+}
+
+mod cdc;
+mod graph;
+mod library;
+mod references;
+mod schemas;

@@ -1,0 +1,141 @@
+//! Resolving the relations of queries: datasets and `read_files` sources.
+
+use super::*;
+
+impl Resolver<'_> {
+    // ---- query relations -----------------------------------------------------------
+
+    pub(super) fn resolve_query(
+        &mut self,
+        query: &mut Query,
+        file: FileId,
+        flow: &str,
+    ) -> Vec<Input> {
+        let mut found = Vec::new();
+        let mut counter = 0usize;
+        let names: Vec<String> = self.datasets.iter().map(|d| d.name.clone()).collect();
+        rewrite_relations(query, &mut |rel| match &rel {
+            Relation::Dataset { parts, .. } => {
+                let last = parts.last().cloned().unwrap_or_default();
+                let known = names
+                    .iter()
+                    .find(|n| n.eq_ignore_ascii_case(&last))
+                    .cloned();
+                let qualifier_ok = parts.len() <= 3
+                    && (parts.len() == 1
+                        || parts[0].eq_ignore_ascii_case("live")
+                        || known.is_some());
+                let name = if qualifier_ok { known } else { None };
+                found.push((rel, name.clone()));
+                name
+            }
+            Relation::Files(_) => {
+                counter += 1;
+                let table = format!("__files_{flow}_{counter}");
+                found.push((rel, Some(table.clone())));
+                Some(table)
+            }
+        });
+        let mut inputs = Vec::new();
+        for (rel, name) in found {
+            match (rel, name) {
+                (Relation::Dataset { streaming, .. }, Some(name)) => {
+                    inputs.push(Input::Dataset { name, streaming })
+                }
+                (Relation::Dataset { parts, span, .. }, None) => {
+                    self.unknown_dataset(file, span, &parts)
+                }
+                (Relation::Files(call), Some(table)) => {
+                    if let Some(rf) = self.read_files(&call, table, file) {
+                        inputs.push(Input::Files(rf));
+                    }
+                }
+                (Relation::Files(_), None) => {}
+            }
+        }
+        inputs
+    }
+
+    pub(super) fn read_files(
+        &mut self,
+        call: &FilesCall,
+        table: String,
+        file: FileId,
+    ) -> Option<ReadFiles> {
+        for span in &call.invalid {
+            self.error(file, *span, "cdcflow::read_files", "read_files takes literal arguments".into(), "not a literal", Some("write the path and options as literals, e.g. read_files('landing/orders', format => 'json')".into()));
+        }
+        let Some(path_text) = call.path.clone() else {
+            self.error(
+                file,
+                call.span,
+                "cdcflow::read_files",
+                "read_files needs a path".into(),
+                "no path",
+                Some("read_files('landing/orders', format => 'json')".into()),
+            );
+            return None;
+        };
+        let path = self.root.join(&path_text);
+        let options: BTreeMap<String, String> = call
+            .options
+            .iter()
+            .map(|(k, v, _)| (k.clone(), v.clone()))
+            .collect();
+        let format = match options.get("format") {
+            Some(f) => match FileFormat::parse(f) {
+                Some(f) => f,
+                None => {
+                    let span = call
+                        .options
+                        .iter()
+                        .find(|o| o.0 == "format")
+                        .map_or(call.span, |o| o.2);
+                    self.error(file, span, "cdcflow::read_files", format!("unsupported format `{f}`"), "format", Some("cdcflow reads format => 'json' (newline-delimited), 'csv' and 'parquet'".into()));
+                    return None;
+                }
+            },
+            None => match ReadFiles::detect_format(&path) {
+                Some(f) => f,
+                None => {
+                    self.error(
+                        file,
+                        call.span,
+                        "cdcflow::read_files",
+                        "the file format is not given and cannot be detected".into(),
+                        "read_files",
+                        Some("add format => 'json' | 'csv' | 'parquet'".into()),
+                    );
+                    return None;
+                }
+            },
+        };
+        let mut declared_schema = None;
+        if let Some((_, ddl, span)) = call.options.iter().find(|o| o.0 == "schema") {
+            match ddl_schema(ddl) {
+                Ok(s) => declared_schema = Some(Arc::new(s)),
+                Err(e) => {
+                    self.error(
+                        file,
+                        *span,
+                        "cdcflow::schema",
+                        format!("invalid schema: {e}"),
+                        "schema",
+                        Some("schema => 'id BIGINT, name STRING, updated_at TIMESTAMP'".into()),
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(ReadFiles {
+            table,
+            path_text,
+            path,
+            format,
+            declared_schema,
+            options,
+            streaming: call.streaming,
+            span: call.span,
+        })
+    }
+}

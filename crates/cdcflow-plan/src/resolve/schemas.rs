@@ -1,0 +1,145 @@
+//! Schemas in dependency order, and the DataFusion plan of each flow.
+
+use super::*;
+
+impl Resolver<'_> {
+    // ---- schemas and plans ---------------------------------------------------------
+
+    pub(super) fn derive_schemas(&mut self, order: &[usize]) {
+        for &d in order {
+            let declared = self.declared_schema(d);
+            let name = self.datasets[d].name.clone();
+            let flows: Vec<usize> = (0..self.flows.len())
+                .filter(|&f| self.flows[f].target.eq_ignore_ascii_case(&name))
+                .collect();
+            let mut derived = None;
+            for f in flows {
+                if let Some(schema) = self.plan_flow(f)
+                    && derived.is_none()
+                {
+                    derived = Some(schema);
+                }
+            }
+            let schema = declared.or(derived);
+            if let Some(s) = &schema {
+                self.planner.register_schema(&name, Arc::clone(s));
+            }
+            self.datasets[d].schema = schema;
+        }
+    }
+
+    pub(super) fn declared_schema(&mut self, d: usize) -> Option<SchemaRef> {
+        let def = &self.datasets[d].def;
+        if def.columns.is_empty() {
+            return None;
+        }
+        let file = self.datasets[d].file;
+        let mut fields = Vec::new();
+        let mut errors = Vec::new();
+        for c in &def.columns {
+            match arrow_type(&c.data_type) {
+                Ok(t) => fields.push(Field::new(&c.name.value, t, !c.not_null)),
+                Err(e) => errors.push((c.span, e)),
+            }
+        }
+        for (span, e) in errors {
+            self.error(file, span, "cdcflow::type", e, "type", Some("supported: STRING, BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT, BOOLEAN, DATE, TIMESTAMP, TIMESTAMP_NTZ, DECIMAL(p,s), BINARY, ARRAY<…>, STRUCT<…>, MAP<…>".into()));
+        }
+        Some(Arc::new(Schema::new(fields)))
+    }
+
+    pub(super) fn input_schema(&mut self, input: &Input) -> Result<SchemaRef, String> {
+        match input {
+            Input::Dataset { name, .. } => {
+                let d = self.dataset_index(name).ok_or_else(|| name.clone())?;
+                self.datasets[d]
+                    .schema
+                    .clone()
+                    .ok_or_else(|| format!("the schema of `{name}` is not known"))
+            }
+            Input::Files(rf) => {
+                if let Some(s) = self.file_schemas.get(&rf.table) {
+                    return s
+                        .clone()
+                        .ok_or_else(|| format!("no schema for {}", rf.path_text));
+                }
+                let s = match rf.schema() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        return Err(format!("cannot infer the schema of {}: {e}", rf.path_text));
+                    }
+                };
+                self.file_schemas.insert(rf.table.clone(), s.clone());
+                if let Some(s) = &s {
+                    self.planner.register_schema(&rf.table, Arc::clone(s));
+                }
+                s.ok_or_else(|| {
+                    format!(
+                        "`{}` has no schema => and no landing files yet",
+                        rf.path_text
+                    )
+                })
+            }
+        }
+    }
+
+    /// Plans flow `f`; returns its output schema when every input schema is known.
+    pub(super) fn plan_flow(&mut self, f: usize) -> Option<SchemaRef> {
+        if self.unresolved.contains(&f) {
+            return None;
+        }
+        let inputs = self.flows[f].inputs.clone();
+        for i in &inputs {
+            if let Err(why) = self.input_schema(i) {
+                let (file, span, name) = (
+                    self.flows[f].file,
+                    self.flows[f].span,
+                    self.flows[f].name.clone(),
+                );
+                let d = Diagnostic::note("cdcflow::schema_unknown", format!("flow `{name}` was not planned: {why}"))
+                    .at(self.locate(file, span, "not planned"))
+                    .help("checks that need column names are skipped; declare a schema (schema => '…' or a column list) to have them");
+                self.diags.push(d);
+                return None;
+            }
+        }
+        let plan = match &self.flows[f].kind {
+            FlowKind::Query { query, .. } => {
+                let query = query.clone();
+                match self.planner.plan_query(&query) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let file = self.flows[f].file;
+                        self.datafusion_error(file, &e, query.span());
+                        return None;
+                    }
+                }
+            }
+            FlowKind::AutoCdc(_) => self.plan_cdc(f)?,
+        };
+        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        self.flows[f].plan = Some(plan);
+        Some(schema)
+    }
+
+    pub(super) fn datafusion_error(&mut self, file: FileId, err: &DataFusionError, fallback: Span) {
+        let (message, span) = match err.diagnostic() {
+            Some(d) => (
+                d.message.clone(),
+                d.span.map(|s| {
+                    Span::new(
+                        Location::new(s.start.line, s.start.column),
+                        Location::new(s.end.line, s.end.column),
+                    )
+                }),
+            ),
+            None => (err.strip_backtrace(), None),
+        };
+        let message = message
+            .trim_start_matches("Error during planning: ")
+            .trim_start_matches("Schema error: ")
+            .to_string();
+        let span = span.filter(|s| *s != Span::empty()).unwrap_or(fallback);
+        self.error(file, span, "cdcflow::plan", message, "here", None);
+    }
+}
