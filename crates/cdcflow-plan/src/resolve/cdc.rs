@@ -108,7 +108,6 @@ impl Resolver<'_> {
         let mut unknown = Vec::new();
         let _ = cdcflow_sql::sqlparser::ast::visit_expressions(expr, |e| {
             if let SqlExpr::Identifier(i) = e
-                && i.quote_style.is_some_and(|q| q == '`') | i.quote_style.is_none()
                 && !available.iter().any(|a| a.eq_ignore_ascii_case(&i.value))
                 && !matches!(i.value.to_ascii_lowercase().as_str(), "true" | "false")
             {

@@ -101,6 +101,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         pending_cdc: Vec::new(),
         file_schemas: HashMap::new(),
         unresolved: Vec::new(),
+        by_name: HashMap::new(),
     };
     r.read_libraries(&config, &config_text, &conf);
     r.collect();
@@ -138,9 +139,23 @@ struct Resolver<'a> {
     file_schemas: HashMap<String, Option<SchemaRef>>,
     /// Flows whose references did not resolve: planning them would only repeat the error.
     unresolved: Vec<usize>,
+    /// Dataset indexes by lower-cased name (names ignore case).
+    by_name: HashMap<String, usize>,
 }
 
-/// A statement's flow before resolution.
+/// A flow as parsed, before its references are resolved.
+struct PendingFlow {
+    name: String,
+    name_span: Span,
+    target: DatasetName,
+    once: bool,
+    /// The defining query of a table or view, rather than a `CREATE FLOW`/`APPLY CHANGES`.
+    implicit: bool,
+    body: PendingBody,
+    file: FileId,
+}
+
+/// What a pending flow computes.
 enum PendingBody {
     Query { query: Box<Query>, append: bool },
     AutoCdc(Box<AutoCdc>),
@@ -179,8 +194,7 @@ impl Resolver<'_> {
     // ---- collection ----------------------------------------------------------------
 
     fn collect(&mut self) {
-        let mut pending: Vec<(String, Span, String, DatasetName, bool, PendingBody, FileId)> =
-            Vec::new();
+        let mut pending: Vec<PendingFlow> = Vec::new();
         for file in 0..self.files.len() {
             let parsed = parse_statements(&self.files[file].pre.text);
             for u in self.files[file].pre.unknown.clone() {
@@ -207,21 +221,22 @@ impl Resolver<'_> {
             for stmt in parsed.statements {
                 match stmt {
                     Statement::CreateDataset(def) => {
-                        if let Some(q) = &def.query {
-                            pending.push((
-                                def.name.name().to_string(),
-                                def.name.span,
-                                def.name.name().to_string(),
-                                def.name.clone(),
-                                false,
-                                PendingBody::Query {
-                                    query: q.clone(),
-                                    append: false,
-                                },
-                                file,
-                            ));
+                        let implicit = def.query.clone().map(|query| PendingFlow {
+                            name: def.name.name().to_string(),
+                            name_span: def.name.span,
+                            target: def.name.clone(),
+                            once: false,
+                            implicit: true,
+                            body: PendingBody::Query {
+                                query,
+                                append: false,
+                            },
+                            file,
+                        });
+                        // A rejected duplicate keeps no flow: it would feed the first definition.
+                        if self.add_dataset(def, file) {
+                            pending.extend(implicit);
                         }
-                        self.add_dataset(def, file);
                     }
                     Statement::CreateFlow(f) => {
                         let (target, once, body) = match f.body {
@@ -237,42 +252,43 @@ impl Resolver<'_> {
                                 },
                             ),
                         };
-                        pending.push((
-                            f.name.value.clone(),
-                            f.name.span,
-                            target.name().to_string(),
+                        pending.push(PendingFlow {
+                            name: f.name.value.clone(),
+                            name_span: f.name.span,
                             target,
                             once,
+                            implicit: false,
                             body,
                             file,
-                        ));
+                        });
                     }
                     Statement::ApplyChanges(a) => {
                         let base = a.target.name().to_string();
                         let mut name = base.clone();
                         let mut n = 1;
-                        while pending.iter().any(|p| p.0.eq_ignore_ascii_case(&name)) {
+                        while pending.iter().any(|p| p.name.eq_ignore_ascii_case(&name)) {
                             n += 1;
                             name = format!("{base}_{n}");
                         }
-                        pending.push((
+                        pending.push(PendingFlow {
                             name,
-                            a.target.span,
-                            base,
-                            a.target.clone(),
-                            false,
-                            PendingBody::AutoCdc(a),
+                            name_span: a.target.span,
+                            target: a.target.clone(),
+                            once: false,
+                            implicit: false,
+                            body: PendingBody::AutoCdc(a),
                             file,
-                        ));
+                        });
                     }
                 }
             }
         }
-        for (name, name_span, target, target_name, once, body, file) in pending {
+        for flow in pending {
+            let (name, name_span, file) = (&flow.name, flow.name_span, flow.file);
             if let Some(first) = self
                 .flows
                 .iter()
-                .find(|f| f.name.eq_ignore_ascii_case(&name))
+                .find(|f| f.name.eq_ignore_ascii_case(name))
             {
                 let at = self.position(first.file, first.span);
                 self.error(
@@ -287,17 +303,14 @@ impl Resolver<'_> {
                 );
                 continue;
             }
-            self.add_flow(name, name_span, target, &target_name, once, body, file);
+            self.add_flow(flow);
         }
     }
 
-    fn add_dataset(&mut self, def: CreateDataset, file: FileId) {
+    /// Adds a dataset; false when the name is taken (reported).
+    fn add_dataset(&mut self, def: CreateDataset, file: FileId) -> bool {
         let name = def.name.name().to_string();
-        if let Some(first) = self
-            .datasets
-            .iter()
-            .find(|d| d.name.eq_ignore_ascii_case(&name))
-        {
+        if let Some(first) = self.dataset_index(&name).map(|i| &self.datasets[i]) {
             let at = self.position(first.file, first.def.name.span);
             self.error(
                 file,
@@ -307,9 +320,11 @@ impl Resolver<'_> {
                 "second definition",
                 Some(format!("`{name}` is first defined at {at}; a dataset has one definition (add more inputs with CREATE FLOW … INSERT INTO)")),
             );
-            return;
+            return false;
         }
         self.check_qualifier(&def.name, file);
+        self.by_name
+            .insert(name.to_ascii_lowercase(), self.datasets.len());
         let properties = def
             .properties
             .iter()
@@ -323,6 +338,7 @@ impl Resolver<'_> {
             schema: None,
             properties,
         });
+        true
     }
 
     fn check_qualifier(&mut self, name: &DatasetName, file: FileId) {
@@ -339,9 +355,7 @@ impl Resolver<'_> {
     }
 
     fn dataset_index(&self, name: &str) -> Option<usize> {
-        self.datasets
-            .iter()
-            .position(|d| d.name.eq_ignore_ascii_case(name))
+        self.by_name.get(&name.to_ascii_lowercase()).copied()
     }
 
     fn unknown_dataset(&mut self, file: FileId, span: Span, parts: &[String]) {
@@ -367,22 +381,18 @@ impl Resolver<'_> {
         );
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn add_flow(
-        &mut self,
-        name: String,
-        span: Span,
-        target: String,
-        target_name: &DatasetName,
-        once: bool,
-        body: PendingBody,
-        file: FileId,
-    ) {
-        let explicit = !self
-            .datasets
-            .iter()
-            .any(|d| d.file == file && d.def.name.span == target_name.span);
-        if explicit {
+    fn add_flow(&mut self, flow: PendingFlow) {
+        let PendingFlow {
+            name,
+            name_span: span,
+            target: target_name,
+            once,
+            implicit,
+            body,
+            file,
+        } = flow;
+        let target = target_name.name().to_string();
+        if !implicit {
             match self.dataset_index(&target) {
                 None => {
                     self.error(
@@ -495,3 +505,30 @@ mod graph;
 mod library;
 mod references;
 mod schemas;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rejected_duplicate_dataset_contributes_no_flow() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("pipeline.yaml"), "name: p\n").expect("write");
+        std::fs::write(
+            dir.path().join("a.sql"),
+            "CREATE OR REFRESH STREAMING TABLE t;\nCREATE FLOW f AS INSERT INTO t BY NAME SELECT 1 AS x;\n",
+        )
+        .expect("write");
+        std::fs::write(
+            dir.path().join("b.sql"),
+            "CREATE MATERIALIZED VIEW T AS SELECT 2 AS x;\n",
+        )
+        .expect("write");
+        let loaded = load(dir.path(), &BTreeMap::new());
+        let codes: Vec<&str> = loaded.diagnostics.iter().map(|d| d.code).collect();
+        assert_eq!(codes, ["cdcflow::duplicate_dataset"]);
+        let pipeline = loaded.pipeline.expect("pipeline");
+        let flows: Vec<&str> = pipeline.flows.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(flows, ["f"], "the second `T` must not feed `t`");
+    }
+}

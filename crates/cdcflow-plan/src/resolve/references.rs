@@ -13,14 +13,14 @@ impl Resolver<'_> {
     ) -> Vec<Input> {
         let mut found = Vec::new();
         let mut counter = 0usize;
-        let names: Vec<String> = self.datasets.iter().map(|d| d.name.clone()).collect();
+        let (by_name, datasets) = (&self.by_name, &self.datasets);
         rewrite_relations(query, &mut |rel| match &rel {
             Relation::Dataset { parts, .. } => {
-                let last = parts.last().cloned().unwrap_or_default();
-                let known = names
-                    .iter()
-                    .find(|n| n.eq_ignore_ascii_case(&last))
-                    .cloned();
+                let last = parts
+                    .last()
+                    .map(|p| p.to_ascii_lowercase())
+                    .unwrap_or_default();
+                let known = by_name.get(&last).map(|&i| datasets[i].name.clone());
                 let qualifier_ok = parts.len() <= 3
                     && (parts.len() == 1
                         || parts[0].eq_ignore_ascii_case("live")
