@@ -2,6 +2,8 @@
 //! renders to a terminal.
 
 mod explain;
+mod query;
+mod run;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -70,6 +72,48 @@ enum Command {
         #[arg(long)]
         flow: Option<String>,
     },
+    /// Process everything available now: every flow in dependency order, one commit each.
+    Run {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Only this flow (repeatable).
+        #[arg(long = "flow")]
+        flows: Vec<String>,
+        /// Recompute these tables from their sources (all tables when none is named).
+        #[arg(long = "full-refresh", num_args = 0.., value_name = "TABLE")]
+        full_refresh: Option<Vec<String>>,
+        /// Print one JSON object per flow instead of the summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run SQL over the pipeline's tables.
+    Query {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// The query; tables are named as in the pipeline.
+        sql: String,
+        #[arg(long, value_enum, default_value = "table")]
+        format: query::OutputFormat,
+    },
+    /// List the pipeline's tables with their kind, row count and Delta version.
+    Tables {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+    },
+}
+
+/// The async runtime for commands that read or write tables.
+fn runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -77,5 +121,24 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { pipeline, format } => validate::run(&pipeline, format),
         Command::Explain { pipeline, flow } => explain::run(&pipeline, flow.as_deref()),
+        Command::Run {
+            pipeline,
+            flows,
+            full_refresh,
+            json,
+        } => run::run(
+            &pipeline,
+            run::RunArgs {
+                flows,
+                full_refresh,
+                json,
+            },
+        ),
+        Command::Query {
+            pipeline,
+            sql,
+            format,
+        } => query::query(&pipeline, &sql, format),
+        Command::Tables { pipeline } => query::tables(&pipeline),
     }
 }

@@ -71,6 +71,11 @@ impl Planner {
         self.tables.insert(name.to_string(), source);
     }
 
+    /// The source registered as `name`.
+    pub fn table(&self, name: &str) -> Option<Arc<dyn TableSource>> {
+        self.tables.get(name).cloned()
+    }
+
     /// Makes `name` resolve to an empty table of `schema` (for planning without data).
     pub fn register_schema(&mut self, name: &str, schema: SchemaRef) {
         self.register(name, provider_as_source(Arc::new(EmptyTable::new(schema))));

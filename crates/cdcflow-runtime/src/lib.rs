@@ -1,7 +1,55 @@
-//! Third stage of the cdcflow data path: **run** — incremental file sources, the AUTO CDC
-//! apply (SCD type 1 and 2), Delta Lake sinks and checkpoints.
+//! Fourth stage of the cdcflow data path: **run**.
 //!
-//! `pipeline.yaml + *.sql` → parse → resolve → plan → **run**.
+//! `pipeline.yaml + *.sql` → parse → resolve → plan → **run** → CLI.
 //!
-//! Not built yet: this crate is where issue "`cdcflow run`" lands. It is a workspace
-//! member already so that the dependency build (delta-rs) is cached by CI.
+//! [`run`] executes a resolved [`Pipeline`](cdcflow_plan::Pipeline) once: every flow in
+//! dependency order processes what is new since its last commit (landing files not yet
+//! read, rows appended to a streaming source since the version last read), and commits
+//! the result to a Delta Lake table under `<storage>/tables/<name>`. Each commit carries
+//! the flow's application-transaction id and batch number, and the input a batch covers
+//! is written down before the commit ([`checkpoint`]), so a run that stopped anywhere is
+//! resumed without skipping or repeating input.
+//!
+//! AUTO CDC flows apply their events with the [`cdc::kernel`], whose state (tombstones,
+//! sequence values, history) lives in an internal Delta table under
+//! `<storage>/state/<name>`; the published table holds only the target's columns.
+
+pub mod catalog;
+pub mod cdc;
+pub mod checkpoint;
+pub mod delta;
+mod error;
+pub mod files;
+mod flows;
+mod inputs;
+mod report;
+mod runner;
+
+pub use error::RunError;
+pub use report::{FlowOutcome, FlowReport, RunReport};
+pub use runner::{RunOptions, run};
+
+/// Where the tables of a pipeline live, under its storage folder.
+pub mod layout {
+    use std::path::{Path, PathBuf};
+
+    /// The published Delta table of a dataset.
+    pub fn table_dir(storage: &Path, dataset: &str) -> PathBuf {
+        storage.join("tables").join(dataset.to_lowercase())
+    }
+
+    /// The internal state table of an AUTO CDC target.
+    pub fn state_dir(storage: &Path, dataset: &str) -> PathBuf {
+        storage.join("state").join(dataset.to_lowercase())
+    }
+
+    /// The checkpoint folder of a flow.
+    pub fn checkpoint_dir(storage: &Path, flow: &str) -> PathBuf {
+        storage.join("checkpoints").join(flow.to_lowercase())
+    }
+
+    /// The application-transaction id a flow's commits carry.
+    pub fn app_id(flow: &str) -> String {
+        format!("cdcflow:{}", flow.to_lowercase())
+    }
+}

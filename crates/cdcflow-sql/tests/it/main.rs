@@ -12,9 +12,7 @@ use std::path::{Path, PathBuf};
 use cdcflow_sql::parse_statements;
 
 fn golden_dir(kind: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(kind)
+    manifest_dir().join("tests/golden").join(kind)
 }
 
 fn cases(kind: &str) -> Vec<PathBuf> {
@@ -110,4 +108,12 @@ fn syntax_errors_point_at_the_offending_token() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The crate folder, read when the test runs: the build cache is shared between
+/// checkouts, so a path fixed at compile time may name another checkout.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

@@ -1,0 +1,157 @@
+//! `cdcflow query` and `cdcflow tables`: read what runs produced.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+
+use crate::PipelineArgs;
+use crate::validate::print_text;
+
+#[derive(Copy, Clone, ValueEnum)]
+pub enum OutputFormat {
+    /// An aligned table.
+    Table,
+    /// CSV with a header line.
+    Csv,
+    /// One JSON object per row (ndjson); nulls as null.
+    Json,
+}
+
+fn load(args: &PipelineArgs) -> Option<cdcflow_plan::Pipeline> {
+    let loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    if loaded.has_errors() {
+        print_text(&loaded.diagnostics);
+        return None;
+    }
+    loaded.pipeline
+}
+
+pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
+    let Some(pipeline) = load(args) else {
+        return ExitCode::from(1);
+    };
+    let result = crate::runtime().block_on(async {
+        let ctx = cdcflow_runtime::catalog::session(&pipeline).await?;
+        let df = ctx.sql(sql).await?;
+        let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
+        let mut batches = df.collect().await?;
+        if batches.is_empty() {
+            // Formats still show the columns of an empty result.
+            batches.push(RecordBatch::new_empty(schema));
+        }
+        Ok::<_, cdcflow_runtime::RunError>(batches)
+    });
+    match result.map(|batches| write(&batches, format)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn write(batches: &[RecordBatch], format: OutputFormat) -> Result<(), Box<dyn std::error::Error>> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match format {
+        OutputFormat::Table => writeln!(out, "{}", pretty_format_batches(batches)?)?,
+        OutputFormat::Csv => {
+            let mut w = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(&mut out);
+            for b in batches {
+                w.write(&nested_as_text(b)?)?;
+            }
+        }
+        OutputFormat::Json => {
+            let mut w = datafusion::arrow::json::WriterBuilder::new()
+                .with_explicit_nulls(true)
+                .build::<_, datafusion::arrow::json::writer::LineDelimited>(&mut out);
+            for b in batches {
+                w.write(b)?;
+            }
+            w.finish()?;
+        }
+    }
+    Ok(())
+}
+
+pub fn tables(args: &PipelineArgs) -> ExitCode {
+    let Some(pipeline) = load(args) else {
+        return ExitCode::from(1);
+    };
+    match crate::runtime().block_on(cdcflow_runtime::catalog::tables(&pipeline)) {
+        Ok(tables) => {
+            let width = tables
+                .iter()
+                .map(|t| t.name.len())
+                .max()
+                .unwrap_or(4)
+                .max(4);
+            println!(
+                "{:width$}  {:<17}  {:>10}  {:>7}",
+                "name", "kind", "rows", "version"
+            );
+            for t in tables {
+                let rows = t.rows.map_or("-".to_string(), |r| r.to_string());
+                let version = t.version.map_or("-".to_string(), |v| v.to_string());
+                println!(
+                    "{:width$}  {:<17}  {rows:>10}  {version:>7}",
+                    t.name, t.kind
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// CSV has no nested values: structs, lists and maps are written as their display text
+/// (`{commit_ts: 2024-06-01T10:00:00Z, log_position: 3}`).
+fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch, Box<dyn std::error::Error>> {
+    use datafusion::arrow::array::{ArrayRef, StringArray};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+    use std::sync::Arc;
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| f.data_type().is_nested())
+    {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        if !f.data_type().is_nested() {
+            fields.push(f.as_ref().clone());
+            columns.push(Arc::clone(c));
+            continue;
+        }
+        let fmt = ArrayFormatter::try_new(c.as_ref(), &FormatOptions::default())?;
+        let text: StringArray = (0..c.len())
+            .map(|i| (!c.is_null(i)).then(|| fmt.value(i).to_string()))
+            .collect();
+        fields.push(Field::new(
+            f.name(),
+            datafusion::arrow::datatypes::DataType::Utf8,
+            true,
+        ));
+        columns.push(Arc::new(text));
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}

@@ -1,0 +1,121 @@
+//! `cdcflow run`: process everything available now, commit, print a summary per flow.
+
+use std::process::ExitCode;
+
+use cdcflow_runtime::{FlowOutcome, FlowReport, RunOptions, RunReport};
+
+use crate::PipelineArgs;
+use crate::validate::print_text;
+
+pub struct RunArgs {
+    pub flows: Vec<String>,
+    pub full_refresh: Option<Vec<String>>,
+    pub json: bool,
+}
+
+pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
+    let loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    let shown: Vec<_> = loaded
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity != cdcflow_plan::Severity::Note)
+        .cloned()
+        .collect();
+    print_text(&shown);
+    let Some(pipeline) = loaded.pipeline.as_ref().filter(|_| !loaded.has_errors()) else {
+        eprintln!("error: the pipeline is not valid; nothing was run");
+        return ExitCode::from(1);
+    };
+    let options = RunOptions {
+        flows: run.flows,
+        full_refresh: run.full_refresh,
+        now_micros: std::env::var("CDCFLOW_NOW_MICROS")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+    };
+    let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));
+    match result {
+        Ok(report) => {
+            if run.json {
+                for f in &report.flows {
+                    println!("{}", serde_json::to_string(f).unwrap_or_default());
+                }
+            } else {
+                print_summary(&pipeline.config.name, &report);
+            }
+            if report.failed() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            if let Some(h) = e.help() {
+                eprintln!("  help: {h}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn print_summary(name: &str, report: &RunReport) {
+    let width = report.flows.iter().map(|f| f.flow.len()).max().unwrap_or(4);
+    println!("pipeline `{name}`");
+    for f in &report.flows {
+        println!("  {:width$}  {}", f.flow, line(f));
+        for w in &f.warnings {
+            println!("  {:width$}  warning: {w}", "");
+        }
+        if let FlowOutcome::Failed { error, help } = &f.outcome {
+            eprintln!("error: flow `{}` failed: {error}", f.flow);
+            if let Some(h) = help {
+                eprintln!("  help: {h}");
+            }
+        }
+    }
+    let failed = report.flows.iter().filter(|f| f.failed()).count();
+    if failed > 0 {
+        eprintln!("error: {failed} flow(s) failed; work committed by the others stays");
+    }
+}
+
+fn line(f: &FlowReport) -> String {
+    let files = match f.files {
+        0 => String::new(),
+        n => format!(" from {n} file(s)"),
+    };
+    let what = match &f.cdc {
+        Some(m) => format!(
+            "read {}{files}: upserted {}, deleted {}, late {}, duplicates {}{} -> {} ({} rows)",
+            f.rows_read,
+            m.upserted,
+            m.deleted,
+            m.late,
+            m.duplicates,
+            if m.truncated > 0 {
+                format!(", truncated {}", m.truncated)
+            } else {
+                String::new()
+            },
+            f.target,
+            f.rows_written
+        ),
+        None if f.kind == "materialized view" => format!(
+            "read {}{files}: {} rows -> {}",
+            f.rows_read, f.rows_written, f.target
+        ),
+        None => format!(
+            "read {}{files}: appended {} -> {}",
+            f.rows_read, f.rows_written, f.target
+        ),
+    };
+    match &f.outcome {
+        FlowOutcome::Committed { batch } => {
+            format!("{:<17} batch {batch:<3} {what}  ({} ms)", f.kind, f.millis)
+        }
+        FlowOutcome::UpToDate { reason } => format!("{:<17} up to date ({reason})", f.kind),
+        FlowOutcome::Skipped { reason } => format!("{:<17} skipped: {reason}", f.kind),
+        FlowOutcome::Failed { .. } => format!("{:<17} FAILED", f.kind),
+    }
+}

@@ -1,0 +1,252 @@
+//! One batch of an AUTO CDC flow: read what the source appended, turn it into events,
+//! apply them to the target's state, and commit the state and the published table.
+//!
+//! Both commits carry the flow's transaction id and batch number. The state table is
+//! the source of truth; when a crash left the published table behind it, the published
+//! table is derived again from the state before anything else happens.
+
+use std::sync::Arc;
+
+use cdcflow_plan::autocdc::AutoCdcSpec;
+use cdcflow_plan::planner::Planner;
+use cdcflow_plan::{Dataset, Flow, Input, Pipeline};
+use cdcflow_sql::ast::DatasetKind;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::TableReference;
+
+use super::events::{Sourced, to_events};
+use super::kernel::{self, Rules};
+use super::rules_for;
+use crate::checkpoint::{Offsets, Progress};
+use crate::delta::{self, Commit, Mode, Table};
+use crate::inputs::BatchInputs;
+use crate::report::{FlowOutcome, FlowReport};
+use crate::runner::RunContext;
+use crate::{RunError, layout};
+
+fn dataset<'p>(pipeline: &'p Pipeline, name: &str) -> Result<&'p Dataset, RunError> {
+    pipeline
+        .dataset(name)
+        .ok_or_else(|| RunError::input(format!("unknown dataset `{name}`")))
+}
+
+pub(crate) async fn run(
+    rc: &RunContext<'_>,
+    flow: &Flow,
+    spec: &Arc<AutoCdcSpec>,
+    report: &mut FlowReport,
+) -> Result<(), RunError> {
+    let target = dataset(rc.pipeline, &flow.target)?;
+    let source = dataset(rc.pipeline, &spec.source)?;
+    let source_schema = source.schema.clone().ok_or_else(|| {
+        RunError::input(format!(
+            "flow `{}`: the schema of `{}` is not known",
+            flow.name, source.name
+        ))
+    })?;
+    let rules = rules_for(spec, &source_schema, &target.properties)?;
+    let state_dir = layout::state_dir(rc.storage, &target.name);
+    let public_dir = layout::table_dir(rc.storage, &target.name);
+    let state = Table::open(&state_dir).await?;
+    let public = Table::open(&public_dir).await?;
+    let app = layout::app_id(&flow.name);
+    let committed = state.txn_version(&app).await?;
+    sync_published(rc, target, &rules, &state, &public).await?;
+
+    let checkpoint = rc.checkpoint(flow);
+    let progress = checkpoint.load(committed)?;
+    if flow.once && committed.is_some() {
+        report.outcome = FlowOutcome::UpToDate {
+            reason: "ONCE flow already ran".into(),
+        };
+        return Ok(());
+    }
+    let batch = progress.next_batch();
+    let (rows, offsets) = read_source(rc, spec, source, &source_schema, &progress, batch).await?;
+    report.rows_read = rows.iter().map(|(_, b)| b.num_rows() as u64).sum();
+    if report.rows_read == 0 && committed.is_some() && public.exists() {
+        return Ok(());
+    }
+    checkpoint.write_intent(&offsets)?;
+
+    let events = to_events(spec, &rules, &source_schema, rows, rc.now_micros).await?;
+    let stored = if state.exists() {
+        state.read_all(&rules.state_schema())?
+    } else {
+        RecordBatch::new_empty(rules.state_schema())
+    };
+    let applied = kernel::apply(&rules, &stored, &events, rc.now_micros)?;
+    let m = applied.metrics;
+    if m.late_after_gc > 0 {
+        report.warnings.push(format!(
+            "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",
+            m.late_after_gc,
+            super::TOMBSTONE_RETENTION
+        ));
+    }
+    report.cdc = Some(m);
+    report.rows_written = applied.public.num_rows() as u64;
+    let txns = vec![(app, batch)];
+    commit_both(target, &rules, &state_dir, &public_dir, applied, txns).await?;
+    report.outcome = FlowOutcome::Committed { batch };
+    Ok(())
+}
+
+async fn commit_both(
+    target: &Dataset,
+    rules: &Rules,
+    state_dir: &std::path::Path,
+    public_dir: &std::path::Path,
+    applied: kernel::Applied,
+    txns: Vec<(String, i64)>,
+) -> Result<(), RunError> {
+    let state_commit = Commit {
+        txns: txns.clone(),
+        name: format!("{}__state", target.name),
+        description: Some(format!(
+            "cdcflow internal AUTO CDC state of `{}`; query the table instead",
+            target.name
+        )),
+        ..Commit::default()
+    };
+    delta::write(
+        state_dir,
+        &rules.state_schema(),
+        vec![applied.state],
+        Mode::Overwrite,
+        &state_commit,
+    )
+    .await?;
+    let public_commit = Commit {
+        txns,
+        configuration: target.properties.clone(),
+        name: target.name.clone(),
+        description: target.def.comment.clone(),
+    };
+    delta::write(
+        public_dir,
+        &rules.public_schema(),
+        vec![applied.public],
+        Mode::Overwrite,
+        &public_commit,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Derives the published table from the state again when a crash stopped a batch
+/// between its two commits (their transaction ids differ).
+async fn sync_published(
+    rc: &RunContext<'_>,
+    target: &Dataset,
+    rules: &Rules,
+    state: &Table,
+    public: &Table,
+) -> Result<(), RunError> {
+    if !state.exists() {
+        return Ok(());
+    }
+    let mut txns = Vec::new();
+    let mut behind = false;
+    for f in rc.pipeline.flows_into(&target.name) {
+        let app = layout::app_id(&f.name);
+        let s = state.txn_version(&app).await?;
+        behind |= s != public.txn_version(&app).await?;
+        if let Some(v) = s {
+            txns.push((app, v));
+        }
+    }
+    if !behind {
+        return Ok(());
+    }
+    tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
+    let stored = state.read_all(&rules.state_schema())?;
+    let empty = RecordBatch::new_empty(rules.state_schema());
+    let applied = kernel::apply(rules, &stored, &empty, rc.now_micros)?;
+    let commit = Commit {
+        txns,
+        configuration: target.properties.clone(),
+        name: target.name.clone(),
+        description: target.def.comment.clone(),
+    };
+    delta::write(
+        &public.dir,
+        &rules.public_schema(),
+        vec![applied.public],
+        Mode::Overwrite,
+        &commit,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The source rows of this batch and the offsets that name them.
+async fn read_source(
+    rc: &RunContext<'_>,
+    spec: &AutoCdcSpec,
+    source: &Dataset,
+    schema: &SchemaRef,
+    progress: &Progress,
+    batch: i64,
+) -> Result<(Sourced, Offsets), RunError> {
+    let mut offsets = Offsets {
+        batch,
+        ..Offsets::default()
+    };
+    match source.kind {
+        DatasetKind::StreamingTable if spec.streaming => {
+            let (rows, version) = rc
+                .reader()
+                .appended(source, progress.source_version(&source.name), schema)
+                .await?;
+            if let Some(v) = version {
+                offsets.sources.insert(source.name.clone(), v);
+            }
+            Ok((rows, offsets))
+        }
+        DatasetKind::View => {
+            // A view is evaluated over its inputs; re-reading is harmless because
+            // applying an event twice changes nothing.
+            let mut planner = Planner::with_state(rc.ctx.state());
+            let mut inputs = BatchInputs::new(batch);
+            let input = [Input::Dataset {
+                name: source.name.clone(),
+                streaming: false,
+            }];
+            rc.reader()
+                .register(&input, progress, &mut planner, &mut inputs)
+                .await?;
+            let df = {
+                let ctx = datafusion::prelude::SessionContext::new_with_config(
+                    cdcflow_plan::planner::session_config(),
+                );
+                let provider = planner_table(&planner, &source.name)?;
+                ctx.register_table(TableReference::bare(source.name.as_str()), provider)?;
+                ctx.table(TableReference::bare(source.name.as_str()))
+                    .await?
+            };
+            let rows = df.collect().await?;
+            let origin = format!("view {}", source.name);
+            Ok((
+                rows.into_iter().map(|b| (origin.clone(), b)).collect(),
+                offsets,
+            ))
+        }
+        _ => {
+            let table = Table::open(&layout::table_dir(rc.storage, &source.name)).await?;
+            let all = table.read_all(schema)?;
+            Ok((vec![(source.name.clone(), all)], offsets))
+        }
+    }
+}
+
+fn planner_table(
+    planner: &Planner,
+    name: &str,
+) -> Result<Arc<dyn datafusion::catalog::TableProvider>, RunError> {
+    let source = planner
+        .table(name)
+        .ok_or_else(|| RunError::input(format!("view `{name}` could not be registered")))?;
+    Ok(datafusion::datasource::source_as_provider(&source)?)
+}

@@ -1,0 +1,74 @@
+//! AUTO CDC: turning source rows into change events ([`events`]) and applying them
+//! ([`kernel`]).
+
+pub mod events;
+pub(crate) mod flow;
+pub mod kernel;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cdcflow_plan::autocdc::AutoCdcSpec;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+
+use crate::RunError;
+use kernel::Rules;
+
+/// The table property that sets how long SCD type 1 tombstones are kept.
+pub const TOMBSTONE_RETENTION: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";
+/// Two days, the Databricks default.
+pub const DEFAULT_TOMBSTONE_RETENTION_SECS: i64 = 2 * 24 * 3600;
+
+/// The apply rules of `spec` for a source of `source` schema and the target's
+/// `TBLPROPERTIES`.
+pub fn rules_for(
+    spec: &AutoCdcSpec,
+    source: &Schema,
+    properties: &BTreeMap<String, String>,
+) -> Result<Rules, RunError> {
+    let target = spec.target_schema(source);
+    let own: Vec<_> = target
+        .fields()
+        .iter()
+        .filter(|f| spec.columns.iter().any(|c| c == f.name()))
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let columns: SchemaRef = Arc::new(Schema::new(own));
+    let index = |name: &String| -> Result<usize, RunError> {
+        columns.index_of(name).map_err(|_| {
+            RunError::input(format!(
+                "flow `{}`: column `{name}` is not among the target's columns",
+                spec.flow
+            ))
+        })
+    };
+    let retention_secs = match properties
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(TOMBSTONE_RETENTION))
+    {
+        Some((_, v)) => v.trim().parse::<i64>().map_err(|_| {
+            RunError::input(format!(
+                "table `{}`: {TOMBSTONE_RETENTION} = '{v}' is not a number of seconds",
+                spec.target
+            ))
+        })?,
+        None => DEFAULT_TOMBSTONE_RETENTION_SECS,
+    };
+    Ok(Rules {
+        keys: spec.keys.iter().map(index).collect::<Result<_, _>>()?,
+        scd2: spec.scd_type == 2,
+        tracked: spec
+            .track_history
+            .iter()
+            .map(index)
+            .collect::<Result<_, _>>()?,
+        ignore_null: spec
+            .ignore_null_updates
+            .iter()
+            .map(index)
+            .collect::<Result<_, _>>()?,
+        sequence_type: spec.sequence_type(),
+        tombstone_retention_micros: retention_secs.saturating_mul(1_000_000),
+        columns,
+    })
+}

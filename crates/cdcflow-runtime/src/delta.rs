@@ -1,0 +1,295 @@
+//! Delta Lake tables on the local disk: open, read whole or incrementally, and commit
+//! with application-transaction ids (the exactly-once marker of each flow batch).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, new_null_array};
+use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use deltalake::kernel::Action;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::protocol::SaveMode;
+use deltalake::{DeltaTable, DeltaTableError};
+use url::Url;
+
+use crate::RunError;
+
+/// A Delta table location and, when it exists, the table.
+pub struct Table {
+    pub dir: PathBuf,
+    pub table: Option<DeltaTable>,
+}
+
+fn url_of(dir: &Path) -> Result<Url, RunError> {
+    let abs = std::path::absolute(dir).map_err(|e| RunError::io(dir, e))?;
+    Url::from_directory_path(&abs).map_err(|()| RunError::File {
+        path: abs.clone(),
+        message: "not a usable table path".into(),
+    })
+}
+
+impl Table {
+    /// Opens the table at `dir`; a missing table is not an error.
+    pub async fn open(dir: &Path) -> Result<Self, RunError> {
+        if !dir.join("_delta_log").is_dir() {
+            return Ok(Self {
+                dir: dir.to_path_buf(),
+                table: None,
+            });
+        }
+        let table = deltalake::open_table(url_of(dir)?)
+            .await
+            .map_err(|e| RunError::delta(dir, e))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            table: Some(table),
+        })
+    }
+
+    pub fn exists(&self) -> bool {
+        self.table.is_some()
+    }
+
+    pub fn version(&self) -> Option<i64> {
+        self.table
+            .as_ref()
+            .and_then(DeltaTable::version)
+            .map(|v| v as i64)
+    }
+
+    /// The last batch committed by application `app`.
+    pub async fn txn_version(&self, app: &str) -> Result<Option<i64>, RunError> {
+        let Some(t) = &self.table else {
+            return Ok(None);
+        };
+        let snapshot = t.snapshot().map_err(|e| self.err(e))?;
+        snapshot
+            .transaction_version(t.log_store().as_ref(), app)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    fn err(&self, e: DeltaTableError) -> RunError {
+        RunError::delta(&self.dir, e)
+    }
+
+    /// The data files of the current version, as local paths.
+    fn data_files(&self) -> Result<Vec<PathBuf>, RunError> {
+        let Some(t) = &self.table else {
+            return Ok(vec![]);
+        };
+        t.get_file_uris()
+            .map_err(|e| self.err(e))?
+            .map(|uri| local_path(&self.dir, &uri))
+            .collect()
+    }
+
+    /// Every row of the current version, in the columns of `schema` (cast by name; a
+    /// column the files lack is null).
+    pub fn read_all(&self, schema: &SchemaRef) -> Result<RecordBatch, RunError> {
+        let mut batches = Vec::new();
+        for path in self.data_files()? {
+            batches.extend(read_parquet(&path, schema)?);
+        }
+        Ok(concat_batches(schema, &batches)?)
+    }
+
+    /// The rows added by commits after `after` up to the current version (the whole
+    /// current version when `after` is `None`), each batch with the data file it came
+    /// from, and the current version. Fails on a commit that removed data: a streaming
+    /// source must be append-only.
+    pub async fn appended_since(
+        &self,
+        after: Option<i64>,
+        schema: &SchemaRef,
+    ) -> Result<(Vec<(String, RecordBatch)>, Option<i64>), RunError> {
+        let Some(t) = &self.table else {
+            return Ok((vec![], None));
+        };
+        let current = t.version().map(|v| v as i64);
+        let mut out = Vec::new();
+        let Some(after) = after else {
+            // A first read takes the current snapshot, as Delta streaming sources do:
+            // older versions may hold rows a full refresh removed since.
+            for path in self.data_files()? {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                for batch in read_parquet(&path, schema)? {
+                    out.push((name.clone(), batch));
+                }
+            }
+            return Ok((out, current));
+        };
+        let first = after + 1;
+        for v in first..=current.unwrap_or(-1) {
+            let v = v as u64;
+            let bytes = t
+                .log_store()
+                .read_commit_entry(v)
+                .await
+                .map_err(|e| self.err(e))?
+                .ok_or_else(|| {
+                    RunError::input(format!(
+                        "{}: commit {v} is gone from the Delta log",
+                        self.dir.display()
+                    ))
+                    .with_help("the log was cleaned up before this flow read it; run with --full-refresh for the tables reading it")
+                })?;
+            let actions = deltalake::logstore::get_actions(v, &bytes).map_err(|e| self.err(e))?;
+            for action in actions {
+                match action {
+                    Action::Add(add) if add.data_change => {
+                        let uri = t.log_store().to_uri(
+                            &deltalake::Path::from_url_path(&add.path).map_err(|e| {
+                                RunError::input(format!(
+                                    "{}: bad data file path {}: {e}",
+                                    self.dir.display(),
+                                    add.path
+                                ))
+                            })?,
+                        );
+                        let path = local_path(&self.dir, &uri)?;
+                        for batch in read_parquet(&path, schema)? {
+                            out.push((add.path.clone(), batch));
+                        }
+                    }
+                    Action::Remove(r) if r.data_change => {
+                        return Err(RunError::input(format!(
+                            "{} is not append-only: commit {v} removed {}",
+                            self.dir.display(),
+                            r.path
+                        ))
+                        .with_help("a streaming read needs an append-only source; the source was rewritten (by a full refresh?), so run --full-refresh on the tables reading it"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok((out, current))
+    }
+}
+
+/// How a commit changes the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Append,
+    Overwrite,
+}
+
+/// What a commit records besides the data.
+#[derive(Debug, Clone, Default)]
+pub struct Commit {
+    /// (application id, batch) pairs: a rerun of a committed batch is detected by them.
+    pub txns: Vec<(String, i64)>,
+    /// Table properties for a new table (`delta.*` ones are Delta's own).
+    pub configuration: BTreeMap<String, String>,
+    pub name: String,
+    pub description: Option<String>,
+}
+
+/// Writes `batches` to the table at `dir` (created with `schema` when missing) in one
+/// atomic commit carrying `commit.txns`.
+pub async fn write(
+    dir: &Path,
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+    mode: Mode,
+    commit: &Commit,
+) -> Result<DeltaTable, RunError> {
+    std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
+    let table = DeltaTable::try_from_url(url_of(dir)?)
+        .await
+        .map_err(|e| RunError::delta(dir, e))?;
+    let batches = if batches.is_empty() {
+        vec![RecordBatch::new_empty(Arc::clone(schema))]
+    } else {
+        batches
+    };
+    let props = CommitProperties::default().with_application_transactions(
+        commit
+            .txns
+            .iter()
+            .map(|(app, v)| deltalake::kernel::Transaction::new(app, *v))
+            .collect(),
+    );
+    let mut builder = table
+        .write(batches)
+        .with_save_mode(match mode {
+            Mode::Append => SaveMode::Append,
+            Mode::Overwrite => SaveMode::Overwrite,
+        })
+        .with_commit_properties(props)
+        .with_table_name(&commit.name);
+    if let Some(d) = &commit.description {
+        builder = builder.with_description(d);
+    }
+    let delta_props: Vec<(String, Option<String>)> = commit
+        .configuration
+        .iter()
+        .filter(|(k, _)| k.starts_with("delta."))
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
+    if !delta_props.is_empty() {
+        builder = builder.with_configuration(delta_props);
+    }
+    builder.await.map_err(|e| RunError::delta(dir, e))
+}
+
+/// A data file location as a local path: delta-rs gives plain paths for local tables
+/// and `file://` URLs in places.
+fn local_path(dir: &Path, uri: &str) -> Result<PathBuf, RunError> {
+    if !uri.contains("://") {
+        return Ok(dir.join(uri));
+    }
+    Url::parse(uri)
+        .ok()
+        .filter(|u| u.scheme() == "file")
+        .and_then(|u| u.to_file_path().ok())
+        .ok_or_else(|| RunError::File {
+            path: dir.to_path_buf(),
+            message: format!("data file {uri} is not on the local disk"),
+        })
+}
+
+/// Reads a Parquet file into batches of `schema`, matching columns by name.
+pub fn read_parquet(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, RunError> {
+    let file = File::open(path).map_err(|e| RunError::io(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.with_batch_size(64 * 1024).build())
+        .map_err(|e| RunError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    let mut out = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| RunError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        out.push(conform(&batch, schema)?);
+    }
+    Ok(out)
+}
+
+/// `batch` in the columns of `schema`: matched by name, cast, and null where missing.
+pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, RunError> {
+    if batch.schema_ref() == schema {
+        return Ok(batch.clone());
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(Arc::clone(c)),
+            Some(c) => cast(c, f.data_type()).map_err(RunError::from),
+            None => Ok(new_null_array(f.data_type(), batch.num_rows())),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}

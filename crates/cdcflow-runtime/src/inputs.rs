@@ -1,0 +1,232 @@
+//! What a flow reads in one batch: new landing files, rows appended to a streaming
+//! source since the version last read, or whole tables; registered under the names the
+//! flow's query uses, and written down as the batch's [`Offsets`].
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use cdcflow_plan::read_files::ReadFiles;
+use cdcflow_plan::{Dataset, FlowKind, Input, Pipeline};
+use cdcflow_sql::ast::DatasetKind;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::view::ViewTable;
+use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::prelude::SessionContext;
+
+use cdcflow_plan::planner::Planner;
+
+use crate::checkpoint::{Offsets, Progress};
+use crate::delta::Table;
+use crate::{RunError, files, layout};
+
+/// The inputs of one batch.
+pub struct BatchInputs {
+    pub offsets: Offsets,
+    /// Whether a streaming input has anything new (or a materialized view's inputs
+    /// changed).
+    pub has_new: bool,
+    pub rows: u64,
+    pub files: u64,
+    /// Parts of the fingerprint of non-streaming inputs.
+    fingerprint: Vec<String>,
+}
+
+impl BatchInputs {
+    pub fn new(batch: i64) -> Self {
+        Self {
+            offsets: Offsets {
+                batch,
+                ..Offsets::default()
+            },
+            has_new: false,
+            rows: 0,
+            files: 0,
+            fingerprint: vec![],
+        }
+    }
+
+    /// Fixes the fingerprint into the offsets (materialized views).
+    pub fn seal_fingerprint(&mut self) {
+        self.offsets.fingerprint = Some(self.fingerprint.join(";"));
+    }
+}
+
+/// Reads the new input of one batch of `flow` into `planner`.
+pub struct InputReader<'a> {
+    pub pipeline: &'a Pipeline,
+    pub storage: &'a Path,
+    pub ctx: &'a SessionContext,
+}
+
+impl InputReader<'_> {
+    fn dataset(&self, name: &str) -> Result<&Dataset, RunError> {
+        self.pipeline
+            .dataset(name)
+            .ok_or_else(|| RunError::input(format!("unknown dataset `{name}`")))
+    }
+
+    fn schema_of(&self, d: &Dataset) -> Result<SchemaRef, RunError> {
+        d.schema.clone().ok_or_else(|| {
+            RunError::input(format!(
+                "the schema of `{}` is not known (no schema declared and no landing files to infer it from)",
+                d.name
+            ))
+        })
+    }
+
+    /// Registers every input of `inputs` in `planner` and records what is read.
+    pub async fn register(
+        &self,
+        inputs: &[Input],
+        progress: &Progress,
+        planner: &mut Planner,
+        batch: &mut BatchInputs,
+    ) -> Result<(), RunError> {
+        for input in inputs {
+            match input {
+                Input::Files(rf) => self.register_files(rf, progress, planner, batch)?,
+                Input::Dataset { name, streaming } => {
+                    let d = self.dataset(name)?;
+                    if d.kind == DatasetKind::View {
+                        self.register_view(d, planner, batch).await?;
+                        continue;
+                    }
+                    let schema = self.schema_of(d)?;
+                    let rows = if *streaming && d.kind == DatasetKind::StreamingTable {
+                        let (rows, version) = self
+                            .appended(d, progress.source_version(&d.name), &schema)
+                            .await?;
+                        if let Some(v) = version {
+                            batch.offsets.sources.insert(d.name.clone(), v);
+                        }
+                        batch.has_new |= !rows.is_empty();
+                        rows.into_iter().map(|(_, b)| b).collect()
+                    } else {
+                        let table = Table::open(&layout::table_dir(self.storage, &d.name)).await?;
+                        batch.fingerprint.push(format!(
+                            "{}@{}",
+                            d.name,
+                            table.version().unwrap_or(-1)
+                        ));
+                        vec![table.read_all(&schema)?]
+                    };
+                    batch.rows += rows.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+                    register_rows(planner, &d.name, schema, rows)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows appended to streaming table `d` after version `after`.
+    pub async fn appended(
+        &self,
+        d: &Dataset,
+        after: Option<i64>,
+        schema: &SchemaRef,
+    ) -> Result<(Vec<(String, RecordBatch)>, Option<i64>), RunError> {
+        let table = Table::open(&layout::table_dir(self.storage, &d.name)).await?;
+        let (rows, version) = table.appended_since(after, schema).await?;
+        let rows = rows
+            .into_iter()
+            .map(|(file, b)| (format!("{} ({file})", d.name), b))
+            .collect();
+        Ok((rows, version.or(after)))
+    }
+
+    fn register_files(
+        &self,
+        rf: &ReadFiles,
+        progress: &Progress,
+        planner: &mut Planner,
+        batch: &mut BatchInputs,
+    ) -> Result<(), RunError> {
+        let schema = rf
+            .schema()
+            .map_err(|e| RunError::input(format!("{}: {e}", rf.path_text)))?
+            .ok_or_else(|| {
+                RunError::input(format!(
+                    "`{}` has no schema => and no landing files to infer one from",
+                    rf.path_text
+                ))
+            })?;
+        let listed = rf.list_files().map_err(|e| RunError::io(&rf.path, e))?;
+        let seen: BTreeSet<String> = progress.files.get(&rf.table).cloned().unwrap_or_default();
+        let mut rows = Vec::new();
+        let mut names = Vec::new();
+        for path in &listed {
+            let name = files::relative_name(rf, path);
+            if rf.streaming && seen.contains(&name) {
+                continue;
+            }
+            if !rf.streaming {
+                let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                batch.fingerprint.push(format!("{name}:{len}"));
+            }
+            rows.extend(files::read_file(rf, &schema, path)?);
+            names.push(name);
+        }
+        batch.files += names.len() as u64;
+        batch.rows += rows.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+        if rf.streaming {
+            batch.has_new |= !names.is_empty();
+            batch.offsets.files.insert(rf.table.clone(), names);
+        }
+        register_rows(planner, &rf.table, schema, rows)
+    }
+
+    /// A view is planned over its own inputs (read whole) and registered as a view.
+    async fn register_view(
+        &self,
+        view: &Dataset,
+        planner: &mut Planner,
+        batch: &mut BatchInputs,
+    ) -> Result<(), RunError> {
+        let flow = self
+            .pipeline
+            .flows_into(&view.name)
+            .next()
+            .ok_or_else(|| RunError::input(format!("view `{}` has no query", view.name)))?;
+        let FlowKind::Query { query, .. } = &flow.kind else {
+            return Err(RunError::input(format!(
+                "view `{}` is not defined by a query",
+                view.name
+            )));
+        };
+        let whole: Vec<Input> = flow
+            .inputs
+            .iter()
+            .map(|i| match i {
+                Input::Dataset { name, .. } => Input::Dataset {
+                    name: name.clone(),
+                    streaming: false,
+                },
+                Input::Files(rf) => Input::Files(ReadFiles {
+                    streaming: false,
+                    ..rf.clone()
+                }),
+            })
+            .collect();
+        let mut inner = Planner::with_state(self.ctx.state());
+        Box::pin(self.register(&whole, &Progress::default(), &mut inner, batch)).await?;
+        let plan = inner.plan_query(query)?;
+        planner.register(
+            &view.name,
+            provider_as_source(Arc::new(ViewTable::new(plan, None))),
+        );
+        Ok(())
+    }
+}
+
+fn register_rows(
+    planner: &mut Planner,
+    name: &str,
+    schema: SchemaRef,
+    rows: Vec<RecordBatch>,
+) -> Result<(), RunError> {
+    let table = MemTable::try_new(schema, vec![rows])?;
+    planner.register(name, provider_as_source(Arc::new(table)));
+    Ok(())
+}

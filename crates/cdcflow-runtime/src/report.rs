@@ -1,0 +1,73 @@
+//! What a run did, per flow: the summary `cdcflow run` prints.
+
+use serde::Serialize;
+
+use crate::cdc::kernel::ApplyMetrics;
+
+/// How a flow's part of the run ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum FlowOutcome {
+    /// A batch was committed.
+    Committed { batch: i64 },
+    /// Nothing new to read.
+    UpToDate { reason: String },
+    /// Not run because an input failed.
+    Skipped { reason: String },
+    /// Failed; nothing of this batch was committed.
+    Failed { error: String, help: Option<String> },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowReport {
+    pub flow: String,
+    pub target: String,
+    /// `append`, `materialized view` or `auto cdc`.
+    pub kind: &'static str,
+    pub outcome: FlowOutcome,
+    /// Source rows read by the batch.
+    pub rows_read: u64,
+    /// Rows appended (append flows) or in the result (materialized views).
+    pub rows_written: u64,
+    /// Landing files read.
+    pub files: u64,
+    /// AUTO CDC flows: what the apply did.
+    pub cdc: Option<ApplyMetrics>,
+    /// Things the user should know that did not fail the flow.
+    pub warnings: Vec<String>,
+    pub millis: u64,
+}
+
+impl FlowReport {
+    pub fn new(flow: &str, target: &str, kind: &'static str) -> Self {
+        Self {
+            flow: flow.to_string(),
+            target: target.to_string(),
+            kind,
+            outcome: FlowOutcome::UpToDate {
+                reason: "nothing new".into(),
+            },
+            rows_read: 0,
+            rows_written: 0,
+            files: 0,
+            cdc: None,
+            warnings: vec![],
+            millis: 0,
+        }
+    }
+
+    pub fn failed(&self) -> bool {
+        matches!(self.outcome, FlowOutcome::Failed { .. })
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunReport {
+    pub flows: Vec<FlowReport>,
+}
+
+impl RunReport {
+    pub fn failed(&self) -> bool {
+        self.flows.iter().any(FlowReport::failed)
+    }
+}

@@ -1,0 +1,196 @@
+//! One run of a pipeline: flows in dependency order, each committing its own batch; a
+//! failed flow stops the flows downstream of it and no others.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Instant;
+
+use cdcflow_plan::{Flow, FlowKind, Input, Pipeline};
+use cdcflow_sql::ast::DatasetKind;
+use datafusion::prelude::SessionContext;
+
+use crate::checkpoint::Checkpoint;
+use crate::delta::{self, Commit, Mode, Table};
+use crate::inputs::InputReader;
+use crate::report::{FlowOutcome, FlowReport, RunReport};
+use crate::{RunError, cdc, flows, layout};
+
+/// What to run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Only these flows (all when empty).
+    pub flows: Vec<String>,
+    /// Recompute these tables from their sources first; `Some(vec![])` means all.
+    pub full_refresh: Option<Vec<String>>,
+    /// The wall clock, µs since the epoch (tests pin it); now when `None`.
+    pub now_micros: Option<i64>,
+}
+
+/// What every flow of a run shares.
+pub(crate) struct RunContext<'a> {
+    pub pipeline: &'a Pipeline,
+    pub storage: &'a Path,
+    pub ctx: SessionContext,
+    pub now_micros: i64,
+}
+
+impl RunContext<'_> {
+    pub fn reader(&self) -> InputReader<'_> {
+        InputReader {
+            pipeline: self.pipeline,
+            storage: self.storage,
+            ctx: &self.ctx,
+        }
+    }
+
+    pub fn checkpoint(&self, flow: &Flow) -> Checkpoint {
+        Checkpoint::new(layout::checkpoint_dir(self.storage, &flow.name))
+    }
+}
+
+/// Runs `pipeline` once.
+pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport, RunError> {
+    let storage = pipeline.storage_dir();
+    for name in &options.flows {
+        if pipeline.flow(name).is_none() {
+            let known: Vec<&str> = pipeline.flows.iter().map(|f| f.name.as_str()).collect();
+            return Err(RunError::input(format!("no flow named `{name}`"))
+                .with_help(format!("flows of this pipeline: {}", known.join(", "))));
+        }
+    }
+    if let Some(tables) = &options.full_refresh {
+        full_refresh(pipeline, &storage, tables).await?;
+    }
+    let rc = RunContext {
+        pipeline,
+        storage: &storage,
+        ctx: SessionContext::new_with_config(cdcflow_plan::planner::session_config()),
+        now_micros: options
+            .now_micros
+            .unwrap_or_else(|| chrono::Utc::now().timestamp_micros()),
+    };
+    let mut report = RunReport::default();
+    let mut failed: BTreeSet<String> = BTreeSet::new();
+    for &f in &pipeline.order {
+        let flow = &pipeline.flows[f];
+        let Some(target) = pipeline.dataset(&flow.target) else {
+            continue;
+        };
+        if target.kind == DatasetKind::View {
+            continue;
+        }
+        if !options.flows.is_empty()
+            && !options
+                .flows
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(&flow.name))
+        {
+            continue;
+        }
+        let started = Instant::now();
+        let upstream_failed = flow.inputs.iter().find_map(|i| match i {
+            Input::Dataset { name, .. } if failed.contains(&name.to_lowercase()) => {
+                Some(name.clone())
+            }
+            _ => None,
+        });
+        let mut r = match upstream_failed {
+            Some(name) => {
+                let mut r = FlowReport::new(&flow.name, &flow.target, kind_of(flow, target.kind));
+                r.outcome = FlowOutcome::Skipped {
+                    reason: format!("input `{name}` failed"),
+                };
+                r
+            }
+            None => run_flow(&rc, flow, target.kind).await,
+        };
+        r.millis = started.elapsed().as_millis() as u64;
+        if matches!(
+            r.outcome,
+            FlowOutcome::Failed { .. } | FlowOutcome::Skipped { .. }
+        ) {
+            failed.insert(flow.target.to_lowercase());
+        }
+        tracing::info!(flow = %r.flow, outcome = ?r.outcome, "flow finished");
+        report.flows.push(r);
+    }
+    Ok(report)
+}
+
+fn kind_of(flow: &Flow, target: DatasetKind) -> &'static str {
+    match (&flow.kind, target) {
+        (FlowKind::AutoCdc(_), _) => "auto cdc",
+        (_, DatasetKind::MaterializedView) => "materialized view",
+        _ => "append",
+    }
+}
+
+async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> FlowReport {
+    let mut report = FlowReport::new(&flow.name, &flow.target, kind_of(flow, target));
+    let result = match (&flow.kind, target) {
+        (FlowKind::AutoCdc(spec), _) => cdc::flow::run(rc, flow, spec, &mut report).await,
+        (FlowKind::Query { query, .. }, DatasetKind::MaterializedView) => {
+            flows::materialize(rc, flow, query, &mut report).await
+        }
+        (FlowKind::Query { query, .. }, _) => flows::append(rc, flow, query, &mut report).await,
+    };
+    if let Err(e) = result {
+        report.outcome = FlowOutcome::Failed {
+            error: e.to_string(),
+            help: e.help().map(str::to_string),
+        };
+    }
+    report
+}
+
+/// Empties the selected tables (and AUTO CDC state) in a commit that resets their
+/// flows' transaction ids, then forgets the flows' checkpoints, so the next batch
+/// recomputes everything. The order matters: a crash in between leaves checkpoints
+/// ahead of the tables, and those are discarded on load.
+async fn full_refresh(
+    pipeline: &Pipeline,
+    storage: &Path,
+    tables: &[String],
+) -> Result<(), RunError> {
+    for name in tables {
+        if pipeline.dataset(name).is_none() {
+            return Err(RunError::input(format!(
+                "--full-refresh: no table named `{name}`"
+            )));
+        }
+    }
+    for d in &pipeline.datasets {
+        if d.kind == DatasetKind::View
+            || (!tables.is_empty() && !tables.iter().any(|t| t.eq_ignore_ascii_case(&d.name)))
+        {
+            continue;
+        }
+        let flows: Vec<&Flow> = pipeline.flows_into(&d.name).collect();
+        let txns: Vec<(String, i64)> = flows
+            .iter()
+            .map(|f| (layout::app_id(&f.name), -1))
+            .collect();
+        for dir in [
+            layout::table_dir(storage, &d.name),
+            layout::state_dir(storage, &d.name),
+        ] {
+            let table = Table::open(&dir).await?;
+            let Some(t) = &table.table else { continue };
+            let schema = t
+                .snapshot()
+                .map_err(|e| RunError::delta(&dir, e))?
+                .snapshot()
+                .arrow_schema();
+            let commit = Commit {
+                txns: txns.clone(),
+                name: d.name.clone(),
+                ..Commit::default()
+            };
+            delta::write(&dir, &schema, vec![], Mode::Overwrite, &commit).await?;
+        }
+        for f in flows {
+            Checkpoint::new(layout::checkpoint_dir(storage, &f.name)).reset()?;
+        }
+    }
+    Ok(())
+}

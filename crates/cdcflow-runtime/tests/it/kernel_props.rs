@@ -1,0 +1,130 @@
+//! The ordering, duplication and batching guarantees, as properties: any split of any
+//! arrival order of an event set, with re-deliveries, gives the reference model's table.
+
+use cdcflow_runtime::cdc::kernel::{Applied, apply};
+use datafusion::arrow::array::RecordBatch;
+use proptest::prelude::*;
+
+use crate::model::{Config, Event, ModelOp, expected, rows_of, to_batch};
+
+const FOREVER: i64 = i64::MAX / 4;
+
+fn event(truncates: bool) -> impl Strategy<Value = Event> {
+    let op = if truncates {
+        prop_oneof![6 => Just(ModelOp::Upsert), 2 => Just(ModelOp::Delete), 1 => Just(ModelOp::Truncate)].boxed()
+    } else {
+        prop_oneof![3 => Just(ModelOp::Upsert), 1 => Just(ModelOp::Delete)].boxed()
+    };
+    (
+        0i64..4,
+        0i64..10,
+        op,
+        proptest::option::of(0i64..3),
+        proptest::option::of(0i64..3),
+    )
+        .prop_map(|(id, seq, op, a, b)| Event { id, seq, op, a, b })
+}
+
+/// An event set and how it is delivered: an arrival order, re-deliveries and batches.
+fn delivery(truncates: bool) -> impl Strategy<Value = (Vec<Event>, Vec<Vec<Event>>)> {
+    proptest::collection::vec(event(truncates), 0..24).prop_flat_map(|events| {
+        let n = events.len();
+        (
+            Just(events.clone()).prop_shuffle(),
+            proptest::collection::vec(0..n.max(1), 0..6),
+            proptest::collection::vec(any::<bool>(), n + 6),
+        )
+            .prop_map(move |(order, dups, cuts)| {
+                let mut arrivals = order.clone();
+                for d in dups {
+                    if let Some(e) = order.get(d) {
+                        arrivals.push(*e);
+                    }
+                }
+                let mut batches = vec![vec![]];
+                for (i, e) in arrivals.into_iter().enumerate() {
+                    if cuts.get(i).copied().unwrap_or(false) {
+                        batches.push(vec![]);
+                    }
+                    if let Some(b) = batches.last_mut() {
+                        b.push(e);
+                    }
+                }
+                (events.clone(), batches)
+            })
+    })
+}
+
+fn run_batches(config: &Config, batches: &[Vec<Event>]) -> Applied {
+    let rules = config.rules(FOREVER);
+    let mut state = RecordBatch::new_empty(rules.state_schema());
+    let mut last = None;
+    for batch in batches {
+        let applied = apply(&rules, &state, &to_batch(&rules, batch, 0), 0).expect("apply");
+        state = applied.state.clone();
+        last = Some(applied);
+    }
+    last.unwrap_or_else(|| apply(&rules, &state, &to_batch(&rules, &[], 0), 0).expect("apply"))
+}
+
+fn check(config: &Config, events: &[Event], batches: &[Vec<Event>]) -> Result<(), TestCaseError> {
+    let applied = run_batches(config, batches);
+    let want = expected(config, events);
+    prop_assert_eq!(
+        rows_of(&applied.public),
+        want.clone(),
+        "batches: {:?}",
+        batches
+    );
+    // Applying everything again changes nothing.
+    let rules = config.rules(FOREVER);
+    let again = apply(&rules, &applied.state, &to_batch(&rules, events, 0), 0).expect("apply");
+    prop_assert_eq!(rows_of(&again.public), want);
+    prop_assert_eq!(again.metrics.upserted + again.metrics.deleted, 0);
+    Ok(())
+}
+
+fn scd1(ignore_null: Vec<&'static str>) -> Config {
+    Config {
+        scd2: false,
+        tracked: vec![],
+        ignore_null,
+    }
+}
+
+fn scd2(tracked: Vec<&'static str>, ignore_null: Vec<&'static str>) -> Config {
+    Config {
+        scd2: true,
+        tracked,
+        ignore_null,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(384))]
+
+    #[test]
+    fn scd1_depends_only_on_the_event_set((events, batches) in delivery(true)) {
+        check(&scd1(vec![]), &events, &batches)?;
+    }
+
+    #[test]
+    fn scd1_ignore_null_updates_depends_only_on_the_event_set((events, batches) in delivery(true)) {
+        check(&scd1(vec!["a"]), &events, &batches)?;
+    }
+
+    #[test]
+    fn scd2_depends_only_on_the_event_set((events, batches) in delivery(false)) {
+        check(&scd2(vec!["a", "b"], vec![]), &events, &batches)?;
+    }
+
+    #[test]
+    fn scd2_track_history_depends_only_on_the_event_set((events, batches) in delivery(false)) {
+        check(&scd2(vec!["a"], vec![]), &events, &batches)?;
+    }
+
+    #[test]
+    fn scd2_ignore_null_updates_depends_only_on_the_event_set((events, batches) in delivery(false)) {
+        check(&scd2(vec!["a", "b"], vec!["b"]), &events, &batches)?;
+    }
+}

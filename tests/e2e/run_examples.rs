@@ -1,0 +1,251 @@
+//! `cdcflow run`, `query` and `tables` on the example pipelines and on Parquet landing
+//! files, and the silver tables read back by an independent Delta reader.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::parquet::arrow::ArrowWriter;
+
+use crate::{cdcflow, repo, stderr, stdout};
+
+/// A copy of an example pipeline in a temporary folder (runs write `_storage/`).
+fn example_copy(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&repo().join("pipelines").join(name), dir.path());
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        if entry.file_name() == "_storage" {
+            continue;
+        }
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            fs::create_dir_all(&target).expect("mkdir");
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+fn json_rows(dir: &str, sql: &str) -> Vec<serde_json::Value> {
+    let out = cdcflow(&["query", "-p", dir, sql, "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("ndjson"))
+        .collect()
+}
+
+#[test]
+fn the_orders_example_runs_end_to_end_and_a_second_run_has_nothing_to_do() {
+    let dir = example_copy("orders");
+    let p = dir.path().to_str().expect("utf-8");
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let summary = stdout(&out);
+    assert!(summary.contains("orders_changes"), "{summary}");
+    assert!(summary.contains("duplicates 1"), "{summary}");
+
+    let current = json_rows(
+        p,
+        "SELECT order_id, status, customer_id FROM silver_orders_history WHERE __END_AT IS NULL ORDER BY order_id",
+    );
+    assert_eq!(
+        current,
+        vec![
+            serde_json::json!({"order_id": 100, "status": "shipped", "customer_id": 1}),
+            serde_json::json!({"order_id": 102, "status": "placed", "customer_id": 4}),
+        ]
+    );
+    let history = json_rows(p, "SELECT count(*) AS versions FROM silver_orders_history");
+    assert_eq!(history, vec![serde_json::json!({"versions": 6})]);
+    let gold = json_rows(
+        p,
+        "SELECT status, orders FROM gold_orders_by_status ORDER BY status",
+    );
+    assert_eq!(
+        gold,
+        vec![
+            serde_json::json!({"status": "placed", "orders": 1}),
+            serde_json::json!({"status": "shipped", "orders": 1}),
+        ]
+    );
+
+    let again = cdcflow(&["run", "-p", p]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(
+        stdout(&again).matches("up to date").count(),
+        3,
+        "{}",
+        stdout(&again)
+    );
+
+    let tables = cdcflow(&["tables", "-p", p]);
+    let text = stdout(&tables);
+    assert!(
+        text.contains("silver_orders_history  streaming table"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gold_orders_by_status  materialized view"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_customers_example_runs_end_to_end() {
+    let dir = example_copy("customers");
+    let p = dir.path().to_str().expect("utf-8");
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let rows = json_rows(
+        p,
+        "SELECT customer_id, city FROM silver_customers ORDER BY customer_id",
+    );
+    let ids: Vec<i64> = rows
+        .iter()
+        .filter_map(|r| r["customer_id"].as_i64())
+        .collect();
+    assert_eq!(ids, vec![1, 2, 3, 5, 6]);
+}
+
+#[test]
+fn query_json_writes_iso_timestamps_and_explicit_nulls() {
+    let dir = example_copy("orders");
+    let p = dir.path().to_str().expect("utf-8");
+    assert!(cdcflow(&["run", "-p", p]).status.success());
+    let rows = json_rows(
+        p,
+        "SELECT commit_ts, customer_id FROM bronze_order_changes WHERE operation = 'DELETE'",
+    );
+    assert_eq!(
+        rows,
+        vec![serde_json::json!({"commit_ts": "2024-06-02T08:00:00Z", "customer_id": null})]
+    );
+}
+
+#[test]
+fn parquet_landing_files_are_read_incrementally() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::write(dir.path().join("pipeline.yaml"), "name: pq\n").expect("write");
+    fs::write(
+        dir.path().join("flows.sql"),
+        "CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'parquet');\n\
+         CREATE OR REFRESH STREAMING TABLE items;\n\
+         CREATE FLOW items_cdc AS AUTO CDC INTO items FROM STREAM(raw) KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq);\n",
+    )
+    .expect("write");
+    let landing = dir.path().join("landing");
+    fs::create_dir_all(&landing).expect("mkdir");
+    let write = |name: &str, ids: Vec<i64>, names: Vec<&str>, seqs: Vec<i64>| {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("seq", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(StringArray::from(names)),
+                Arc::new(Int64Array::from(seqs)),
+            ],
+        )
+        .expect("batch");
+        let file = fs::File::create(landing.join(name)).expect("create");
+        let mut w = ArrowWriter::try_new(file, schema, None).expect("writer");
+        w.write(&batch).expect("write");
+        w.close().expect("close");
+    };
+    write("1.parquet", vec![1, 2], vec!["a", "b"], vec![1, 1]);
+    let p = dir.path().to_str().expect("utf-8");
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    write("2.parquet", vec![2], vec!["c"], vec![2]);
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("from 1 file(s)"), "{}", stdout(&out));
+    let rows = json_rows(p, "SELECT id, name FROM items ORDER BY id");
+    assert_eq!(
+        rows,
+        vec![
+            serde_json::json!({"id": 1, "name": "a"}),
+            serde_json::json!({"id": 2, "name": "c"}),
+        ]
+    );
+}
+
+/// The Python `deltalake` package (delta-rs' Python reader), when installed: `.ci/run`
+/// installs it and sets `CDCFLOW_PYTHON`; elsewhere the test says how to get it.
+fn python_with_deltalake() -> Option<String> {
+    let python = std::env::var("CDCFLOW_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import deltalake, pyarrow"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(python)
+}
+
+#[test]
+fn an_independent_delta_reader_sees_the_same_silver_rows() {
+    let Some(python) = python_with_deltalake() else {
+        assert!(
+            std::env::var("CDCFLOW_REQUIRE_PY_DELTA").is_err(),
+            "CDCFLOW_REQUIRE_PY_DELTA is set but no Python with `deltalake` was found"
+        );
+        eprintln!(
+            "skipped: no Python with `deltalake` (pip install deltalake pyarrow, or run .ci/run)"
+        );
+        return;
+    };
+    let dir = example_copy("orders");
+    let p = dir.path().to_str().expect("utf-8");
+    assert!(cdcflow(&["run", "-p", p]).status.success());
+    let table = dir.path().join("_storage/tables/silver_orders_history");
+    let script = r#"
+import json, sys
+from deltalake import DeltaTable
+t = DeltaTable(sys.argv[1])
+rows = t.to_pyarrow_table().to_pylist()
+out = sorted(
+    [r["order_id"], r["customer_id"], r["status"], str(r["amount"]),
+     r["__START_AT"]["log_position"], (r["__END_AT"] or {}).get("log_position")]
+    for r in rows)
+out.sort(key=lambda r: (r[0], r[4]))
+print(json.dumps({"version": t.version(), "rows": out}))
+"#;
+    let out = Command::new(&python)
+        .args(["-c", script, table.to_str().expect("utf-8")])
+        .output()
+        .expect("python");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let theirs: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let ours: Vec<serde_json::Value> = json_rows(
+        p,
+        "SELECT order_id, customer_id, status, CAST(amount AS VARCHAR) AS amount, \
+         __START_AT['log_position'] AS s, __END_AT['log_position'] AS e \
+         FROM silver_orders_history ORDER BY order_id, s",
+    )
+    .into_iter()
+    .map(|r| {
+        serde_json::json!([
+            r["order_id"],
+            r["customer_id"],
+            r["status"],
+            r["amount"],
+            r["s"],
+            r["e"]
+        ])
+    })
+    .collect();
+    assert_eq!(theirs["rows"], serde_json::Value::Array(ours));
+    assert_eq!(theirs["version"], 0);
+}

@@ -1,0 +1,4 @@
+CREATE OR REFRESH STREAMING TABLE raw
+AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, v STRING, seq BIGINT');
+CREATE OR REFRESH STREAMING TABLE target;
+CREATE FLOW apply_raw AS AUTO CDC INTO target FROM STREAM(raw) KEYS (id) SEQUENCE BY seq;
