@@ -2,8 +2,9 @@
 //! apply them to the target's state, and commit the state and the published table.
 //!
 //! Both commits carry the flow's transaction id and batch number. The state table is
-//! the source of truth; when a crash left the published table behind it, the published
-//! table is derived again from the state before anything else happens.
+//! the source of truth; when a crash left the published table out of step with it (their
+//! transaction ids differ), the published table is derived again from the state before
+//! anything else happens.
 
 use std::sync::Arc;
 
@@ -110,28 +111,31 @@ async fn commit_both(
         )),
         ..Commit::default()
     };
-    delta::write(
-        state_dir,
-        &rules.state_schema(),
-        vec![applied.state],
-        Mode::Overwrite,
-        &state_commit,
-    )
-    .await?;
     let public_commit = Commit {
         txns,
         configuration: target.properties.clone(),
         name: target.name.clone(),
         description: target.def.comment.clone(),
     };
-    delta::write(
-        public_dir,
-        &rules.public_schema(),
-        vec![applied.public],
-        Mode::Overwrite,
-        &public_commit,
-    )
-    .await?;
+    let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
+    // Both at once: if only one of them lands, their transaction ids differ and the next
+    // run derives the published table from the state again (sync_published).
+    tokio::try_join!(
+        delta::write(
+            state_dir,
+            &state_schema,
+            vec![applied.state],
+            Mode::Overwrite,
+            &state_commit,
+        ),
+        delta::write(
+            public_dir,
+            &public_schema,
+            vec![applied.public],
+            Mode::Overwrite,
+            &public_commit,
+        ),
+    )?;
     Ok(())
 }
 

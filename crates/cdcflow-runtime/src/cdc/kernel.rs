@@ -19,8 +19,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch, UInt32Array,
+    Array, ArrayRef, AsArray, DynComparator, Int8Array, Int64Array, RecordBatch, UInt32Array,
+    make_comparator,
 };
+use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::compute::{concat_batches, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
@@ -186,8 +188,9 @@ pub fn apply(
     })
 }
 
-/// The stored and incoming events side by side, with their keys, sequence values and
-/// whole rows encoded as comparable bytes.
+/// The stored and incoming events side by side, with their keys and sequence values
+/// encoded as comparable bytes, and a comparator per column for ties (rare, so rows are
+/// compared cell by cell rather than encoded whole).
 struct View<'a> {
     rules: &'a Rules,
     all: &'a RecordBatch,
@@ -196,7 +199,7 @@ struct View<'a> {
     recorded: &'a Int64Array,
     keys: Rows,
     seq: Rows,
-    values: Rows,
+    cells: Vec<DynComparator>,
 }
 
 /// The newest TRUNCATE and collected-tombstone horizon, as row indexes.
@@ -232,8 +235,10 @@ impl<'a> View<'a> {
         let seq =
             converter(&[seq_field])?.convert_columns(&[Arc::clone(all.column(rules.seq_col()))])?;
         let n = rules.columns.fields().len();
-        let value_fields: Vec<&Field> = (0..n).map(|i| schema.field(i)).collect();
-        let values = converter(&value_fields)?.convert_columns(&all.columns()[..n])?;
+        let cells = all.columns()[..n]
+            .iter()
+            .map(|c| make_comparator(c.as_ref(), c.as_ref(), SortOptions::default()))
+            .collect::<Result<Vec<_>, _>>()?;
         let ops = all
             .column(rules.op_col())
             .as_primitive_opt::<Int8Type>()
@@ -250,7 +255,7 @@ impl<'a> View<'a> {
             recorded,
             keys,
             seq,
-            values,
+            cells,
         })
     }
 
@@ -280,7 +285,16 @@ impl<'a> View<'a> {
         let upsert = |x: usize| self.op(x) == Some(Op::Upsert);
         self.seq_cmp(i, j)
             .then_with(|| upsert(i).cmp(&upsert(j)))
-            .then_with(|| self.values.row(i).cmp(&self.values.row(j)))
+            .then_with(|| self.row_cmp(i, j))
+    }
+
+    /// Two rows compared column by column, nulls first.
+    fn row_cmp(&self, i: usize, j: usize) -> Ordering {
+        self.cells
+            .iter()
+            .map(|cmp| cmp(i, j))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
     }
 
     fn markers(&self) -> Markers {
@@ -574,11 +588,10 @@ impl<'a> View<'a> {
     }
 
     fn same_tracked(&self, a: &[usize], b: &[usize]) -> bool {
-        self.rules.tracked.iter().all(|&c| {
-            let col = self.all.column(c);
-            let (x, y) = (a[c], b[c]);
-            x == y || cell_eq(col.as_ref(), x, y)
-        })
+        self.rules
+            .tracked
+            .iter()
+            .all(|&c| a[c] == b[c] || self.cells[c](a[c], b[c]).is_eq())
     }
 
     fn take_rows(&self, rows: &[u32]) -> Result<RecordBatch, ArrowError> {
@@ -657,17 +670,5 @@ impl Output {
             columns.push(take(seq.as_ref(), &UInt32Array::from(self.end), None)?);
         }
         RecordBatch::try_new(view.rules.public_schema(), columns)
-    }
-}
-
-fn cell_eq(col: &dyn Array, x: usize, y: usize) -> bool {
-    match (col.is_null(x), col.is_null(y)) {
-        (true, true) => true,
-        (false, false) => {
-            let a = col.slice(x, 1);
-            let b = col.slice(y, 1);
-            a.to_data() == b.to_data()
-        }
-        _ => false,
     }
 }

@@ -3,3 +3,4 @@
 mod kernel_examples;
 mod kernel_props;
 mod model;
+mod recovery;

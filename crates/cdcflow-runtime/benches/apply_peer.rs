@@ -1,0 +1,225 @@
+//! cdcflow as a peer of the CDC-apply benchmark kit (`../shared/bench`, README "Peer
+//! contract"): `apply_peer --data DIR --mode scd1|scd2 --out PATH`.
+//!
+//! The timed part is what a `cdcflow run` batch does for an AUTO CDC flow: read the
+//! stored state (here: the kit's target or history table, every row an event older
+//! than the batch), read the change batch, evaluate the flow's expressions with
+//! DataFusion, apply with the kernel, and commit both the internal state table and the
+//! published table to Delta (the published one at PATH). Build and run:
+//!
+//! ```text
+//! cargo bench --locked -p cdcflow-runtime --bench apply_peer --no-run
+//! bash ../shared/bench/run_all.sh 1000000 100000 --peer "cdcflow=$CARGO_TARGET_DIR/release/deps/apply_peer-<hash> --data"
+//! ```
+//! (see docs/benchmarks.md for the exact command used).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cdcflow_plan::autocdc::{AutoCdcSpec, SequenceField};
+use cdcflow_runtime::cdc::events::to_events;
+use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules, apply};
+use cdcflow_runtime::cdc::rules_for;
+use cdcflow_runtime::delta::{Commit, Mode, read_parquet, write};
+use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use datafusion::logical_expr::{col, lit};
+
+const COLUMNS: [&str; 6] = [
+    "customer_id",
+    "name",
+    "city",
+    "tier",
+    "balance",
+    "updated_at",
+];
+
+struct Args {
+    data: PathBuf,
+    scd2: bool,
+    out: PathBuf,
+}
+
+fn args() -> Result<Args, String> {
+    let mut data = None;
+    let mut mode = None;
+    let mut out = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--data" => data = it.next(),
+            "--mode" => mode = it.next(),
+            "--out" => out = it.next(),
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    let mode = mode.ok_or("--mode scd1|scd2 is required")?;
+    Ok(Args {
+        data: PathBuf::from(data.ok_or("--data DIR is required")?),
+        scd2: match mode.as_str() {
+            "scd1" => false,
+            "scd2" => true,
+            m => return Err(format!("unknown mode {m}")),
+        },
+        out: PathBuf::from(out.ok_or("--out PATH is required")?),
+    })
+}
+
+fn spec(scd2: bool) -> AutoCdcSpec {
+    let columns: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+    AutoCdcSpec {
+        flow: "bench".into(),
+        target: "customers".into(),
+        source: "changes".into(),
+        streaming: true,
+        once: false,
+        keys: vec!["customer_id".into()],
+        sequence: vec![SequenceField {
+            name: "seq".into(),
+            expr: col("seq"),
+            data_type: DataType::Int64,
+        }],
+        delete_when: Some(col("op").eq(lit("D"))),
+        truncate_when: None,
+        filter: None,
+        track_history: columns[1..].to_vec(),
+        columns,
+        scd_type: if scd2 { 2 } else { 1 },
+        ignore_null_updates: vec![],
+    }
+}
+
+/// The kit's stored table as cdcflow state: every row an upsert event, sequenced by
+/// `__START_AT` (history) or below every batch event (target: it carries no sequence).
+fn as_state(rules: &Rules, stored: &RecordBatch, scd2: bool) -> Result<RecordBatch, String> {
+    let n = stored.num_rows();
+    let mut columns = Vec::new();
+    for c in COLUMNS {
+        columns.push(Arc::clone(
+            stored.column_by_name(c).ok_or(format!("no column {c}"))?,
+        ));
+    }
+    let seq = if scd2 {
+        let start = stored
+            .column_by_name("__START_AT")
+            .ok_or("no __START_AT")?
+            .as_primitive::<Int64Type>();
+        Arc::new(start.clone()) as Arc<dyn Array>
+    } else {
+        Arc::new(Int64Array::from(vec![0i64; n]))
+    };
+    columns.push(seq);
+    columns.push(Arc::new(Int8Array::from(vec![Op::Upsert as i8; n])));
+    columns.push(Arc::new(Int64Array::from(vec![0i64; n])));
+    let schema = rules.state_schema();
+    debug_assert_eq!(schema.field(schema.fields().len() - 1).name(), RECORDED_AT);
+    RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
+}
+
+fn read(path: &Path, schema: &SchemaRef) -> Result<RecordBatch, String> {
+    let batches = read_parquet(path, schema).map_err(|e| e.to_string())?;
+    concat_batches(schema, &batches).map_err(|e| e.to_string())
+}
+
+fn file_schema(path: &Path) -> Result<SchemaRef, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let builder =
+        datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Arc::clone(builder.schema()))
+}
+
+fn meta(data: &Path) -> (i64, i64) {
+    let text = std::fs::read_to_string(data.join("meta.json")).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    (v["n"].as_i64().unwrap_or(-1), v["m"].as_i64().unwrap_or(-1))
+}
+
+async fn bench(a: &Args) -> Result<(f64, usize), String> {
+    let spec = spec(a.scd2);
+    let changes_schema = file_schema(&a.data.join("changes.parquet"))?;
+    let rules = rules_for(&spec, &changes_schema, &BTreeMap::new()).map_err(|e| e.to_string())?;
+    let stored_file = a.data.join(if a.scd2 {
+        "history.parquet"
+    } else {
+        "target.parquet"
+    });
+    let stored_schema = file_schema(&stored_file)?;
+
+    let started = Instant::now();
+    let stored = as_state(&rules, &read(&stored_file, &stored_schema)?, a.scd2)?;
+    let changes = read(&a.data.join("changes.parquet"), &changes_schema)?;
+    let events = to_events(
+        &spec,
+        &rules,
+        &changes_schema,
+        vec![("changes.parquet".into(), changes)],
+        1,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let applied = apply(&rules, &stored, &events, 1).map_err(|e| e.to_string())?;
+    drop(stored);
+    let rows = applied.public.num_rows();
+    let state_dir = a.out.with_extension("cdcflow_state");
+    let commit = Commit {
+        txns: vec![("cdcflow:bench".into(), 0)],
+        name: "customers".into(),
+        ..Commit::default()
+    };
+    let (state, public) = (applied.state, applied.public);
+    let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
+    let state_write = write(
+        &state_dir,
+        &state_schema,
+        vec![state],
+        Mode::Overwrite,
+        &commit,
+    );
+    let public_write = write(
+        &a.out,
+        &public_schema,
+        vec![public],
+        Mode::Overwrite,
+        &commit,
+    );
+    let (s, p) = tokio::join!(state_write, public_write);
+    s.map_err(|e| e.to_string())?;
+    p.map_err(|e| e.to_string())?;
+    Ok((started.elapsed().as_secs_f64(), rows))
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("apply_peer: {e}\nusage: apply_peer --data DIR --mode scd1|scd2 --out PATH");
+            std::process::exit(2);
+        }
+    };
+    for p in [a.out.clone(), a.out.with_extension("cdcflow_state")] {
+        let _ = std::fs::remove_dir_all(&p);
+        let _ = std::fs::remove_file(&p);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(bench(&a)) {
+        Ok((seconds, rows)) => {
+            let (n, m) = meta(&a.data);
+            let mode = if a.scd2 { "scd2" } else { "scd1" };
+            println!(
+                "RESULT tool=cdcflow mode={mode} n={n} m={m} seconds={seconds:.3} rows_out={rows}"
+            );
+        }
+        Err(e) => {
+            eprintln!("apply_peer: {e}");
+            std::process::exit(1);
+        }
+    }
+}
