@@ -14,8 +14,14 @@ validate-examples:
     for p in pipelines/*/; do cargo run --locked -q -p cdcflow-cli -- validate -p "$p" || exit 1; done
 
 run-example:
-    cargo run --locked -p cdcflow-cli -- validate -p pipelines/orders
-    cargo run --locked -p cdcflow-cli -- explain -p pipelines/orders
+    cargo run --locked -p cdcflow-cli -- run -p pipelines/orders
+    cargo run --locked -p cdcflow-cli -- query -p pipelines/orders "SELECT * FROM silver_orders_history ORDER BY order_id"
 
 bench:
     cargo bench --locked -p cdcflow-plan --bench validate
+
+# The CDC-apply benchmark against DuckDB, Polars and delta-rs (docs/benchmarks.md).
+bench-apply n="1000000" m="100000":
+    cargo bench --locked -p cdcflow-runtime --bench apply_peer --no-run
+    bash ../shared/bench/run_all.sh {{n}} {{m}} --reps 3 --peer "cdcflow=$(ls -t ${CARGO_TARGET_DIR:-target}/release/deps/apply_peer-* | grep -v '\.d$' | head -1)"
+

@@ -120,9 +120,8 @@ fn as_state(rules: &Rules, stored: &RecordBatch, scd2: bool) -> Result<RecordBat
     RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
 }
 
-fn read(path: &Path, schema: &SchemaRef) -> Result<RecordBatch, String> {
-    let batches = read_parquet(path, schema).map_err(|e| e.to_string())?;
-    concat_batches(schema, &batches).map_err(|e| e.to_string())
+fn read(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
+    read_parquet(path, schema).map_err(|e| e.to_string())
 }
 
 fn file_schema(path: &Path) -> Result<SchemaRef, String> {
@@ -151,8 +150,22 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     let stored_schema = file_schema(&stored_file)?;
 
     let started = Instant::now();
-    let stored = as_state(&rules, &read(&stored_file, &stored_schema)?, a.scd2)?;
-    let changes = read(&a.data.join("changes.parquet"), &changes_schema)?;
+    let phase = |name: &str, since: Instant| {
+        if std::env::var_os("CDCFLOW_BENCH_PHASES").is_some() {
+            eprintln!("{name:>8}: {:>6.3}s", since.elapsed().as_secs_f64());
+        }
+        Instant::now()
+    };
+    let stored = read(&stored_file, &stored_schema)?
+        .iter()
+        .map(|b| as_state(&rules, b, a.scd2))
+        .collect::<Result<Vec<_>, _>>()?;
+    let changes = concat_batches(
+        &changes_schema,
+        &read(&a.data.join("changes.parquet"), &changes_schema)?,
+    )
+    .map_err(|e| e.to_string())?;
+    let t = phase("read", started);
     let events = to_events(
         &spec,
         &rules,
@@ -162,9 +175,11 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     )
     .await
     .map_err(|e| e.to_string())?;
+    let t = phase("events", t);
     let applied = apply(&rules, &stored, &events, 1).map_err(|e| e.to_string())?;
     drop(stored);
-    let rows = applied.public.num_rows();
+    let t = phase("apply", t);
+    let rows = applied.public_rows();
     let state_dir = a.out.with_extension("cdcflow_state");
     let commit = Commit {
         txns: vec![("cdcflow:bench".into(), 0)],
@@ -173,23 +188,12 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     };
     let (state, public) = (applied.state, applied.public);
     let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
-    let state_write = write(
-        &state_dir,
-        &state_schema,
-        vec![state],
-        Mode::Overwrite,
-        &commit,
-    );
-    let public_write = write(
-        &a.out,
-        &public_schema,
-        vec![public],
-        Mode::Overwrite,
-        &commit,
-    );
+    let state_write = write(&state_dir, &state_schema, state, Mode::Overwrite, &commit);
+    let public_write = write(&a.out, &public_schema, public, Mode::Overwrite, &commit);
     let (s, p) = tokio::join!(state_write, public_write);
     s.map_err(|e| e.to_string())?;
     p.map_err(|e| e.to_string())?;
+    phase("write", t);
     Ok((started.elapsed().as_secs_f64(), rows))
 }
 

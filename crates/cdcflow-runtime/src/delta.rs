@@ -89,13 +89,18 @@ impl Table {
     }
 
     /// Every row of the current version, in the columns of `schema` (cast by name; a
-    /// column the files lack is null).
-    pub fn read_all(&self, schema: &SchemaRef) -> Result<RecordBatch, RunError> {
+    /// column the files lack is null), in file order.
+    pub fn read_batches(&self, schema: &SchemaRef) -> Result<Vec<RecordBatch>, RunError> {
         let mut batches = Vec::new();
         for path in self.data_files()? {
             batches.extend(read_parquet(&path, schema)?);
         }
-        Ok(concat_batches(schema, &batches)?)
+        Ok(batches)
+    }
+
+    /// Every row of the current version as one batch.
+    pub fn read_all(&self, schema: &SchemaRef) -> Result<RecordBatch, RunError> {
+        Ok(concat_batches(schema, &self.read_batches(schema)?)?)
     }
 
     /// The rows added by commits after `after` up to the current version (the whole

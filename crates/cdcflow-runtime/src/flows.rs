@@ -14,6 +14,77 @@ use crate::report::{FlowOutcome, FlowReport};
 use crate::runner::RunContext;
 use crate::{RunError, layout};
 
+/// A query flow's batch in the making: its target, progress and registered input.
+struct QueryBatch {
+    dir: std::path::PathBuf,
+    table: Table,
+    app: String,
+    checkpoint: crate::checkpoint::Checkpoint,
+    progress: crate::checkpoint::Progress,
+    planner: Planner,
+    inputs: BatchInputs,
+}
+
+impl QueryBatch {
+    /// Opens the target and reads the flow's progress; the input is registered by
+    /// [`QueryBatch::read_inputs`].
+    async fn open(rc: &RunContext<'_>, flow: &Flow) -> Result<Self, RunError> {
+        let dir = layout::table_dir(rc.storage, &flow.target);
+        let table = Table::open(&dir).await?;
+        let app = layout::app_id(&flow.name);
+        let checkpoint = rc.checkpoint(flow);
+        let progress = checkpoint.load(table.txn_version(&app).await?)?;
+        let inputs = BatchInputs::new(progress.next_batch());
+        Ok(Self {
+            dir,
+            table,
+            app,
+            checkpoint,
+            progress,
+            planner: Planner::with_state(rc.ctx.state()),
+            inputs,
+        })
+    }
+
+    async fn read_inputs(
+        &mut self,
+        rc: &RunContext<'_>,
+        flow: &Flow,
+        report: &mut FlowReport,
+    ) -> Result<(), RunError> {
+        rc.reader()
+            .register(
+                &flow.inputs,
+                &self.progress,
+                &mut self.planner,
+                &mut self.inputs,
+            )
+            .await?;
+        report.rows_read = self.inputs.rows;
+        report.files = self.inputs.files;
+        Ok(())
+    }
+
+    /// Writes the offsets, runs the query and commits its result.
+    async fn commit(
+        self,
+        rc: &RunContext<'_>,
+        flow: &Flow,
+        query: &Query,
+        mode: Mode,
+        report: &mut FlowReport,
+    ) -> Result<(), RunError> {
+        self.checkpoint.write_intent(&self.inputs.offsets)?;
+        let (schema, batches) = execute(rc, &self.planner, query).await?;
+        report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let batch = self.inputs.offsets.batch;
+        let commit = commit_for(rc, flow, &self.app, batch);
+        delta::write(&self.dir, &schema, batches, mode, &commit).await?;
+        report.outcome = FlowOutcome::Committed { batch };
+        Ok(())
+    }
+}
+
 /// Appends the rows the flow's query gives for the new input.
 pub(crate) async fn append(
     rc: &RunContext<'_>,
@@ -21,36 +92,18 @@ pub(crate) async fn append(
     query: &Query,
     report: &mut FlowReport,
 ) -> Result<(), RunError> {
-    let dir = layout::table_dir(rc.storage, &flow.target);
-    let table = Table::open(&dir).await?;
-    let app = layout::app_id(&flow.name);
-    let checkpoint = rc.checkpoint(flow);
-    let progress = checkpoint.load(table.txn_version(&app).await?)?;
-    if flow.once && progress.committed.is_some() {
+    let mut batch = QueryBatch::open(rc, flow).await?;
+    if flow.once && batch.progress.committed.is_some() {
         report.outcome = FlowOutcome::UpToDate {
             reason: "ONCE flow already ran".into(),
         };
         return Ok(());
     }
-    let mut planner = Planner::with_state(rc.ctx.state());
-    let mut inputs = BatchInputs::new(progress.next_batch());
-    rc.reader()
-        .register(&flow.inputs, &progress, &mut planner, &mut inputs)
-        .await?;
-    report.rows_read = inputs.rows;
-    report.files = inputs.files;
-    if !inputs.has_new && table.exists() && !flow.once {
+    batch.read_inputs(rc, flow, report).await?;
+    if !batch.inputs.has_new && batch.table.exists() && !flow.once {
         return Ok(());
     }
-    checkpoint.write_intent(&inputs.offsets)?;
-    let (schema, batches) = execute(rc, &planner, query).await?;
-    report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
-    let commit = commit_for(rc, flow, &app, inputs.offsets.batch);
-    delta::write(&dir, &schema, batches, Mode::Append, &commit).await?;
-    report.outcome = FlowOutcome::Committed {
-        batch: inputs.offsets.batch,
-    };
-    Ok(())
+    batch.commit(rc, flow, query, Mode::Append, report).await
 }
 
 /// Recomputes a materialized view when its inputs changed since the last refresh.
@@ -60,38 +113,21 @@ pub(crate) async fn materialize(
     query: &Query,
     report: &mut FlowReport,
 ) -> Result<(), RunError> {
-    let dir = layout::table_dir(rc.storage, &flow.target);
-    let table = Table::open(&dir).await?;
-    let app = layout::app_id(&flow.name);
-    let checkpoint = rc.checkpoint(flow);
-    let progress = checkpoint.load(table.txn_version(&app).await?)?;
-    let mut planner = Planner::with_state(rc.ctx.state());
-    let mut inputs = BatchInputs::new(progress.next_batch());
-    rc.reader()
-        .register(&flow.inputs, &progress, &mut planner, &mut inputs)
-        .await?;
-    inputs.seal_fingerprint();
-    report.rows_read = inputs.rows;
-    report.files = inputs.files;
-    let unchanged = progress
+    let mut batch = QueryBatch::open(rc, flow).await?;
+    batch.read_inputs(rc, flow, report).await?;
+    batch.inputs.seal_fingerprint();
+    let unchanged = batch
+        .progress
         .last
         .as_ref()
-        .is_some_and(|l| l.fingerprint == inputs.offsets.fingerprint);
-    if unchanged && table.exists() {
+        .is_some_and(|l| l.fingerprint == batch.inputs.offsets.fingerprint);
+    if unchanged && batch.table.exists() {
         report.outcome = FlowOutcome::UpToDate {
             reason: "inputs unchanged".into(),
         };
         return Ok(());
     }
-    checkpoint.write_intent(&inputs.offsets)?;
-    let (schema, batches) = execute(rc, &planner, query).await?;
-    report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
-    let commit = commit_for(rc, flow, &app, inputs.offsets.batch);
-    delta::write(&dir, &schema, batches, Mode::Overwrite, &commit).await?;
-    report.outcome = FlowOutcome::Committed {
-        batch: inputs.offsets.batch,
-    };
-    Ok(())
+    batch.commit(rc, flow, query, Mode::Overwrite, report).await
 }
 
 fn commit_for(rc: &RunContext<'_>, flow: &Flow, app: &str, batch: i64) -> Commit {

@@ -1,7 +1,7 @@
 //! One run of a pipeline: flows in dependency order, each committing its own batch; a
 //! failed flow stops the flows downstream of it and no others.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -70,7 +70,8 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
             .unwrap_or_else(|| chrono::Utc::now().timestamp_micros()),
     };
     let mut report = RunReport::default();
-    let mut failed: BTreeSet<String> = BTreeSet::new();
+    // Targets not updated by this run, and why: their readers are skipped.
+    let mut blocked: BTreeMap<String, &'static str> = BTreeMap::new();
     for &f in &pipeline.order {
         let flow = &pipeline.flows[f];
         let Some(target) = pipeline.dataset(&flow.target) else {
@@ -88,28 +89,29 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
             continue;
         }
         let started = Instant::now();
-        let upstream_failed = flow.inputs.iter().find_map(|i| match i {
-            Input::Dataset { name, .. } if failed.contains(&name.to_lowercase()) => {
-                Some(name.clone())
-            }
-            _ => None,
+        let upstream = flow.inputs.iter().find_map(|i| match i {
+            Input::Dataset { name, .. } => blocked
+                .get(&name.to_lowercase())
+                .map(|why| format!("input `{name}` {why}")),
+            Input::Files(_) => None,
         });
-        let mut r = match upstream_failed {
-            Some(name) => {
+        let mut r = match upstream {
+            Some(reason) => {
                 let mut r = FlowReport::new(&flow.name, &flow.target, kind_of(flow, target.kind));
-                r.outcome = FlowOutcome::Skipped {
-                    reason: format!("input `{name}` failed"),
-                };
+                r.outcome = FlowOutcome::Skipped { reason };
                 r
             }
             None => run_flow(&rc, flow, target.kind).await,
         };
         r.millis = started.elapsed().as_millis() as u64;
-        if matches!(
-            r.outcome,
-            FlowOutcome::Failed { .. } | FlowOutcome::Skipped { .. }
-        ) {
-            failed.insert(flow.target.to_lowercase());
+        match r.outcome {
+            FlowOutcome::Failed { .. } => {
+                blocked.insert(flow.target.to_lowercase(), "failed");
+            }
+            FlowOutcome::Skipped { .. } => {
+                blocked.insert(flow.target.to_lowercase(), "was not updated");
+            }
+            _ => {}
         }
         tracing::info!(flow = %r.flow, outcome = ?r.outcome, "flow finished");
         report.flows.push(r);
@@ -127,6 +129,14 @@ fn kind_of(flow: &Flow, target: DatasetKind) -> &'static str {
 
 async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> FlowReport {
     let mut report = FlowReport::new(&flow.name, &flow.target, kind_of(flow, target));
+    if flow.plan.is_none() {
+        // Only an unknown input schema leaves a valid pipeline's flow unplanned: no
+        // `schema =>` and no landing files to infer one from yet.
+        report.outcome = FlowOutcome::Skipped {
+            reason: "waiting for input: no schema declared and no landing files yet".into(),
+        };
+        return report;
+    }
     let result = match (&flow.kind, target) {
         (FlowKind::AutoCdc(spec), _) => cdc::flow::run(rc, flow, spec, &mut report).await,
         (FlowKind::Query { query, .. }, DatasetKind::MaterializedView) => {

@@ -12,20 +12,74 @@ impl Resolver<'_> {
             let flows: Vec<usize> = (0..self.flows.len())
                 .filter(|&f| self.flows[f].target.eq_ignore_ascii_case(&name))
                 .collect();
-            let mut derived = None;
+            let mut derived: Option<(usize, SchemaRef)> = None;
             for f in flows {
-                if let Some(schema) = self.plan_flow(f)
-                    && derived.is_none()
-                {
-                    derived = Some(schema);
+                let Some(schema) = self.plan_flow(f) else {
+                    continue;
+                };
+                match &derived {
+                    None => derived = Some((f, schema)),
+                    Some((first, first_schema)) => {
+                        let (first, first_schema) = (*first, Arc::clone(first_schema));
+                        self.check_cdc_flows_agree(first, &first_schema, f, &schema);
+                    }
                 }
             }
-            let schema = declared.or(derived);
+            let schema = declared.or(derived.map(|(_, s)| s));
             if let Some(s) = &schema {
                 self.planner.register_schema(&name, Arc::clone(s));
             }
             self.datasets[d].schema = schema;
         }
+    }
+
+    /// AUTO CDC flows into one target share its state, so they must agree on the
+    /// target's columns, keys and SCD type.
+    fn check_cdc_flows_agree(&mut self, first: usize, a: &SchemaRef, second: usize, b: &SchemaRef) {
+        let (Some(x), Some(y)) = (self.flows[first].auto_cdc(), self.flows[second].auto_cdc())
+        else {
+            return;
+        };
+        let shape = |s: &SchemaRef| -> Vec<(String, DataType)> {
+            s.fields()
+                .iter()
+                .map(|f| (f.name().to_lowercase(), f.data_type().clone()))
+                .collect()
+        };
+        let keys = |k: &[String]| -> Vec<String> { k.iter().map(|s| s.to_lowercase()).collect() };
+        let mut differences = Vec::new();
+        if keys(&x.keys) != keys(&y.keys) {
+            differences.push(format!(
+                "KEYS ({}) vs ({})",
+                x.keys.join(", "),
+                y.keys.join(", ")
+            ));
+        }
+        if x.scd_type != y.scd_type {
+            differences.push(format!("SCD TYPE {} vs {}", x.scd_type, y.scd_type));
+        }
+        if shape(a) != shape(b) {
+            let cols = |s: &SchemaRef| -> String {
+                s.fields()
+                    .iter()
+                    .map(|f| format!("{} {}", f.name(), f.data_type()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            differences.push(format!("columns ({}) vs ({})", cols(a), cols(b)));
+        }
+        if differences.is_empty() {
+            return;
+        }
+        let (file, span) = (self.flows[second].file, self.flows[second].span);
+        let message = format!(
+            "AUTO CDC flows `{}` and `{}` into `{}` disagree: {}",
+            self.flows[first].name,
+            self.flows[second].name,
+            self.flows[second].target,
+            differences.join("; ")
+        );
+        self.error(file, span, "cdcflow::cdc_flows_disagree", message, "this flow", Some("flows into one target share its state: give them the same KEYS, STORED AS and COLUMNS (select or cast in a view when the sources differ)".into()));
     }
 
     pub(super) fn declared_schema(&mut self, d: usize) -> Option<SchemaRef> {

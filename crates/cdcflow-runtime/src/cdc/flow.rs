@@ -72,11 +72,7 @@ pub(crate) async fn run(
     checkpoint.write_intent(&offsets)?;
 
     let events = to_events(spec, &rules, &source_schema, rows, rc.now_micros).await?;
-    let stored = if state.exists() {
-        state.read_all(&rules.state_schema())?
-    } else {
-        RecordBatch::new_empty(rules.state_schema())
-    };
+    let stored = state.read_batches(&rules.state_schema())?;
     let applied = kernel::apply(&rules, &stored, &events, rc.now_micros)?;
     let m = applied.metrics;
     if m.late_after_gc > 0 {
@@ -87,7 +83,7 @@ pub(crate) async fn run(
         ));
     }
     report.cdc = Some(m);
-    report.rows_written = applied.public.num_rows() as u64;
+    report.rows_written = applied.public_rows() as u64;
     let txns = vec![(app, batch)];
     commit_both(target, &rules, &state_dir, &public_dir, applied, txns).await?;
     report.outcome = FlowOutcome::Committed { batch };
@@ -124,14 +120,14 @@ async fn commit_both(
         delta::write(
             state_dir,
             &state_schema,
-            vec![applied.state],
+            applied.state,
             Mode::Overwrite,
             &state_commit,
         ),
         delta::write(
             public_dir,
             &public_schema,
-            vec![applied.public],
+            applied.public,
             Mode::Overwrite,
             &public_commit,
         ),
@@ -165,7 +161,7 @@ async fn sync_published(
         return Ok(());
     }
     tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
-    let stored = state.read_all(&rules.state_schema())?;
+    let stored = state.read_batches(&rules.state_schema())?;
     let empty = RecordBatch::new_empty(rules.state_schema());
     let applied = kernel::apply(rules, &stored, &empty, rc.now_micros)?;
     let commit = Commit {
@@ -177,7 +173,7 @@ async fn sync_published(
     delta::write(
         &public.dir,
         &rules.public_schema(),
-        vec![applied.public],
+        applied.public,
         Mode::Overwrite,
         &commit,
     )

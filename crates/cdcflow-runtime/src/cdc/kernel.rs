@@ -15,15 +15,13 @@
 //!   tombstones.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, DynComparator, Int8Array, Int64Array, RecordBatch, UInt32Array,
-    make_comparator,
+    Array, ArrayRef, AsArray, DynComparator, Int8Array, Int64Array, RecordBatch, make_comparator,
+    new_null_array,
 };
-use datafusion::arrow::compute::SortOptions;
-use datafusion::arrow::compute::{concat_batches, take};
+use datafusion::arrow::compute::{SortOptions, interleave};
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
@@ -150,37 +148,64 @@ pub struct ApplyMetrics {
     pub tombstones_collected: u64,
 }
 
-/// The result of [`apply`].
+/// The result of [`apply`]: the new state and visible table, in batches.
 #[derive(Debug, Clone)]
 pub struct Applied {
-    pub state: RecordBatch,
-    pub public: RecordBatch,
+    pub state: Vec<RecordBatch>,
+    pub public: Vec<RecordBatch>,
     pub metrics: ApplyMetrics,
 }
 
-/// Applies `events` (rows of [`Rules::state_schema`]) to `state`.
+impl Applied {
+    /// Rows of the visible table.
+    pub fn public_rows(&self) -> usize {
+        self.public.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+/// Rows per output batch (bounds the gather indexes held at once).
+const OUT_ROWS: usize = 64 * 1024;
+
+/// Applies `events` (rows of [`Rules::state_schema`]) to the `stored` state.
+///
+/// The state is kept sorted by key and sequence, so an apply is a merge: the incoming
+/// events are sorted (they are few), then walked beside the stored events key by key.
+/// Keys without incoming events keep their stored events as they are; only keys with
+/// incoming events (all keys, when a new TRUNCATE arrived) are decided again.
 pub fn apply(
     rules: &Rules,
-    state: &RecordBatch,
+    stored: &[RecordBatch],
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
-    let schema = rules.state_schema();
-    let all = concat_batches(&schema, [state, events])?;
-    let view = View::new(rules, &all, state.num_rows())?;
+    let mut inputs: Vec<&RecordBatch> = stored.iter().filter(|b| b.num_rows() > 0).collect();
+    let event_chunk = inputs.len() as u32;
+    inputs.push(events);
+    let view = View::new(rules, &inputs, event_chunk)?;
     let mut metrics = ApplyMetrics {
-        events: (state.num_rows()..all.num_rows()).len() as u64,
+        events: events.num_rows() as u64,
         ..ApplyMetrics::default()
     };
-    let markers = view.markers();
     let horizon = now_micros.saturating_sub(rules.tombstone_retention_micros);
-    let plain_scd1 = !rules.scd2 && rules.ignore_null.is_empty();
-    let (kept, public, new_gc) = if plain_scd1 {
-        view.scd1_winners(&markers, horizon, &mut metrics)?
-    } else {
-        view.by_history(&markers, horizon, &mut metrics)?
+    let mut walk = Walk {
+        view: &view,
+        markers: view.markers(),
+        horizon,
+        metrics: &mut metrics,
+        kept: Vec::new(),
+        out: Output::default(),
+        new_gc: None,
     };
-    let state = view.take_state(&kept, new_gc.or(markers.gc), markers.truncate)?;
+    walk.run();
+    let Walk {
+        kept,
+        out,
+        new_gc,
+        markers,
+        ..
+    } = walk;
+    let state = view.state_batches(&kept, new_gc.or(markers.gc), markers.truncate)?;
+    let public = out.build(&view)?;
     Ok(Applied {
         state,
         public,
@@ -188,13 +213,21 @@ pub fn apply(
     })
 }
 
-/// The stored and incoming events side by side, with their keys and sequence values
-/// encoded as comparable bytes, and a comparator per column for ties (rare, so rows are
-/// compared cell by cell rather than encoded whole).
-struct View<'a> {
-    rules: &'a Rules,
-    all: &'a RecordBatch,
-    stored: usize,
+/// A row of one of the inputs: `c` is the chunk (stored batches first, the incoming
+/// events last), `r` the row in it. Ordering by position puts stored rows first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct P {
+    c: u32,
+    r: u32,
+}
+
+/// No row: a null cell, or an open version's `__END_AT`.
+const NONE: P = P { c: u32::MAX, r: 0 };
+
+/// One input batch with its keys and sequence values as comparable bytes and a
+/// comparator per column.
+struct Chunk<'a> {
+    batch: &'a RecordBatch,
     ops: &'a Int8Array,
     recorded: &'a Int64Array,
     keys: Rows,
@@ -202,15 +235,18 @@ struct View<'a> {
     cells: Vec<DynComparator>,
 }
 
-/// The newest TRUNCATE and collected-tombstone horizon, as row indexes.
-struct Markers {
-    truncate: Option<usize>,
-    gc: Option<usize>,
+/// The inputs of an apply, addressed by [`P`].
+struct View<'a> {
+    rules: &'a Rules,
+    chunks: Vec<Chunk<'a>>,
+    event_chunk: u32,
 }
 
-/// What a path returns: the state rows kept, the visible table, and the collected
-/// tombstone that moved the GC horizon, if one did.
-type PathResult = (Vec<usize>, RecordBatch, Option<usize>);
+/// The newest TRUNCATE and collected-tombstone horizon.
+struct Markers {
+    truncate: Option<P>,
+    gc: Option<P>,
+}
 
 fn converter(fields: &[&Field]) -> Result<RowConverter, ArrowError> {
     RowConverter::new(
@@ -222,275 +258,395 @@ fn converter(fields: &[&Field]) -> Result<RowConverter, ArrowError> {
 }
 
 impl<'a> View<'a> {
-    fn new(rules: &'a Rules, all: &'a RecordBatch, stored: usize) -> Result<Self, ArrowError> {
-        let schema = all.schema_ref();
+    fn new(
+        rules: &'a Rules,
+        inputs: &[&'a RecordBatch],
+        event_chunk: u32,
+    ) -> Result<Self, ArrowError> {
+        let schema = rules.state_schema();
         let key_fields: Vec<&Field> = rules.keys.iter().map(|&k| schema.field(k)).collect();
-        let key_cols: Vec<ArrayRef> = rules
-            .keys
-            .iter()
-            .map(|&k| Arc::clone(all.column(k)))
-            .collect();
-        let keys = converter(&key_fields)?.convert_columns(&key_cols)?;
-        let seq_field = schema.field(rules.seq_col());
-        let seq =
-            converter(&[seq_field])?.convert_columns(&[Arc::clone(all.column(rules.seq_col()))])?;
+        // One converter each, so rows of different chunks compare.
+        let key_conv = converter(&key_fields)?;
+        let seq_conv = converter(&[schema.field(rules.seq_col())])?;
         let n = rules.columns.fields().len();
-        let cells = all.columns()[..n]
-            .iter()
-            .map(|c| make_comparator(c.as_ref(), c.as_ref(), SortOptions::default()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let ops = all
-            .column(rules.op_col())
-            .as_primitive_opt::<Int8Type>()
-            .ok_or_else(|| ArrowError::SchemaError(format!("{OP} is not Int8")))?;
-        let recorded = all
-            .column(rules.recorded_col())
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| ArrowError::SchemaError(format!("{RECORDED_AT} is not Int64")))?;
+        let mut chunks = Vec::with_capacity(inputs.len());
+        for batch in inputs {
+            let key_cols: Vec<ArrayRef> = rules
+                .keys
+                .iter()
+                .map(|&k| Arc::clone(batch.column(k)))
+                .collect();
+            let cells = batch.columns()[..n]
+                .iter()
+                .map(|c| make_comparator(c.as_ref(), c.as_ref(), SortOptions::default()))
+                .collect::<Result<Vec<_>, _>>()?;
+            chunks.push(Chunk {
+                batch,
+                ops: batch
+                    .column(rules.op_col())
+                    .as_primitive_opt::<Int8Type>()
+                    .ok_or_else(|| ArrowError::SchemaError(format!("{OP} is not Int8")))?,
+                recorded: batch
+                    .column(rules.recorded_col())
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or_else(|| {
+                        ArrowError::SchemaError(format!("{RECORDED_AT} is not Int64"))
+                    })?,
+                keys: key_conv.convert_columns(&key_cols)?,
+                seq: seq_conv.convert_columns(&[Arc::clone(batch.column(rules.seq_col()))])?,
+                cells,
+            });
+        }
         Ok(Self {
             rules,
-            all,
-            stored,
-            ops,
-            recorded,
-            keys,
-            seq,
-            cells,
+            chunks,
+            event_chunk,
         })
     }
 
-    fn len(&self) -> usize {
-        self.all.num_rows()
+    fn chunk(&self, p: P) -> &Chunk<'a> {
+        &self.chunks[p.c as usize]
     }
 
-    fn op(&self, i: usize) -> Option<Op> {
-        Op::of(self.ops.value(i))
+    fn op(&self, p: P) -> Option<Op> {
+        Op::of(self.chunk(p).ops.value(p.r as usize))
     }
 
-    fn is_new(&self, i: usize) -> bool {
-        i >= self.stored
+    fn is_new(&self, p: P) -> bool {
+        p.c == self.event_chunk
     }
 
-    fn key(&self, i: usize) -> &[u8] {
-        self.keys.row(i).data()
+    fn key(&self, p: P) -> &[u8] {
+        self.chunk(p).keys.row(p.r as usize).data()
     }
 
-    fn seq_cmp(&self, i: usize, j: usize) -> Ordering {
-        self.seq.row(i).cmp(&self.seq.row(j))
+    fn seq_cmp(&self, p: P, q: P) -> Ordering {
+        self.chunk(p)
+            .seq
+            .row(p.r as usize)
+            .cmp(&self.chunk(q).seq.row(q.r as usize))
     }
 
-    /// The order of two events of one key: sequence, then an upsert beats a delete, then
-    /// the greater row (docs/semantics.md rule 4). Equal means the same event.
-    fn rank(&self, i: usize, j: usize) -> Ordering {
-        let upsert = |x: usize| self.op(x) == Some(Op::Upsert);
-        self.seq_cmp(i, j)
-            .then_with(|| upsert(i).cmp(&upsert(j)))
-            .then_with(|| self.row_cmp(i, j))
+    /// Column `c` of two rows compared, nulls first.
+    fn cell_cmp(&self, c: usize, p: P, q: P) -> Ordering {
+        if p == q {
+            return Ordering::Equal;
+        }
+        if p.c == q.c {
+            return self.chunk(p).cells[c](p.r as usize, q.r as usize);
+        }
+        // Rows of different batches (rare: ties and merges across batches).
+        let a = self.chunk(p).batch.column(c).slice(p.r as usize, 1);
+        let b = self.chunk(q).batch.column(c).slice(q.r as usize, 1);
+        make_comparator(a.as_ref(), b.as_ref(), SortOptions::default())
+            .map_or(Ordering::Equal, |cmp| cmp(0, 0))
     }
 
-    /// Two rows compared column by column, nulls first.
-    fn row_cmp(&self, i: usize, j: usize) -> Ordering {
-        self.cells
-            .iter()
-            .map(|cmp| cmp(i, j))
-            .find(|o| o.is_ne())
-            .unwrap_or(Ordering::Equal)
+    /// The order of two events of one key: sequence, then a delete before an upsert,
+    /// then the greater row (docs/semantics.md rule 4). Equal means the same event.
+    fn rank(&self, p: P, q: P) -> Ordering {
+        let upsert = |x: P| self.op(x) == Some(Op::Upsert);
+        self.seq_cmp(p, q)
+            .then_with(|| upsert(p).cmp(&upsert(q)))
+            .then_with(|| {
+                (0..self.rules.columns.fields().len())
+                    .map(|c| self.cell_cmp(c, p, q))
+                    .find(|o| o.is_ne())
+                    .unwrap_or(Ordering::Equal)
+            })
+    }
+
+    /// Key, then rank; of two equal events the stored (earlier) one comes last.
+    fn event_order(&self, p: P, q: P) -> Ordering {
+        self.key(p)
+            .cmp(self.key(q))
+            .then_with(|| self.rank(p, q))
+            .then_with(|| q.cmp(&p))
     }
 
     fn markers(&self) -> Markers {
-        let mut truncate: Option<usize> = None;
-        let mut gc: Option<usize> = None;
-        for i in 0..self.len() {
-            let slot = match self.op(i) {
-                Some(Op::Truncate) => &mut truncate,
-                Some(Op::GcHorizon) => &mut gc,
-                _ => continue,
-            };
-            if slot.is_none_or(|m| self.seq_cmp(i, m) == Ordering::Greater) {
-                *slot = Some(i);
+        let mut truncate: Option<P> = None;
+        let mut gc: Option<P> = None;
+        for (c, chunk) in self.chunks.iter().enumerate() {
+            for (r, &op) in chunk.ops.values().iter().enumerate() {
+                let slot = match Op::of(op) {
+                    Some(Op::Truncate) => &mut truncate,
+                    Some(Op::GcHorizon) => &mut gc,
+                    _ => continue,
+                };
+                let p = P {
+                    c: c as u32,
+                    r: r as u32,
+                };
+                if slot.is_none_or(|m| self.seq_cmp(p, m) == Ordering::Greater) {
+                    *slot = Some(p);
+                }
             }
         }
         Markers { truncate, gc }
     }
 
-    fn older_than(&self, i: usize, marker: Option<usize>) -> bool {
-        marker.is_some_and(|m| self.seq_cmp(i, m) == Ordering::Less)
-    }
-
-    fn expired(&self, i: usize, horizon: i64) -> bool {
-        self.op(i) == Some(Op::Delete) && self.recorded.value(i) < horizon
-    }
-
-    /// Records a tombstone collected by GC; `new_gc` keeps the newest when it moves
-    /// the horizon.
-    fn collect(
-        &self,
-        markers: &Markers,
-        new_gc: &mut Option<usize>,
-        i: usize,
-        metrics: &mut ApplyMetrics,
-    ) {
-        metrics.tombstones_collected += 1;
-        let newest = new_gc.or(markers.gc);
-        if newest.is_none_or(|g| self.seq_cmp(i, g) == Ordering::Greater) {
-            *new_gc = Some(i);
-        }
-    }
-
-    /// SCD type 1 without IGNORE NULL UPDATES: only the winner of each key matters.
-    fn scd1_winners(
-        &self,
-        markers: &Markers,
-        horizon: i64,
-        metrics: &mut ApplyMetrics,
-    ) -> Result<PathResult, ArrowError> {
-        let mut best: HashMap<&[u8], usize> = HashMap::with_capacity(self.len());
-        for i in 0..self.len() {
-            let Some(op) = self.op(i).filter(|o| o.is_keyed()) else {
-                continue;
-            };
-            let key = self.key(i);
-            if self.is_new(i) && self.older_than(i, markers.truncate) {
-                metrics.late += 1;
-                continue;
-            }
-            match best.get(key) {
-                None => {
-                    if self.is_new(i) && op == Op::Upsert && self.older_than(i, markers.gc) {
-                        metrics.late_after_gc += 1;
-                        continue;
-                    }
-                    best.insert(key, i);
-                }
-                Some(&j) => match self.rank(i, j) {
-                    Ordering::Greater => {
-                        best.insert(key, i);
-                    }
-                    Ordering::Equal => metrics.duplicates += 1,
-                    Ordering::Less if !self.is_new(j) => metrics.late += 1,
-                    // Superseded by a newer event of the same batch.
-                    Ordering::Less => {}
-                },
-            }
-        }
-        let mut new_gc = None;
-        let mut kept = Vec::with_capacity(best.len());
-        let mut visible = Vec::with_capacity(best.len());
-        for i in 0..self.len() {
-            if !self.op(i).is_some_and(Op::is_keyed) || best.get(self.key(i)) != Some(&i) {
-                continue;
-            }
-            if self.older_than(i, markers.truncate) {
-                if self.op(i) == Some(Op::Upsert) {
-                    metrics.truncated += 1;
-                }
-                continue;
-            }
-            if self.is_new(i) {
-                match self.op(i) {
-                    Some(Op::Upsert) => metrics.upserted += 1,
-                    _ => metrics.deleted += 1,
+    /// The keyed rows of the chunks in `range`, in chunk order.
+    fn keyed(&self, chunks: std::ops::Range<usize>) -> Vec<P> {
+        let mut out = Vec::new();
+        for c in chunks {
+            for (r, &op) in self.chunks[c].ops.values().iter().enumerate() {
+                if Op::of(op).is_some_and(Op::is_keyed) {
+                    out.push(P {
+                        c: c as u32,
+                        r: r as u32,
+                    });
                 }
             }
-            if self.expired(i, horizon) {
-                self.collect(markers, &mut new_gc, i, metrics);
-                continue;
-            }
-            kept.push(i);
-            if self.op(i) == Some(Op::Upsert) {
-                visible.push(i as u32);
-            }
         }
-        Ok((kept, self.take_rows(&visible)?, new_gc))
+        out
     }
 
-    /// The general path: the ordered events of each key, folded into the visible rows
-    /// (SCD type 1 with IGNORE NULL UPDATES, and SCD type 2).
-    fn by_history(
-        &self,
-        markers: &Markers,
-        horizon: i64,
-        metrics: &mut ApplyMetrics,
-    ) -> Result<PathResult, ArrowError> {
-        let mut order: Vec<usize> = (0..self.len())
-            .filter(|&i| self.op(i).is_some_and(Op::is_keyed))
-            .collect();
-        order.sort_unstable_by(|&a, &b| {
-            self.key(a)
-                .cmp(self.key(b))
-                .then_with(|| self.rank(a, b))
-                // Of two equal events the stored one comes last and stays.
-                .then_with(|| b.cmp(&a))
+    /// The stored events in key and sequence order: as stored when the state was
+    /// written by an apply (checked), sorted otherwise.
+    fn stored_order(&self) -> Vec<P> {
+        let mut rows = self.keyed(0..self.event_chunk as usize);
+        let sorted = rows.windows(2).all(|w| {
+            self.key(w[0])
+                .cmp(self.key(w[1]))
+                .then_with(|| self.seq_cmp(w[0], w[1]))
+                .is_le()
         });
-        let mut new_gc = None;
-        let mut kept = Vec::new();
-        let mut out = Output::default();
-        let mut start = 0;
-        while start < order.len() {
-            let key = self.key(order[start]);
-            let end = start + order[start..].partition_point(|&i| self.key(i) == key);
-            let events = self.distinct(&order[start..end], metrics);
-            start = end;
-            let events = self.admit(events, markers, metrics);
-            if events.is_empty() {
-                continue;
+        if !sorted {
+            rows.sort_by(|&p, &q| {
+                self.key(p)
+                    .cmp(self.key(q))
+                    .then_with(|| self.rank(p, q))
+                    .then_with(|| p.cmp(&q))
+            });
+        }
+        rows
+    }
+
+    fn older_than(&self, p: P, marker: Option<P>) -> bool {
+        marker.is_some_and(|m| self.seq_cmp(p, m) == Ordering::Less)
+    }
+
+    fn expired(&self, p: P, horizon: i64) -> bool {
+        self.op(p) == Some(Op::Delete) && self.chunk(p).recorded.value(p.r as usize) < horizon
+    }
+
+    fn is_null(&self, c: usize, p: P) -> bool {
+        self.chunk(p).batch.column(c).is_null(p.r as usize)
+    }
+
+    /// The new state in batches: the kept events, then the GC horizon and the newest
+    /// TRUNCATE as marker rows without key or values.
+    fn state_batches(
+        &self,
+        kept: &[P],
+        gc: Option<P>,
+        truncate: Option<P>,
+    ) -> Result<Vec<RecordBatch>, ArrowError> {
+        let mut rows: Vec<(P, i8)> = kept
+            .iter()
+            .map(|&p| (p, self.chunk(p).ops.value(p.r as usize)))
+            .collect();
+        let markers_from = rows.len();
+        for (marker, op) in [(gc, Op::GcHorizon), (truncate, Op::Truncate)] {
+            if let Some(m) = marker {
+                rows.push((m, op as i8));
             }
-            if let Some(&last) = events.last()
-                && self.is_new(last)
-            {
-                match self.op(last) {
-                    Some(Op::Upsert) => metrics.upserted += 1,
-                    _ => metrics.deleted += 1,
-                }
-            }
-            if self.rules.scd2 {
-                self.versions(&events, &mut out);
-                kept.extend(events);
-            } else {
-                let from = events
-                    .iter()
-                    .rposition(|&i| self.op(i) == Some(Op::Delete))
-                    .unwrap_or(0);
-                let events = &events[from..];
-                if let [only] = events
-                    && self.expired(*only, horizon)
-                {
-                    self.collect(markers, &mut new_gc, *only, metrics);
+        }
+        let schema = self.rules.state_schema();
+        let n = self.rules.columns.fields().len();
+        let nulls: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), 1))
+            .collect();
+        let mut out = Vec::new();
+        for (start, part) in rows
+            .chunks(OUT_ROWS)
+            .enumerate()
+            .map(|(i, p)| (i * OUT_ROWS, p))
+        {
+            let mut columns: Vec<ArrayRef> = Vec::with_capacity(n + 3);
+            for (c, null) in nulls.iter().enumerate() {
+                if c == self.rules.op_col() {
+                    let ops: Int8Array = part.iter().map(|&(_, op)| Some(op)).collect();
+                    columns.push(Arc::new(ops));
                     continue;
                 }
-                if let Some(row) = self.fold(events) {
-                    out.push(row, None, None);
-                }
-                kept.extend_from_slice(events);
+                let indices: Vec<(usize, usize)> = part
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(p, _))| {
+                        // Marker rows carry only their sequence and recording time.
+                        if c < n && start + i >= markers_from {
+                            (self.chunks.len(), 0)
+                        } else {
+                            (p.c as usize, p.r as usize)
+                        }
+                    })
+                    .collect();
+                columns.push(self.gather(c, null, &indices)?);
             }
+            out.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
         }
-        Ok((kept, out.build(self)?, new_gc))
+        Ok(out)
     }
 
-    /// Of a key's sorted events, per sequence value the greatest delete and the
-    /// greatest upsert (in that order: at equal sequence the delete applies first, so the
-    /// row exists afterwards but starts afresh; docs/semantics.md rule 4).
-    fn distinct(&self, sorted: &[usize], metrics: &mut ApplyMetrics) -> Vec<usize> {
-        let mut out: Vec<usize> = Vec::with_capacity(sorted.len());
+    /// Column `c` of the chunks at `indices`; chunk index `chunks.len()` is `null`.
+    fn gather(
+        &self,
+        c: usize,
+        null: &ArrayRef,
+        indices: &[(usize, usize)],
+    ) -> Result<ArrayRef, ArrowError> {
+        let mut sources: Vec<&dyn Array> = self
+            .chunks
+            .iter()
+            .map(|ch| ch.batch.column(c).as_ref())
+            .collect();
+        sources.push(null.as_ref());
+        interleave(&sources, indices)
+    }
+}
+
+/// The source row of each column of a visible row: one event, or (IGNORE NULL UPDATES)
+/// several.
+#[derive(Debug, Clone)]
+enum Cells {
+    One(P),
+    Mixed(Vec<P>),
+}
+
+impl Cells {
+    fn get(&self, c: usize) -> P {
+        match self {
+            Self::One(p) => *p,
+            Self::Mixed(v) => v[c],
+        }
+    }
+}
+
+/// The key-by-key walk over stored and incoming events.
+struct Walk<'v, 'a> {
+    view: &'v View<'a>,
+    markers: Markers,
+    horizon: i64,
+    metrics: &'v mut ApplyMetrics,
+    /// State rows kept, in key and sequence order.
+    kept: Vec<P>,
+    out: Output,
+    /// The collected tombstone that moves the GC horizon, if one does.
+    new_gc: Option<P>,
+}
+
+impl Walk<'_, '_> {
+    fn run(&mut self) {
+        let view = self.view;
+        let stored = view.stored_order();
+        let mut incoming = view.keyed(view.event_chunk as usize..view.event_chunk as usize + 1);
+        incoming.sort_unstable_by(|&p, &q| view.event_order(p, q));
+        // A TRUNCATE newer than the stored one concerns every key.
+        let new_truncate = self.markers.truncate.is_some_and(|t| view.is_new(t));
+        let (mut i, mut j) = (0, 0);
+        while i < stored.len() || j < incoming.len() {
+            let key = match (stored.get(i), incoming.get(j)) {
+                (Some(&s), Some(&e)) => view.key(s).min(view.key(e)),
+                (Some(&s), None) => view.key(s),
+                (None, Some(&e)) => view.key(e),
+                (None, None) => break,
+            };
+            let si = i;
+            while i < stored.len() && view.key(stored[i]) == key {
+                i += 1;
+            }
+            let ej = j;
+            while j < incoming.len() && view.key(incoming[j]) == key {
+                j += 1;
+            }
+            if ej == j && !new_truncate {
+                self.untouched(&stored[si..i]);
+            } else {
+                let merged = merge_sorted(view, &stored[si..i], &incoming[ej..j]);
+                self.decide(&merged);
+            }
+        }
+    }
+
+    /// A key without incoming events: its stored events stay, its visible rows follow.
+    fn untouched(&mut self, events: &[P]) {
+        if let [only] = events
+            && self.view.expired(*only, self.horizon)
+            && !self.view.rules.scd2
+        {
+            self.collect(*only);
+            return;
+        }
+        self.kept.extend_from_slice(events);
+        self.publish(events);
+    }
+
+    /// A key with incoming events: one event per sequence value and kind, the late and
+    /// obsolete ones dropped, then compacted and published.
+    fn decide(&mut self, merged: &[P]) {
+        let view = self.view;
+        let events = self.distinct(merged);
+        let events = self.admit(events);
+        let Some(&last) = events.last() else {
+            return;
+        };
+        if view.is_new(last) {
+            match view.op(last) {
+                Some(Op::Upsert) => self.metrics.upserted += 1,
+                _ => self.metrics.deleted += 1,
+            }
+        }
+        let keep: &[P] = if view.rules.scd2 {
+            &events
+        } else if view.rules.ignore_null.is_empty() {
+            &events[events.len() - 1..]
+        } else {
+            // A late upsert may still fill a column a newer upsert left null, back to
+            // the last delete.
+            let from = events
+                .iter()
+                .rposition(|&p| view.op(p) == Some(Op::Delete))
+                .unwrap_or(0);
+            &events[from..]
+        };
+        if let [only] = keep
+            && !view.rules.scd2
+            && view.expired(*only, self.horizon)
+        {
+            self.collect(*only);
+            return;
+        }
+        self.kept.extend_from_slice(keep);
+        self.publish(keep);
+    }
+
+    /// Per sequence value, the greatest delete and the greatest upsert (a delete first:
+    /// at equal sequence the row exists afterwards but starts afresh).
+    fn distinct(&mut self, sorted: &[P]) -> Vec<P> {
+        let view = self.view;
+        let mut out = Vec::with_capacity(sorted.len());
         let mut start = 0;
         while start < sorted.len() {
             let first = sorted[start];
-            let op = self.op(first);
+            let op = view.op(first);
             let len = sorted[start..]
                 .iter()
-                .take_while(|&&j| self.seq_cmp(first, j) == Ordering::Equal && self.op(j) == op)
+                .take_while(|&&q| view.seq_cmp(first, q) == Ordering::Equal && view.op(q) == op)
                 .count();
             let group = &sorted[start..start + len];
             start += len;
-            // Sorted by rank with equal stored events last: the last one stays.
             let Some((&chosen, losers)) = group.split_last() else {
                 continue;
             };
-            for &i in losers.iter().filter(|&&i| self.is_new(i)) {
-                if self.rank(i, chosen) == Ordering::Equal {
-                    metrics.duplicates += 1;
-                } else if !self.is_new(chosen) {
-                    metrics.late += 1;
+            for &p in losers.iter().filter(|&&p| view.is_new(p)) {
+                if view.rank(p, chosen) == Ordering::Equal {
+                    self.metrics.duplicates += 1;
+                } else if !view.is_new(chosen) {
+                    self.metrics.late += 1;
                 }
             }
             out.push(chosen);
@@ -498,177 +654,197 @@ impl<'a> View<'a> {
         out
     }
 
-    /// Drops incoming events a TRUNCATE or a collected tombstone has made obsolete, and
-    /// counts the late ones.
-    fn admit(
-        &self,
-        events: Vec<usize>,
-        markers: &Markers,
-        metrics: &mut ApplyMetrics,
-    ) -> Vec<usize> {
-        let newest_stored = events.iter().rev().find(|&&i| !self.is_new(i)).copied();
+    /// Drops events a TRUNCATE or a collected tombstone made obsolete; counts the late.
+    fn admit(&mut self, events: Vec<P>) -> Vec<P> {
+        let view = self.view;
+        let newest_stored = events.iter().rev().find(|&&p| !view.is_new(p)).copied();
         let no_state = newest_stored.is_none();
         let mut out = Vec::with_capacity(events.len());
-        for i in events {
-            if self.older_than(i, markers.truncate) {
-                if self.is_new(i) {
-                    metrics.late += 1;
-                } else if self.op(i) == Some(Op::Upsert) {
-                    metrics.truncated += 1;
+        for p in events {
+            if view.older_than(p, self.markers.truncate) {
+                if view.is_new(p) {
+                    self.metrics.late += 1;
+                } else if view.op(p) == Some(Op::Upsert) {
+                    self.metrics.truncated += 1;
                 }
                 continue;
             }
-            if self.is_new(i) {
-                if no_state && self.op(i) == Some(Op::Upsert) && self.older_than(i, markers.gc) {
-                    metrics.late_after_gc += 1;
+            if view.is_new(p) {
+                if no_state && view.op(p) == Some(Op::Upsert) && view.older_than(p, self.markers.gc)
+                {
+                    self.metrics.late_after_gc += 1;
                     continue;
                 }
-                if newest_stored.is_some_and(|s| self.seq_cmp(i, s) == Ordering::Less) {
-                    metrics.late += 1;
+                if newest_stored.is_some_and(|s| view.seq_cmp(p, s) == Ordering::Less) {
+                    self.metrics.late += 1;
                 }
             }
-            out.push(i);
+            out.push(p);
         }
         out
     }
 
-    /// The row an upsert gives on top of `prev`: IGNORE NULL UPDATES columns keep the
-    /// previous value when the upsert has null. Each entry is the source row of a column.
-    fn merge(&self, prev: Option<&[usize]>, event: usize) -> Vec<usize> {
-        let n = self.rules.columns.fields().len();
-        let mut row = vec![event; n];
-        if let Some(prev) = prev {
-            for &c in &self.rules.ignore_null {
-                if self.all.column(c).is_null(event) {
-                    row[c] = prev[c];
-                }
-            }
+    fn collect(&mut self, p: P) {
+        self.metrics.tombstones_collected += 1;
+        let newest = self.new_gc.or(self.markers.gc);
+        if newest.is_none_or(|g| self.view.seq_cmp(p, g) == Ordering::Greater) {
+            self.new_gc = Some(p);
         }
-        row
     }
 
-    /// SCD type 1: the visible row of a key's events, if it has one.
-    fn fold(&self, events: &[usize]) -> Option<Vec<usize>> {
-        let mut row: Option<Vec<usize>> = None;
-        for &e in events {
-            row = match self.op(e) {
-                Some(Op::Upsert) => Some(self.merge(row.as_deref(), e)),
-                _ => None,
-            };
+    /// The visible rows of a key's kept events.
+    fn publish(&mut self, events: &[P]) {
+        if self.view.rules.scd2 {
+            self.versions(events);
+        } else {
+            let mut row: Option<Cells> = None;
+            for &e in events {
+                row = match self.view.op(e) {
+                    Some(Op::Upsert) => Some(self.merge(row.as_ref(), e)),
+                    _ => None,
+                };
+            }
+            if let Some(row) = row {
+                self.out.push(row, NONE, NONE);
+            }
         }
-        row
+    }
+
+    /// The row an upsert gives on top of `prev`: IGNORE NULL UPDATES columns keep the
+    /// previous value when the upsert has null.
+    fn merge(&self, prev: Option<&Cells>, event: P) -> Cells {
+        let view = self.view;
+        let Some(prev) = prev.filter(|_| !view.rules.ignore_null.is_empty()) else {
+            return Cells::One(event);
+        };
+        let n = view.rules.columns.fields().len();
+        let mut cells: Option<Vec<P>> = None;
+        for &c in &view.rules.ignore_null {
+            if view.is_null(c, event) && prev.get(c) != event {
+                cells.get_or_insert_with(|| vec![event; n])[c] = prev.get(c);
+            }
+        }
+        cells.map_or(Cells::One(event), Cells::Mixed)
     }
 
     /// SCD type 2: the versions of a key's events.
-    fn versions(&self, events: &[usize], out: &mut Output) {
-        let mut open: Option<(usize, Vec<usize>)> = None;
+    fn versions(&mut self, events: &[P]) {
+        let mut open: Option<(P, Cells)> = None;
         for &e in events {
-            match self.op(e) {
-                Some(Op::Upsert) => {
-                    let row = self.merge(open.as_ref().map(|(_, r)| r.as_slice()), e);
-                    open = match open.take() {
-                        Some((start, prev)) if self.same_tracked(&prev, &row) => Some((start, row)),
-                        Some((start, prev)) => {
-                            out.push(prev, Some(start), Some(e));
-                            Some((e, row))
-                        }
-                        None => Some((e, row)),
-                    };
-                }
-                _ => {
-                    if let Some((start, prev)) = open.take() {
-                        out.push(prev, Some(start), Some(e));
+            if self.view.op(e) == Some(Op::Upsert) {
+                let row = self.merge(open.as_ref().map(|(_, r)| r), e);
+                open = match open.take() {
+                    Some((start, prev)) if self.same_tracked(&prev, &row) => Some((start, row)),
+                    Some((start, prev)) => {
+                        self.out.push(prev, start, e);
+                        Some((e, row))
                     }
-                }
+                    None => Some((e, row)),
+                };
+            } else if let Some((start, prev)) = open.take() {
+                self.out.push(prev, start, e);
             }
         }
         if let Some((start, row)) = open {
-            out.push(row, Some(start), None);
+            self.out.push(row, start, NONE);
         }
     }
 
-    fn same_tracked(&self, a: &[usize], b: &[usize]) -> bool {
-        self.rules
+    fn same_tracked(&self, a: &Cells, b: &Cells) -> bool {
+        self.view
+            .rules
             .tracked
             .iter()
-            .all(|&c| a[c] == b[c] || self.cells[c](a[c], b[c]).is_eq())
-    }
-
-    fn take_rows(&self, rows: &[u32]) -> Result<RecordBatch, ArrowError> {
-        let indices = UInt32Array::from(rows.to_vec());
-        let n = self.rules.columns.fields().len();
-        let columns = self.all.columns()[..n]
-            .iter()
-            .map(|c| take(c.as_ref(), &indices, None))
-            .collect::<Result<Vec<_>, _>>()?;
-        RecordBatch::try_new(self.rules.public_schema(), columns)
-    }
-
-    /// The new state: the kept events, then the GC horizon and the newest TRUNCATE as
-    /// marker rows without key or values.
-    fn take_state(
-        &self,
-        kept: &[usize],
-        gc: Option<usize>,
-        truncate: Option<usize>,
-    ) -> Result<RecordBatch, ArrowError> {
-        let n = self.rules.columns.fields().len();
-        let mut rows: Vec<Option<u32>> = kept.iter().map(|&i| Some(i as u32)).collect();
-        let mut ops: Vec<i8> = kept.iter().map(|&i| self.ops.value(i)).collect();
-        for (marker, op) in [(gc, Op::GcHorizon), (truncate, Op::Truncate)] {
-            if let Some(m) = marker {
-                rows.push(Some(m as u32));
-                ops.push(op as i8);
-            }
-        }
-        let markers = rows.len() - kept.len();
-        let indices = UInt32Array::from(rows);
-        let cell_indices: UInt32Array = indices
-            .iter()
-            .enumerate()
-            .map(|(p, i)| if p < kept.len() { i } else { None })
-            .collect();
-        let mut columns = Vec::with_capacity(n + 3);
-        for c in 0..n {
-            columns.push(take(self.all.column(c).as_ref(), &cell_indices, None)?);
-        }
-        for c in [self.rules.seq_col(), self.rules.recorded_col()] {
-            columns.push(take(self.all.column(c).as_ref(), &indices, None)?);
-        }
-        columns.insert(self.rules.op_col(), Arc::new(Int8Array::from(ops)));
-        debug_assert!(markers <= 2);
-        RecordBatch::try_new(self.rules.state_schema(), columns)
+            .all(|&c| self.view.cell_cmp(c, a.get(c), b.get(c)).is_eq())
     }
 }
 
-/// Visible rows under construction: per row the source row of each column, and the
-/// rows whose sequence values give `__START_AT` and `__END_AT`.
+/// Two sorted event lists of one key as one, in rank order (stored first on ties).
+fn merge_sorted(view: &View, stored: &[P], incoming: &[P]) -> Vec<P> {
+    let mut out = Vec::with_capacity(stored.len() + incoming.len());
+    let (mut i, mut j) = (0, 0);
+    while i < stored.len() && j < incoming.len() {
+        // Of equal events the stored one goes last, as in `event_order`.
+        if view.rank(incoming[j], stored[i]).is_le() {
+            out.push(incoming[j]);
+            j += 1;
+        } else {
+            out.push(stored[i]);
+            i += 1;
+        }
+    }
+    out.extend_from_slice(&stored[i..]);
+    out.extend_from_slice(&incoming[j..]);
+    out
+}
+
+/// Visible rows under construction: the source of each row's cells and, for SCD type
+/// 2, the rows whose sequence values give `__START_AT` and `__END_AT`.
 #[derive(Default)]
 struct Output {
-    cells: Vec<Vec<usize>>,
-    start: Vec<Option<u32>>,
-    end: Vec<Option<u32>>,
+    base: Vec<P>,
+    /// Rows whose cells come from several events: (row, cells).
+    mixed: Vec<(usize, Vec<P>)>,
+    start: Vec<P>,
+    end: Vec<P>,
 }
 
 impl Output {
-    fn push(&mut self, row: Vec<usize>, start: Option<usize>, end: Option<usize>) {
-        self.cells.push(row);
-        self.start.push(start.map(|s| s as u32));
-        self.end.push(end.map(|e| e as u32));
+    fn push(&mut self, cells: Cells, start: P, end: P) {
+        match cells {
+            Cells::One(p) => self.base.push(p),
+            Cells::Mixed(v) => {
+                self.base.push(v[0]);
+                self.mixed.push((self.base.len() - 1, v));
+            }
+        }
+        self.start.push(start);
+        self.end.push(end);
     }
 
-    fn build(self, view: &View) -> Result<RecordBatch, ArrowError> {
-        let n = view.rules.columns.fields().len();
-        let mut columns = Vec::with_capacity(n + 2);
-        for c in 0..n {
-            let indices: UInt32Array = self.cells.iter().map(|r| Some(r[c] as u32)).collect();
-            columns.push(take(view.all.column(c).as_ref(), &indices, None)?);
+    fn build(self, view: &View) -> Result<Vec<RecordBatch>, ArrowError> {
+        let rules = view.rules;
+        let schema = rules.public_schema();
+        let n = rules.columns.fields().len();
+        let nulls: Vec<ArrayRef> = rules
+            .state_schema()
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), 1))
+            .collect();
+        let index = |p: P| {
+            if p == NONE {
+                (view.chunks.len(), 0)
+            } else {
+                (p.c as usize, p.r as usize)
+            }
+        };
+        let mut mixed = self.mixed.iter().peekable();
+        let mut out = Vec::new();
+        for start in (0..self.base.len()).step_by(OUT_ROWS) {
+            let end = (start + OUT_ROWS).min(self.base.len());
+            let mut cells: Vec<Vec<(usize, usize)>> = (0..n)
+                .map(|_| self.base[start..end].iter().map(|&p| index(p)).collect())
+                .collect();
+            while let Some((row, v)) = mixed.next_if(|(row, _)| *row < end) {
+                for (c, col) in cells.iter_mut().enumerate() {
+                    col[row - start] = index(v[c]);
+                }
+            }
+            let mut columns = Vec::with_capacity(schema.fields().len());
+            for (c, indices) in cells.iter().enumerate() {
+                columns.push(view.gather(c, &nulls[c], indices)?);
+            }
+            if rules.scd2 {
+                let seq = rules.seq_col();
+                for bound in [&self.start, &self.end] {
+                    let indices: Vec<(usize, usize)> =
+                        bound[start..end].iter().map(|&p| index(p)).collect();
+                    columns.push(view.gather(seq, &nulls[seq], &indices)?);
+                }
+            }
+            out.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
         }
-        if view.rules.scd2 {
-            let seq = view.all.column(view.rules.seq_col());
-            columns.push(take(seq.as_ref(), &UInt32Array::from(self.start), None)?);
-            columns.push(take(seq.as_ref(), &UInt32Array::from(self.end), None)?);
-        }
-        RecordBatch::try_new(view.rules.public_schema(), columns)
+        Ok(out)
     }
 }

@@ -34,7 +34,7 @@ const SCD1: Config = Config {
 #[test]
 fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_reported() {
     let rules = SCD1.rules(10);
-    let empty = RecordBatch::new_empty(rules.state_schema());
+    let empty: Vec<RecordBatch> = vec![];
     // t=0: key 1 inserted at seq 5 and deleted at seq 8.
     let first = apply(
         &rules,
@@ -100,7 +100,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
 #[test]
 fn counters_name_what_happened_to_each_incoming_event() {
     let rules = SCD1.rules(i64::MAX / 4);
-    let empty = RecordBatch::new_empty(rules.state_schema());
+    let empty: Vec<RecordBatch> = vec![];
     let first = apply(
         &rules,
         &empty,

@@ -57,7 +57,7 @@ fn delivery(truncates: bool) -> impl Strategy<Value = (Vec<Event>, Vec<Vec<Event
 
 fn run_batches(config: &Config, batches: &[Vec<Event>]) -> Applied {
     let rules = config.rules(FOREVER);
-    let mut state = RecordBatch::new_empty(rules.state_schema());
+    let mut state: Vec<RecordBatch> = vec![];
     let mut last = None;
     for batch in batches {
         let applied = apply(&rules, &state, &to_batch(&rules, batch, 0), 0).expect("apply");

@@ -178,7 +178,13 @@ pub fn to_batch(rules: &Rules, events: &[Event], now: i64) -> RecordBatch {
 }
 
 /// The visible rows of a kernel output, sorted.
-pub fn rows_of(batch: &RecordBatch) -> Vec<Row> {
+pub fn rows_of(batches: &[RecordBatch]) -> Vec<Row> {
+    let mut rows: Vec<Row> = batches.iter().flat_map(rows_of_batch).collect();
+    rows.sort();
+    rows
+}
+
+fn rows_of_batch(batch: &RecordBatch) -> Vec<Row> {
     let col = |i: usize| batch.column(i).as_primitive::<Int64Type>();
     let opt = |a: &Int64Array, r: usize| (!a.is_null(r)).then(|| a.value(r));
     let mut rows: Vec<Row> = (0..batch.num_rows())
