@@ -20,9 +20,9 @@ use std::time::Instant;
 
 use cdcflow_plan::autocdc::{AutoCdcSpec, SequenceField};
 use cdcflow_runtime::cdc::events::to_events;
-use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules, apply};
+use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules, Visible, apply};
 use cdcflow_runtime::cdc::rules_for;
-use cdcflow_runtime::delta::{Commit, Mode, read_parquet, write};
+use cdcflow_runtime::delta::{Commit, Mode, conform, read_parquet, write};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
@@ -156,10 +156,19 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         }
         Instant::now()
     };
-    let stored = read(&stored_file, &stored_schema)?
+    let stored_rows = read(&stored_file, &stored_schema)?;
+    let stored = stored_rows
         .iter()
         .map(|b| as_state(&rules, b, a.scd2))
         .collect::<Result<Vec<_>, _>>()?;
+    // The kit's history is the SCD2 visible table; SCD1 derives it from the state.
+    let history = match a.scd2 {
+        true => stored_rows
+            .iter()
+            .map(|b| conform(b, &rules.public_schema()).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?,
+        false => vec![],
+    };
     let changes = concat_batches(
         &changes_schema,
         &read(&a.data.join("changes.parquet"), &changes_schema)?,
@@ -176,8 +185,9 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     .await
     .map_err(|e| e.to_string())?;
     let t = phase("events", t);
-    let applied = apply(&rules, &stored, &events, 1).map_err(|e| e.to_string())?;
-    drop(stored);
+    let applied =
+        apply(&rules, &stored, Visible::Rows(&history), &events, 1).map_err(|e| e.to_string())?;
+    drop((stored, stored_rows, history));
     let t = phase("apply", t);
     let rows = applied.public_rows();
     let state_dir = a.out.with_extension("cdcflow_state");

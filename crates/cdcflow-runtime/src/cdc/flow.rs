@@ -17,7 +17,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::TableReference;
 
 use super::events::{Sourced, to_events};
-use super::kernel::{self, Rules};
+use super::kernel::{self, Rules, Visible};
 use super::rules_for;
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::{self, Commit, Mode, Table};
@@ -50,10 +50,10 @@ pub(crate) async fn run(
     let state_dir = layout::state_dir(rc.storage, &target.name);
     let public_dir = layout::table_dir(rc.storage, &target.name);
     let state = Table::open(&state_dir).await?;
-    let public = Table::open(&public_dir).await?;
     let app = layout::app_id(&flow.name);
     let committed = state.txn_version(&app).await?;
-    sync_published(rc, target, &rules, &state, &public).await?;
+    sync_published(rc, target, &rules, &state, &Table::open(&public_dir).await?).await?;
+    let public = Table::open(&public_dir).await?;
 
     let checkpoint = rc.checkpoint(flow);
     let progress = checkpoint.load(committed)?;
@@ -73,7 +73,15 @@ pub(crate) async fn run(
 
     let events = to_events(spec, &rules, &source_schema, rows, rc.now_micros).await?;
     let stored = state.read_batches(&rules.state_schema())?;
-    let applied = kernel::apply(&rules, &stored, &events, rc.now_micros)?;
+    let published = match rules.needs_visible_rows() {
+        true => public.read_batches(&rules.public_schema())?,
+        false => vec![],
+    };
+    let visible = match state.exists() && !public.exists() {
+        true => Visible::Recompute,
+        false => Visible::Rows(&published),
+    };
+    let applied = kernel::apply(&rules, &stored, visible, &events, rc.now_micros)?;
     let m = applied.metrics;
     if m.late_after_gc > 0 {
         report.warnings.push(format!(
@@ -163,7 +171,7 @@ async fn sync_published(
     tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
     let stored = state.read_batches(&rules.state_schema())?;
     let empty = RecordBatch::new_empty(rules.state_schema());
-    let applied = kernel::apply(rules, &stored, &empty, rc.now_micros)?;
+    let applied = kernel::apply(rules, &stored, Visible::Recompute, &empty, rc.now_micros)?;
     let commit = Commit {
         txns,
         configuration: target.properties.clone(),

@@ -18,13 +18,14 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, DynComparator, Int8Array, Int64Array, RecordBatch, make_comparator,
-    new_null_array,
+    Array, ArrayRef, AsArray, BooleanArray, DynComparator, Int8Array, Int64Array, RecordBatch,
+    make_comparator, new_null_array,
 };
-use datafusion::arrow::compute::{SortOptions, interleave};
+use datafusion::arrow::compute::{SortOptions, filter_record_batch, interleave};
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::HashMap;
 use serde::Serialize;
 
 use cdcflow_plan::autocdc::{END_AT, START_AT};
@@ -166,15 +167,36 @@ impl Applied {
 /// Rows per output batch (bounds the gather indexes held at once).
 const OUT_ROWS: usize = 64 * 1024;
 
+/// The visible table as it stands, when the caller has it.
+#[derive(Debug, Clone, Copy)]
+pub enum Visible<'a> {
+    /// The published rows, consistent with the stored state: rows of keys without
+    /// incoming events are kept from here. Plain SCD type 1 needs none (its visible rows
+    /// are the state's upserts), so it may pass an empty slice.
+    Rows(&'a [RecordBatch]),
+    /// Not at hand, or not trusted: every key is derived from the state again.
+    Recompute,
+}
+
+impl Rules {
+    /// Whether [`apply`] needs the published rows ([`Visible::Rows`]) to keep the keys
+    /// it does not touch; plain SCD type 1 derives them from the state.
+    pub fn needs_visible_rows(&self) -> bool {
+        self.scd2 || !self.ignore_null.is_empty()
+    }
+}
+
 /// Applies `events` (rows of [`Rules::state_schema`]) to the `stored` state.
 ///
-/// The state is kept sorted by key and sequence, so an apply is a merge: the incoming
-/// events are sorted (they are few), then walked beside the stored events key by key.
-/// Keys without incoming events keep their stored events as they are; only keys with
-/// incoming events (all keys, when a new TRUNCATE arrived) are decided again.
+/// Only keys with incoming events are decided again (every key when a new TRUNCATE
+/// arrived or `visible` is [`Visible::Recompute`]): their stored events are found by a
+/// hash probe, merged with the incoming ones and folded. All other rows are kept by
+/// bulk filters, zero-copy for batches without a touched key, so the cost follows the
+/// size of the change more than the size of the table.
 pub fn apply(
     rules: &Rules,
     stored: &[RecordBatch],
+    visible: Visible<'_>,
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
@@ -182,35 +204,85 @@ pub fn apply(
     let event_chunk = inputs.len() as u32;
     inputs.push(events);
     let view = View::new(rules, &inputs, event_chunk)?;
-    let mut metrics = ApplyMetrics {
+    let metrics = ApplyMetrics {
         events: events.num_rows() as u64,
         ..ApplyMetrics::default()
     };
-    let horizon = now_micros.saturating_sub(rules.tombstone_retention_micros);
+    let markers = view.markers();
+    // A TRUNCATE newer than the stored one concerns every key.
+    let recompute =
+        matches!(visible, Visible::Recompute) || markers.truncate.is_some_and(|t| view.is_new(t));
     let mut walk = Walk {
         view: &view,
-        markers: view.markers(),
-        horizon,
-        metrics: &mut metrics,
+        markers,
+        horizon: now_micros.saturating_sub(rules.tombstone_retention_micros),
+        metrics,
         kept: Vec::new(),
         out: Output::default(),
         new_gc: None,
     };
-    walk.run();
+    let probe = walk.run(recompute);
     let Walk {
         kept,
         out,
         new_gc,
         markers,
+        metrics,
         ..
     } = walk;
-    let state = view.state_batches(&kept, new_gc.or(markers.gc), markers.truncate)?;
-    let public = out.build(&view)?;
+
+    let mut state = Vec::new();
+    for (c, keep) in probe.keep.iter().enumerate() {
+        state.extend(filtered(inputs[c], keep)?);
+    }
+    state.extend(view.state_batches(&kept, new_gc.or(markers.gc), markers.truncate)?);
+
+    let mut public = Vec::new();
+    let n = rules.columns.fields().len();
+    let value_columns: Vec<usize> = (0..n).collect();
+    if !rules.needs_visible_rows() {
+        for (c, keep) in probe.keep.iter().enumerate() {
+            let ops = &view.chunks[c].ops;
+            let upserts: Vec<bool> = keep
+                .iter()
+                .zip(ops.values().iter())
+                .map(|(&k, &op)| k && op == Op::Upsert as i8)
+                .collect();
+            if let Some(b) = filtered(&inputs[c].project(&value_columns)?, &upserts)? {
+                public.push(RecordBatch::try_new(
+                    rules.public_schema(),
+                    b.columns().to_vec(),
+                )?);
+            }
+        }
+    } else if let (Visible::Rows(rows), false) = (visible, recompute) {
+        for batch in rows.iter().filter(|b| b.num_rows() > 0) {
+            let keys = view.convert_keys(batch)?;
+            let keep: Vec<bool> = (0..batch.num_rows())
+                .map(|r| !probe.touched.contains_key(keys.row(r).data()))
+                .collect();
+            public.extend(filtered(batch, &keep)?);
+        }
+    }
+    public.extend(out.build(&view)?);
     Ok(Applied {
         state,
         public,
         metrics,
     })
+}
+
+/// `batch` without the rows whose `keep` is false; `None` when none is left. A batch
+/// kept whole is not copied.
+fn filtered(batch: &RecordBatch, keep: &[bool]) -> Result<Option<RecordBatch>, ArrowError> {
+    if keep.iter().all(|&k| k) {
+        return Ok(Some(batch.clone()));
+    }
+    if !keep.iter().any(|&k| k) {
+        return Ok(None);
+    }
+    let mask = BooleanArray::from(keep.to_vec());
+    filter_record_batch(batch, &mask).map(Some)
 }
 
 /// A row of one of the inputs: `c` is the chunk (stored batches first, the incoming
@@ -240,6 +312,7 @@ struct View<'a> {
     rules: &'a Rules,
     chunks: Vec<Chunk<'a>>,
     event_chunk: u32,
+    key_conv: RowConverter,
 }
 
 /// The newest TRUNCATE and collected-tombstone horizon.
@@ -301,7 +374,20 @@ impl<'a> View<'a> {
             rules,
             chunks,
             event_chunk,
+            key_conv,
         })
+    }
+
+    /// The keys of `batch` (target columns first, as in the state and visible table)
+    /// as comparable bytes, like the chunks'.
+    fn convert_keys(&self, batch: &RecordBatch) -> Result<Rows, ArrowError> {
+        let cols: Vec<ArrayRef> = self
+            .rules
+            .keys
+            .iter()
+            .map(|&k| Arc::clone(batch.column(k)))
+            .collect();
+        self.key_conv.convert_columns(&cols)
     }
 
     fn chunk(&self, p: P) -> &Chunk<'a> {
@@ -400,27 +486,6 @@ impl<'a> View<'a> {
             }
         }
         out
-    }
-
-    /// The stored events in key and sequence order: as stored when the state was
-    /// written by an apply (checked), sorted otherwise.
-    fn stored_order(&self) -> Vec<P> {
-        let mut rows = self.keyed(0..self.event_chunk as usize);
-        let sorted = rows.windows(2).all(|w| {
-            self.key(w[0])
-                .cmp(self.key(w[1]))
-                .then_with(|| self.seq_cmp(w[0], w[1]))
-                .is_le()
-        });
-        if !sorted {
-            rows.sort_by(|&p, &q| {
-                self.key(p)
-                    .cmp(self.key(q))
-                    .then_with(|| self.rank(p, q))
-                    .then_with(|| p.cmp(&q))
-            });
-        }
-        rows
     }
 
     fn older_than(&self, p: P, marker: Option<P>) -> bool {
@@ -531,58 +596,89 @@ struct Walk<'v, 'a> {
     view: &'v View<'a>,
     markers: Markers,
     horizon: i64,
-    metrics: &'v mut ApplyMetrics,
-    /// State rows kept, in key and sequence order.
+    metrics: ApplyMetrics,
+    /// State rows of the touched keys, key by key in sequence order.
     kept: Vec<P>,
     out: Output,
     /// The collected tombstone that moves the GC horizon, if one does.
     new_gc: Option<P>,
 }
 
-impl Walk<'_, '_> {
-    fn run(&mut self) {
-        let view = self.view;
-        let stored = view.stored_order();
+/// What the stored scan found: per stored batch which rows stay as they are, and the
+/// keys decided again.
+struct Probe<'a> {
+    keep: Vec<Vec<bool>>,
+    touched: HashMap<&'a [u8], u32>,
+}
+
+impl<'v, 'a> Walk<'v, 'a> {
+    fn run(&mut self, recompute: bool) -> Probe<'v> {
+        let view: &'v View<'a> = self.view;
         let mut incoming = view.keyed(view.event_chunk as usize..view.event_chunk as usize + 1);
         incoming.sort_unstable_by(|&p, &q| view.event_order(p, q));
-        // A TRUNCATE newer than the stored one concerns every key.
-        let new_truncate = self.markers.truncate.is_some_and(|t| view.is_new(t));
-        let (mut i, mut j) = (0, 0);
-        while i < stored.len() || j < incoming.len() {
-            let key = match (stored.get(i), incoming.get(j)) {
-                (Some(&s), Some(&e)) => view.key(s).min(view.key(e)),
-                (Some(&s), None) => view.key(s),
-                (None, Some(&e)) => view.key(e),
-                (None, None) => break,
-            };
-            let si = i;
-            while i < stored.len() && view.key(stored[i]) == key {
+        // One group per touched key: its incoming events, then its stored ones.
+        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut touched: HashMap<&'v [u8], u32> = HashMap::new();
+        let mut i = 0;
+        while i < incoming.len() {
+            let key = view.key(incoming[i]);
+            let start = i;
+            while i < incoming.len() && view.key(incoming[i]) == key {
                 i += 1;
             }
-            let ej = j;
-            while j < incoming.len() && view.key(incoming[j]) == key {
-                j += 1;
-            }
-            if ej == j && !new_truncate {
-                self.untouched(&stored[si..i]);
-            } else {
-                let merged = merge_sorted(view, &stored[si..i], &incoming[ej..j]);
-                self.decide(&merged);
-            }
+            touched.insert(key, groups.len() as u32);
+            groups.push(start..i);
         }
-    }
-
-    /// A key without incoming events: its stored events stay, its visible rows follow.
-    fn untouched(&mut self, events: &[P]) {
-        if let [only] = events
-            && self.view.expired(*only, self.horizon)
-            && !self.view.rules.scd2
-        {
-            self.collect(*only);
-            return;
+        let mut members: Vec<(u32, P)> = Vec::new();
+        let mut keep = Vec::with_capacity(view.event_chunk as usize);
+        for c in 0..view.event_chunk {
+            let chunk = &view.chunks[c as usize];
+            let mut mask = vec![false; chunk.batch.num_rows()];
+            for (r, slot) in mask.iter_mut().enumerate() {
+                let p = P { c, r: r as u32 };
+                let Some(op) = view.op(p).filter(|o| o.is_keyed()) else {
+                    continue; // markers are written anew
+                };
+                let key = view.key(p);
+                let gid = match touched.get(key) {
+                    Some(&g) => Some(g),
+                    None if recompute => {
+                        let g = groups.len() as u32;
+                        touched.insert(key, g);
+                        groups.push(incoming.len()..incoming.len());
+                        Some(g)
+                    }
+                    None => None,
+                };
+                match gid {
+                    Some(g) => members.push((g, p)),
+                    None if !view.rules.scd2
+                        && op == Op::Delete
+                        && view.expired(p, self.horizon) =>
+                    {
+                        // A tombstone alone is its key's whole state (SCD1).
+                        self.collect(p);
+                    }
+                    None => *slot = true,
+                }
+            }
+            keep.push(mask);
         }
-        self.kept.extend_from_slice(events);
-        self.publish(events);
+        members.sort_unstable();
+        let mut m = 0;
+        for (g, range) in groups.iter().enumerate() {
+            let from = m;
+            while m < members.len() && members[m].0 == g as u32 {
+                m += 1;
+            }
+            let mut stored: Vec<P> = members[from..m].iter().map(|&(_, p)| p).collect();
+            if !stored.windows(2).all(|w| view.rank(w[0], w[1]).is_le()) {
+                stored.sort_by(|&p, &q| view.rank(p, q).then_with(|| p.cmp(&q)));
+            }
+            let merged = merge_sorted(view, &stored, &incoming[range.clone()]);
+            self.decide(&merged);
+        }
+        Probe { keep, touched }
     }
 
     /// A key with incoming events: one event per sequence value and kind, the late and

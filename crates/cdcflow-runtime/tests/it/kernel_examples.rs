@@ -1,6 +1,6 @@
 //! Kernel behaviour the model does not cover: tombstone retention, and the counters.
 
-use cdcflow_runtime::cdc::kernel::apply;
+use cdcflow_runtime::cdc::kernel::{Visible, apply};
 use datafusion::arrow::array::RecordBatch;
 
 use crate::model::{Config, Event, ModelOp, rows_of, to_batch};
@@ -39,6 +39,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let first = apply(
         &rules,
         &empty,
+        Visible::Rows(&[]),
         &to_batch(&rules, &[up(1, 5, 1), del(1, 8)], 0),
         0,
     )
@@ -49,6 +50,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let second = apply(
         &rules,
         &first.state,
+        Visible::Rows(&[]),
         &to_batch(&rules, &[up(1, 7, 2)], 5),
         5,
     )
@@ -60,6 +62,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let third = apply(
         &rules,
         &second.state,
+        Visible::Rows(&[]),
         &to_batch(&rules, &[up(2, 1, 1)], 100),
         100,
     )
@@ -71,6 +74,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let fourth = apply(
         &rules,
         &third.state,
+        Visible::Rows(&[]),
         &to_batch(&rules, &[up(1, 6, 3), up(3, 2, 1)], 101),
         101,
     )
@@ -83,6 +87,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let fifth = apply(
         &rules,
         &fourth.state,
+        Visible::Rows(&[]),
         &to_batch(&rules, &[up(1, 9, 4)], 102),
         102,
     )
@@ -104,12 +109,20 @@ fn counters_name_what_happened_to_each_incoming_event() {
     let first = apply(
         &rules,
         &empty,
+        Visible::Rows(&[]),
         &to_batch(&rules, &[up(1, 5, 1), up(2, 5, 1)], 0),
         0,
     )
     .expect("apply");
     let batch = [up(1, 4, 9), up(1, 5, 1), up(2, 6, 2), del(3, 1)];
-    let second = apply(&rules, &first.state, &to_batch(&rules, &batch, 0), 0).expect("apply");
+    let second = apply(
+        &rules,
+        &first.state,
+        Visible::Rows(&[]),
+        &to_batch(&rules, &batch, 0),
+        0,
+    )
+    .expect("apply");
     let m = second.metrics;
     assert_eq!(
         (m.events, m.late, m.duplicates, m.upserted, m.deleted),
