@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cdcflow_sql::Span;
 use datafusion::arrow::csv::reader::Format;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::json::reader::infer_json_schema_from_seekable;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -62,6 +62,10 @@ pub struct ReadFiles {
     pub options: BTreeMap<String, String>,
     /// `STREAM read_files(…)`: each file is read once.
     pub streaming: bool,
+    /// Written as the older `cloud_files(…)` (Auto Loader): its defaults apply.
+    pub auto_loader: bool,
+    /// Types for some columns, over the inferred ones (`cloudFiles.schemaHints`).
+    pub schema_hints: Option<SchemaRef>,
     pub span: Span,
 }
 
@@ -72,9 +76,24 @@ impl ReadFiles {
     /// CSV: whether the first line holds column names (default true, as for landing
     /// exports; Databricks' own default is false, so set it explicitly to be portable).
     pub fn csv_header(&self) -> bool {
-        self.options
-            .get("header")
-            .is_none_or(|v| v.eq_ignore_ascii_case("true"))
+        match self.options.get("header") {
+            Some(v) => v.eq_ignore_ascii_case("true"),
+            // Auto Loader, like Spark's CSV reader, assumes no header line.
+            None => !self.auto_loader,
+        }
+    }
+
+    /// Whether inferred JSON and CSV columns get their types, or stay strings as Auto
+    /// Loader leaves them unless `cloudFiles.inferColumnTypes` is true.
+    pub fn infer_column_types(&self) -> bool {
+        let set = self
+            .options
+            .get("cloudfiles.infercolumntypes")
+            .or_else(|| self.options.get("infercolumntypes"));
+        match set {
+            Some(v) => v.eq_ignore_ascii_case("true"),
+            None => !self.auto_loader,
+        }
     }
 
     pub fn csv_delimiter(&self) -> u8 {
@@ -120,9 +139,37 @@ impl ReadFiles {
                     .map_err(|e| format!("{}: {e}", f.display()))?,
             );
         }
-        Schema::try_merge(schemas)
-            .map(|s| Some(Arc::new(s)))
-            .map_err(|e| format!("landing files disagree on their schema: {e}"))
+        let merged = Schema::try_merge(schemas)
+            .map_err(|e| format!("landing files disagree on their schema: {e}"))?;
+        Ok(Some(Arc::new(self.with_hints(&merged))))
+    }
+
+    /// The inferred schema as Auto Loader would give it: strings unless types are
+    /// inferred, then the schema hints on top (a hinted column the files lack is added).
+    fn with_hints(&self, inferred: &Schema) -> Schema {
+        let mut fields: Vec<Field> = inferred
+            .fields()
+            .iter()
+            .map(|f| {
+                let f = f.as_ref().clone();
+                match self.infer_column_types() || self.format == FileFormat::Parquet {
+                    true => f,
+                    false => f.with_data_type(DataType::Utf8),
+                }
+            })
+            .collect();
+        if let Some(hints) = &self.schema_hints {
+            for hint in hints.fields() {
+                match fields
+                    .iter_mut()
+                    .find(|f| f.name().eq_ignore_ascii_case(hint.name()))
+                {
+                    Some(f) => *f = f.clone().with_data_type(hint.data_type().clone()),
+                    None => fields.push(hint.as_ref().clone().with_nullable(true)),
+                }
+            }
+        }
+        Schema::new(fields)
     }
 
     fn infer_file(&self, path: &Path) -> Result<Schema, String> {

@@ -34,6 +34,8 @@ pub struct FilesCall {
     /// Arguments that are not literals, for a diagnostic.
     pub invalid: Vec<Span>,
     pub streaming: bool,
+    /// The older `cloud_files(path, format, map(k, v, …))` form (Auto Loader).
+    pub auto_loader: bool,
     pub span: Span,
 }
 
@@ -104,6 +106,7 @@ fn files_call(args: &[FunctionArg], streaming: bool, span: Span) -> FilesCall {
         options: vec![],
         invalid: vec![],
         streaming,
+        auto_loader: false,
         span,
     };
     for arg in args {
@@ -127,6 +130,62 @@ fn files_call(args: &[FunctionArg], streaming: bool, span: Span) -> FilesCall {
                 None => call.invalid.push(e.span()),
             },
             other => call.invalid.push(other.span()),
+        }
+    }
+    call
+}
+
+/// `cloud_files(path, format [, map(key, value, …)])`: always a streaming source.
+fn cloud_files_call(args: &[FunctionArg], span: Span) -> FilesCall {
+    let mut call = FilesCall {
+        path: None,
+        options: vec![],
+        invalid: vec![],
+        streaming: true,
+        auto_loader: true,
+        span,
+    };
+    for (n, arg) in args.iter().enumerate() {
+        let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) = arg else {
+            call.invalid.push(arg.span());
+            continue;
+        };
+        match (n, e) {
+            (0, _) => match literal_text(e) {
+                Some(p) => call.path = Some(p),
+                None => call.invalid.push(e.span()),
+            },
+            (1, _) => match literal_text(e) {
+                Some(f) => call.options.push(("format".into(), f, e.span())),
+                None => call.invalid.push(e.span()),
+            },
+            (2, Expr::Function(f)) if is_named(&f.name, "map") => {
+                let items: Vec<&Expr> = match &f.args {
+                    FunctionArguments::List(l) => l
+                        .args
+                        .iter()
+                        .filter_map(|a| match a {
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) => Some(x),
+                            _ => None,
+                        })
+                        .collect(),
+                    _ => vec![],
+                };
+                for pair in items.chunks(2) {
+                    match (
+                        pair.first().and_then(|k| literal_text(k)),
+                        pair.get(1).and_then(|v| literal_text(v)),
+                    ) {
+                        (Some(k), Some(v)) => call.options.push((
+                            k.to_ascii_lowercase(),
+                            v,
+                            pair[0].span().union(&pair[pair.len() - 1].span()),
+                        )),
+                        _ => call.invalid.push(pair[0].span()),
+                    }
+                }
+            }
+            _ => call.invalid.push(e.span()),
         }
     }
     call
@@ -177,6 +236,15 @@ impl VisitorMut for Rewriter<'_> {
                             };
                             Relation::Files(files_call(&fargs, true, e.span()))
                         }
+                        Expr::Function(f)
+                            if f.name.0.len() == 1 && (is_named(&f.name, "cloud_files")) =>
+                        {
+                            let fargs = match &f.args {
+                                FunctionArguments::List(l) => l.args.clone(),
+                                _ => vec![],
+                            };
+                            Relation::Files(cloud_files_call(&fargs, e.span()))
+                        }
                         _ => return ControlFlow::Continue(()),
                     },
                     _ => return ControlFlow::Continue(()),
@@ -184,6 +252,9 @@ impl VisitorMut for Rewriter<'_> {
             }
             Some(targs) if is_named(name, "read_files") => {
                 Relation::Files(files_call(&targs.args, false, span))
+            }
+            Some(targs) if is_named(name, "cloud_files") => {
+                Relation::Files(cloud_files_call(&targs.args, span))
             }
             Some(_) => return ControlFlow::Continue(()),
             None => {

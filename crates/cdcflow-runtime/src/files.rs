@@ -30,7 +30,10 @@ pub fn read_file(
         FileFormat::Parquet => read_parquet(path, schema),
         FileFormat::Json => {
             let file = File::open(path).map_err(|e| RunError::io(path, e))?;
+            // A STRING column takes numbers and booleans as their text, as Spark's
+            // reader does (and Auto Loader relies on, inferring every column a string).
             let reader = JsonReaderBuilder::new(Arc::clone(schema))
+                .with_coerce_primitive(true)
                 .with_batch_size(BATCH_ROWS)
                 .build(BufReader::new(file))
                 .map_err(|e| fail(e.to_string()))?;

@@ -11,6 +11,7 @@
 pub mod ast;
 mod display;
 mod error;
+pub mod notebook;
 mod parser;
 pub mod preprocess;
 mod tokens;

@@ -57,10 +57,13 @@ impl Resolver<'_> {
                     continue;
                 }
             };
-            let pre = if text.contains("${") {
-                substitute(&text, |k| conf.get(k).cloned())
+            // Notebook exports: %sql magic cells are uncommented in place.
+            let sql = cdcflow_sql::notebook::sql_of_notebook(&text);
+            let sql = sql.as_deref().unwrap_or(&text);
+            let pre = if sql.contains("${") {
+                substitute(sql, |k| conf.get(k).cloned())
             } else {
-                Preprocessed::verbatim(&text)
+                Preprocessed::verbatim(sql)
             };
             self.files.push(SourceFile {
                 path: rel,

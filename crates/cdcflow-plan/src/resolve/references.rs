@@ -127,6 +127,33 @@ impl Resolver<'_> {
                 }
             }
         }
+        let mut schema_hints = None;
+        if let Some((_, ddl, span)) = call
+            .options
+            .iter()
+            .find(|o| o.0 == "cloudfiles.schemahints" || o.0 == "schemahints")
+        {
+            match ddl_schema(ddl) {
+                Ok(s) => schema_hints = Some(Arc::new(s)),
+                Err(e) => {
+                    self.error(
+                        file,
+                        *span,
+                        "cdcflow::schema",
+                        format!("invalid schema hints: {e}"),
+                        "schema hints",
+                        Some(
+                            "\"cloudFiles.schemaHints\", \"id BIGINT, updated_at TIMESTAMP\""
+                                .into(),
+                        ),
+                    );
+                    return None;
+                }
+            }
+        }
+        if call.auto_loader {
+            self.auto_loader_notes(call, file);
+        }
         Some(ReadFiles {
             table,
             path_text,
@@ -135,7 +162,51 @@ impl Resolver<'_> {
             declared_schema,
             options,
             streaming: call.streaming,
+            auto_loader: call.auto_loader,
+            schema_hints,
             span: call.span,
         })
+    }
+
+    /// Auto Loader options with no meaning here are accepted, with a note on what
+    /// cdcflow does instead.
+    fn auto_loader_notes(&mut self, call: &FilesCall, file: FileId) {
+        const MAPPED: &[&str] = &[
+            "format",
+            "header",
+            "sep",
+            "delimiter",
+            "cloudfiles.format",
+            "cloudfiles.schemahints",
+            "cloudfiles.infercolumntypes",
+        ];
+        for (key, _, span) in &call.options {
+            if MAPPED.contains(&key.as_str()) {
+                continue;
+            }
+            let instead = match key.as_str() {
+                "cloudfiles.usenotifications"
+                | "cloudfiles.queueurl"
+                | "cloudfiles.backfillinterval" => {
+                    "cdcflow lists the landing folder on each run (and watches it in continuous mode); every new file is read once, tracked in the flow's checkpoint"
+                }
+                "cloudfiles.maxfilespertrigger" | "cloudfiles.maxbytespertrigger" => {
+                    "cdcflow reads every new file in one batch per run"
+                }
+                "cloudfiles.schemalocation" | "cloudfiles.schemaevolutionmode" => {
+                    "the schema is inferred from the landing files (or declared) and kept with the table"
+                }
+                "cloudfiles.includeexistingfiles" => {
+                    "files already in the folder are read on the first run"
+                }
+                _ => "this option is not used by cdcflow",
+            };
+            let d = Diagnostic::note(
+                "cdcflow::auto_loader_option",
+                format!("cloud_files option `{key}` is accepted and not used: {instead}"),
+            )
+            .at(self.locate(file, *span, "Auto Loader option"));
+            self.diags.push(d);
+        }
     }
 }

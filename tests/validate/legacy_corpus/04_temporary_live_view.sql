@@ -1,0 +1,2 @@
+CREATE TEMPORARY LIVE VIEW users_changes_v AS
+SELECT * FROM STREAM(LIVE.users_bronze) WHERE operation IS NOT NULL;
