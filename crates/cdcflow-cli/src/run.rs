@@ -62,6 +62,9 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
 fn print_summary(name: &str, report: &RunReport) {
     let width = report.flows.iter().map(|f| f.flow.len()).max().unwrap_or(4);
     println!("pipeline `{name}`");
+    for note in &report.notes {
+        println!("  note: {note}");
+    }
     for f in &report.flows {
         println!("  {:width$}  {}", f.flow, line(f));
         for w in &f.warnings {

@@ -36,11 +36,8 @@ fn kind_name(kind: DatasetKind) -> &'static str {
 pub async fn session(pipeline: &Pipeline) -> Result<SessionContext, RunError> {
     let ctx = SessionContext::new_with_config(session_config());
     let storage = pipeline.storage_dir();
-    for d in &pipeline.datasets {
-        if d.kind == DatasetKind::View {
-            continue;
-        }
-        let dir = layout::table_dir(&storage, &d.name);
+    for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
+        let dir = layout::table_dir(&storage, d);
         let table = Table::open(&dir).await?;
         let Some(t) = table.table else { continue };
         let provider = t.table_provider().await?;
@@ -54,11 +51,8 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
     let ctx = session(pipeline).await?;
     let storage = pipeline.storage_dir();
     let mut out = Vec::new();
-    for d in &pipeline.datasets {
-        if d.kind == DatasetKind::View {
-            continue;
-        }
-        let dir = layout::table_dir(&storage, &d.name);
+    for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
+        let dir = layout::table_dir(&storage, d);
         let table = Table::open(&dir).await?;
         let rows = match table.exists() {
             true => Some(

@@ -29,7 +29,13 @@ impl QueryBatch {
     /// Opens the target and reads the flow's progress; the input is registered by
     /// [`QueryBatch::read_inputs`].
     async fn open(rc: &RunContext<'_>, flow: &Flow) -> Result<Self, RunError> {
-        let dir = layout::table_dir(rc.storage, &flow.target);
+        let target = rc.pipeline.dataset(&flow.target).ok_or_else(|| {
+            RunError::input(format!(
+                "flow `{}`: unknown target `{}`",
+                flow.name, flow.target
+            ))
+        })?;
+        let dir = layout::table_dir(rc.storage, target);
         let table = Table::open(&dir).await?;
         let app = layout::app_id(&flow.name);
         let checkpoint = rc.checkpoint(flow);

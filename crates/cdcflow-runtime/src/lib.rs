@@ -33,9 +33,17 @@ pub use runner::{RunOptions, run};
 pub mod layout {
     use std::path::{Path, PathBuf};
 
-    /// The published Delta table of a dataset.
-    pub fn table_dir(storage: &Path, dataset: &str) -> PathBuf {
-        storage.join("tables").join(dataset.to_lowercase())
+    use cdcflow_plan::Dataset;
+
+    /// The Delta table of a dataset: under `tables/` when published, under `private/`
+    /// for `PRIVATE` and `TEMPORARY` datasets, which only the pipeline's own flows read.
+    pub fn table_dir(storage: &Path, dataset: &Dataset) -> PathBuf {
+        let folder = if dataset.is_published() {
+            "tables"
+        } else {
+            "private"
+        };
+        storage.join(folder).join(dataset.name.to_lowercase())
     }
 
     /// The internal state table of an AUTO CDC target.

@@ -64,6 +64,8 @@ impl FlowReport {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunReport {
     pub flows: Vec<FlowReport>,
+    /// What the run did besides its flows (tables a full refresh left alone, …).
+    pub notes: Vec<String>,
 }
 
 impl RunReport {

@@ -58,8 +58,9 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
                 .with_help(format!("flows of this pipeline: {}", known.join(", "))));
         }
     }
+    let mut report = RunReport::default();
     if let Some(tables) = &options.full_refresh {
-        full_refresh(pipeline, &storage, tables).await?;
+        report.notes = full_refresh(pipeline, &storage, tables).await?;
     }
     let rc = RunContext {
         pipeline,
@@ -69,7 +70,6 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
             .now_micros
             .unwrap_or_else(|| chrono::Utc::now().timestamp_micros()),
     };
-    let mut report = RunReport::default();
     // Targets not updated by this run, and why: their readers are skipped.
     let mut blocked: BTreeMap<String, &'static str> = BTreeMap::new();
     for &f in &pipeline.order {
@@ -153,15 +153,25 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
     report
 }
 
+/// Whether `TBLPROPERTIES (pipelines.reset.allowed = false)` protects `d` from a full
+/// refresh.
+fn reset_allowed(d: &cdcflow_plan::Dataset) -> bool {
+    !d.properties.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("pipelines.reset.allowed") && v.eq_ignore_ascii_case("false")
+    })
+}
+
 /// Empties the selected tables (and AUTO CDC state) in a commit that resets their
 /// flows' transaction ids, then forgets the flows' checkpoints, so the next batch
 /// recomputes everything. The order matters: a crash in between leaves checkpoints
 /// ahead of the tables, and those are discarded on load.
+/// Tables protected by `pipelines.reset.allowed = false` are left alone, with a note.
 async fn full_refresh(
     pipeline: &Pipeline,
     storage: &Path,
     tables: &[String],
-) -> Result<(), RunError> {
+) -> Result<Vec<String>, RunError> {
+    let mut notes = Vec::new();
     for name in tables {
         if pipeline.dataset(name).is_none() {
             return Err(RunError::input(format!(
@@ -175,13 +185,20 @@ async fn full_refresh(
         {
             continue;
         }
+        if !reset_allowed(d) {
+            notes.push(format!(
+                "`{}` was not reset: TBLPROPERTIES (pipelines.reset.allowed = false); its flows go on from where they were",
+                d.name
+            ));
+            continue;
+        }
         let flows: Vec<&Flow> = pipeline.flows_into(&d.name).collect();
         let txns: Vec<(String, i64)> = flows
             .iter()
             .map(|f| (layout::app_id(&f.name), -1))
             .collect();
         for dir in [
-            layout::table_dir(storage, &d.name),
+            layout::table_dir(storage, d),
             layout::state_dir(storage, &d.name),
         ] {
             let table = Table::open(&dir).await?;
@@ -202,5 +219,5 @@ async fn full_refresh(
             Checkpoint::new(layout::checkpoint_dir(storage, &f.name)).reset()?;
         }
     }
-    Ok(())
+    Ok(notes)
 }

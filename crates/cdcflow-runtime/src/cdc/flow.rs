@@ -48,7 +48,7 @@ pub(crate) async fn run(
     })?;
     let rules = rules_for(spec, &source_schema, &target.properties)?;
     let state_dir = layout::state_dir(rc.storage, &target.name);
-    let public_dir = layout::table_dir(rc.storage, &target.name);
+    let public_dir = layout::table_dir(rc.storage, target);
     let state = Table::open(&state_dir).await?;
     let app = layout::app_id(&flow.name);
     let committed = state.txn_version(&app).await?;
@@ -242,7 +242,7 @@ async fn read_source(
             ))
         }
         _ => {
-            let table = Table::open(&layout::table_dir(rc.storage, &source.name)).await?;
+            let table = Table::open(&layout::table_dir(rc.storage, source)).await?;
             let all = table.read_all(schema)?;
             Ok((vec![(source.name.clone(), all)], offsets))
         }
