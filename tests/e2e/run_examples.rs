@@ -305,4 +305,29 @@ fn the_legacy_corpus_runs() {
     let tables = stdout(&cdcflow(&["tables", "-p", p]));
     assert!(!tables.contains("orders_scratch"), "{tables}");
     assert!(tables.contains("big_orders"), "{tables}");
+    // `delta.*` table properties reach the Delta table.
+    let log = fs::read_to_string(
+        dir.path()
+            .join("_storage/tables/events_bronze/_delta_log/00000000000000000000.json"),
+    )
+    .expect("first commit");
+    assert!(
+        log.contains(r#""delta.enableChangeDataFeed":"true""#),
+        "{log}"
+    );
+    // `--conf` overrides a dotted configuration key on `run`.
+    let out = cdcflow(&[
+        "run",
+        "-p",
+        p,
+        "--conf",
+        "corpus.min_amount=100",
+        "--full-refresh",
+        "big_orders",
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        json_rows(p, "SELECT count(*) AS n FROM big_orders"),
+        vec![serde_json::json!({"n": 0})]
+    );
 }

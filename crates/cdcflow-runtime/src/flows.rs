@@ -121,7 +121,7 @@ pub(crate) async fn materialize(
 ) -> Result<(), RunError> {
     let mut batch = QueryBatch::open(rc, flow).await?;
     batch.read_inputs(rc, flow, report).await?;
-    batch.inputs.seal_fingerprint();
+    batch.inputs.seal_fingerprint(&query.to_string());
     let unchanged = batch
         .progress
         .last

@@ -47,8 +47,10 @@ impl BatchInputs {
         }
     }
 
-    /// Fixes the fingerprint into the offsets (materialized views).
-    pub fn seal_fingerprint(&mut self) {
+    /// Fixes the fingerprint into the offsets (materialized views), with `definition`
+    /// (the query as it stands) so that an edited query or configuration recomputes.
+    pub fn seal_fingerprint(&mut self, definition: &str) {
+        self.fingerprint.push(format!("query={definition}"));
         self.offsets.fingerprint = Some(self.fingerprint.join(";"));
     }
 }
