@@ -331,3 +331,30 @@ fn the_legacy_corpus_runs() {
         vec![serde_json::json!({"n": 0})]
     );
 }
+
+#[test]
+fn a_second_run_stops_while_a_live_run_holds_the_lock_and_takes_over_a_dead_ones() {
+    use cdcflow_runtime::lock::{Holder, RunLock};
+    let dir = example_copy("orders");
+    let p = dir.path().to_str().expect("utf-8");
+    let lock = RunLock::path(&dir.path().join("_storage"));
+    fs::create_dir_all(dir.path().join("_storage")).expect("mkdir");
+    // A live process holds the lock.
+    let mut holder = Command::new("sleep").arg("30").spawn().expect("sleep");
+    let live = Holder::of_pid(holder.id());
+    fs::write(&lock, serde_json::to_string(&live).expect("json")).expect("write");
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(!out.status.success());
+    let msg = format!("pipeline orders is being run by pid {}", holder.id());
+    assert!(stderr(&out).contains(&msg), "{}", stderr(&out));
+    assert!(
+        !dir.path().join("_storage/tables").exists(),
+        "nothing may be written"
+    );
+    // The holder dies: its lock is taken over, and released after the run.
+    holder.kill().expect("kill");
+    holder.wait().expect("wait");
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(!lock.exists());
+}

@@ -22,6 +22,7 @@ mod error;
 pub mod files;
 mod flows;
 mod inputs;
+pub mod lock;
 mod report;
 mod runner;
 

@@ -12,6 +12,7 @@ use datafusion::prelude::SessionContext;
 use crate::checkpoint::Checkpoint;
 use crate::delta::{self, Commit, Mode, Table};
 use crate::inputs::InputReader;
+use crate::lock::RunLock;
 use crate::report::{FlowOutcome, FlowReport, RunReport};
 use crate::{RunError, cdc, flows, layout};
 
@@ -58,6 +59,7 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
                 .with_help(format!("flows of this pipeline: {}", known.join(", "))));
         }
     }
+    let _lock = RunLock::acquire(&storage, &pipeline.config.name)?;
     let mut report = RunReport::default();
     if let Some(tables) = &options.full_refresh {
         report.notes = full_refresh(pipeline, &storage, tables).await?;
