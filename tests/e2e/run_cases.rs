@@ -2,6 +2,7 @@
 //! Before run `n`, the contents of `steps/<n>/files/` are copied into the pipeline folder
 //! (landing batches); after it, each `steps/<n>/expect/<table>.csv` must equal
 //! `cdcflow query "SELECT * FROM <table>" --format csv` (rows compared in sorted order).
+//! An `expect/<name>.sql` beside `<name>.csv` is the query to compare instead.
 //! Optional per step: `args` (extra `cdcflow run` arguments, one per line), `summary`
 //! (lines the run's stdout must contain), `fails` (the run must fail and its stderr
 //! contain these lines). Add a case by adding a folder; no Rust needed.
@@ -122,18 +123,17 @@ fn run_case(case: &Path) -> Vec<String> {
             .unwrap_or_default();
         expects.sort();
         for expect in expects {
+            if expect.extension().is_none_or(|e| e != "csv") {
+                continue;
+            }
             let table = expect
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let q = cdcflow(&[
-                "query",
-                "-p",
-                &dir,
-                &format!("SELECT * FROM {table}"),
-                "--format",
-                "csv",
-            ]);
+            // `<name>.sql` beside `<name>.csv` is the query to compare; else the table.
+            let sql = fs::read_to_string(expect.with_extension("sql"))
+                .unwrap_or_else(|_| format!("SELECT * FROM {table}"));
+            let q = cdcflow(&["query", "-p", &dir, sql.trim(), "--format", "csv"]);
             if !q.status.success() {
                 problems.push(format!("{label}: query {table} failed: {}", stderr(&q)));
                 continue;

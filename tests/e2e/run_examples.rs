@@ -181,6 +181,21 @@ fn parquet_landing_files_are_read_incrementally() {
             serde_json::json!({"id": 2, "name": "c"}),
         ]
     );
+    // A file that is not Parquet is quarantined whole; an empty one is nothing.
+    fs::write(landing.join("3.parquet"), "not parquet at all\n").expect("write");
+    fs::write(landing.join("4.parquet"), "").expect("write");
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("1 malformed record(s) quarantined in `raw__quarantine`"),
+        "{}",
+        stdout(&out)
+    );
+    let rows = json_rows(p, "SELECT file, line FROM raw__quarantine");
+    assert_eq!(
+        rows,
+        vec![serde_json::json!({"file": "landing/3.parquet", "line": null})]
+    );
 }
 
 /// The Python `deltalake` package (delta-rs' Python reader), when installed: `.ci/run`

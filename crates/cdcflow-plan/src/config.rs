@@ -20,6 +20,20 @@ pub struct PipelineConfig {
     /// Values substituted into SQL as `${key}`.
     #[serde(default)]
     pub configuration: BTreeMap<String, ConfigValue>,
+    /// What a malformed landing record does: `quarantine` (default) keeps it with its
+    /// file and line in `<table>__quarantine` while good records proceed; `fail` fails
+    /// the flow, naming file and line, and commits nothing.
+    #[serde(default)]
+    pub bad_records: BadRecords,
+}
+
+/// See [`PipelineConfig::bad_records`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BadRecords {
+    #[default]
+    Quarantine,
+    Fail,
 }
 
 /// A configuration value: YAML scalars only.

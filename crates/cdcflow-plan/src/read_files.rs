@@ -132,12 +132,31 @@ impl ReadFiles {
         if files.is_empty() {
             return Ok(None);
         }
+        // Unreadable and empty files are skipped here: the run quarantines the former
+        // and reads nothing from the latter; only when no file gives a schema is the
+        // first problem reported.
         let mut schemas = Vec::new();
-        for f in files.iter().take(64) {
-            schemas.push(
-                self.infer_file(f)
-                    .map_err(|e| format!("{}: {e}", f.display()))?,
-            );
+        let mut first_error = None;
+        for f in files
+            .iter()
+            .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0))
+        {
+            match self.infer_file(f) {
+                Ok(s) if !s.fields().is_empty() => schemas.push(s),
+                Ok(_) => {}
+                Err(e) => {
+                    first_error.get_or_insert_with(|| format!("{}: {e}", f.display()));
+                }
+            }
+            if schemas.len() == 64 {
+                break;
+            }
+        }
+        if schemas.is_empty() {
+            return match first_error {
+                Some(e) => Err(e),
+                None => Ok(None),
+            };
         }
         let merged = Schema::try_merge(schemas)
             .map_err(|e| format!("landing files disagree on their schema: {e}"))?;

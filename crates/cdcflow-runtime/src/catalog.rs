@@ -42,6 +42,12 @@ pub async fn session(pipeline: &Pipeline) -> Result<SessionContext, RunError> {
         let Some(t) = table.table else { continue };
         let provider = t.table_provider().await?;
         ctx.register_table(TableReference::bare(d.name.as_str()), provider)?;
+        let quarantine = crate::quarantine::table_name(&d.name);
+        let q = Table::open(&dir.with_file_name(&quarantine)).await?;
+        if let Some(t) = q.table {
+            let provider = t.table_provider().await?;
+            ctx.register_table(TableReference::bare(quarantine.as_str()), provider)?;
+        }
     }
     Ok(ctx)
 }

@@ -1,7 +1,6 @@
-//! Reading landing files (`read_files`) into Arrow batches of a known schema.
+//! Reading landing files (`read_files`) into Arrow batches of a known schema, with the
+//! records that do not fit set apart (file and line kept) instead of failing the file.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -16,53 +15,121 @@ use crate::delta::{conform, read_parquet};
 
 const BATCH_ROWS: usize = 64 * 1024;
 
+/// A record that could not be read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadRecord {
+    /// 1-based; `None` when the whole file is unreadable.
+    pub line: Option<u64>,
+    /// The record as written, when it is text.
+    pub text: Option<String>,
+    pub error: String,
+}
+
+/// What reading one file gave.
+#[derive(Debug, Default)]
+pub struct FileRead {
+    pub batches: Vec<RecordBatch>,
+    pub bad: Vec<BadRecord>,
+    /// A text file whose last line has no line end yet: still being written, so it is
+    /// left for a later run rather than read half.
+    pub incomplete: bool,
+}
+
 /// Reads one landing file of `source` as `schema`.
 pub fn read_file(
     source: &ReadFiles,
     schema: &SchemaRef,
     path: &Path,
-) -> Result<Vec<RecordBatch>, RunError> {
-    let fail = |message: String| RunError::File {
-        path: path.to_path_buf(),
-        message,
-    };
-    match source.format {
-        FileFormat::Parquet => read_parquet(path, schema),
-        FileFormat::Json => {
-            let file = File::open(path).map_err(|e| RunError::io(path, e))?;
-            // A STRING column takes numbers and booleans as their text, as Spark's
-            // reader does (and Auto Loader relies on, inferring every column a string).
-            let reader = JsonReaderBuilder::new(Arc::clone(schema))
-                .with_coerce_primitive(true)
-                .with_batch_size(BATCH_ROWS)
-                .build(BufReader::new(file))
-                .map_err(|e| fail(e.to_string()))?;
-            collect(reader, schema, &fail)
-        }
-        FileFormat::Csv => {
-            let file = File::open(path).map_err(|e| RunError::io(path, e))?;
-            let reader = CsvReaderBuilder::new(Arc::clone(schema))
-                .with_header(source.csv_header())
-                .with_delimiter(source.csv_delimiter())
-                .with_batch_size(BATCH_ROWS)
-                .build(file)
-                .map_err(|e| fail(e.to_string()))?;
-            collect(reader, schema, &fail)
-        }
+) -> Result<FileRead, RunError> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+        return Ok(FileRead::default());
+    }
+    if source.format == FileFormat::Parquet {
+        return Ok(match read_parquet(path, schema) {
+            Ok(batches) => FileRead {
+                batches,
+                ..FileRead::default()
+            },
+            Err(e) => FileRead {
+                bad: vec![BadRecord {
+                    line: None,
+                    text: None,
+                    error: e.to_string(),
+                }],
+                ..FileRead::default()
+            },
+        });
+    }
+    let bytes = std::fs::read(path).map_err(|e| RunError::io(path, e))?;
+    if !bytes.ends_with(b"\n") {
+        return Ok(FileRead {
+            incomplete: true,
+            ..FileRead::default()
+        });
+    }
+    let header = source.format == FileFormat::Csv && source.csv_header();
+    match decode(source, schema, &bytes, header) {
+        Ok(batches) => Ok(FileRead {
+            batches,
+            ..FileRead::default()
+        }),
+        // Only on failure, decode line by line to set the bad records apart.
+        Err(_) => Ok(by_line(source, schema, &bytes, header)),
     }
 }
 
-fn collect<E: std::fmt::Display>(
-    reader: impl Iterator<Item = Result<RecordBatch, E>>,
+fn decode(
+    source: &ReadFiles,
     schema: &SchemaRef,
-    fail: &dyn Fn(String) -> RunError,
-) -> Result<Vec<RecordBatch>, RunError> {
-    let mut out = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| fail(e.to_string()))?;
-        out.push(conform(&batch, schema)?);
+    bytes: &[u8],
+    header: bool,
+) -> Result<Vec<RecordBatch>, String> {
+    let batches: Vec<RecordBatch> = match source.format {
+        FileFormat::Json => JsonReaderBuilder::new(Arc::clone(schema))
+            // A STRING column takes numbers and booleans as their text, as Spark's
+            // reader does (and Auto Loader relies on, inferring every column a string).
+            .with_coerce_primitive(true)
+            .with_strict_mode(false)
+            .with_batch_size(BATCH_ROWS)
+            .build(bytes)
+            .map_err(|e| e.to_string())?
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
+        FileFormat::Csv => CsvReaderBuilder::new(Arc::clone(schema))
+            .with_header(header)
+            .with_delimiter(source.csv_delimiter())
+            .with_batch_size(BATCH_ROWS)
+            .build(bytes)
+            .map_err(|e| e.to_string())?
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
+        FileFormat::Parquet => return Err("not a text format".into()),
+    };
+    batches
+        .iter()
+        .map(|b| conform(b, schema).map_err(|e| e.to_string()))
+        .collect()
+}
+
+fn by_line(source: &ReadFiles, schema: &SchemaRef, bytes: &[u8], header: bool) -> FileRead {
+    let mut read = FileRead::default();
+    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        let line_no = i as u64 + 1;
+        if (header && i == 0) || line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let mut record = line.to_vec();
+        record.push(b'\n');
+        match decode(source, schema, &record, false) {
+            Ok(batches) => read.batches.extend(batches),
+            Err(error) => read.bad.push(BadRecord {
+                line: Some(line_no),
+                text: Some(String::from_utf8_lossy(line).into_owned()),
+                error,
+            }),
+        }
     }
-    Ok(out)
+    read
 }
 
 /// `path` relative to the landing folder of `source` (how checkpoints name files).

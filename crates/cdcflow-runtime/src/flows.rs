@@ -9,10 +9,13 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::delta::{self, Commit, Mode, Table, conform};
+use crate::files::BadRecord;
 use crate::inputs::BatchInputs;
+use crate::quarantine;
 use crate::report::{FlowOutcome, FlowReport};
 use crate::runner::RunContext;
 use crate::{RunError, layout};
+use cdcflow_plan::config::BadRecords;
 
 /// A query flow's batch in the making: its target, progress and registered input.
 struct QueryBatch {
@@ -73,17 +76,35 @@ impl QueryBatch {
 
     /// Writes the offsets, runs the query and commits its result.
     async fn commit(
-        self,
+        mut self,
         rc: &RunContext<'_>,
         flow: &Flow,
         query: &Query,
         mode: Mode,
         report: &mut FlowReport,
     ) -> Result<(), RunError> {
+        if !self.inputs.incomplete.is_empty() {
+            report.warnings.push(format!(
+                "{} landing file(s) still being written (no final line end) were left for a later run: {}",
+                self.inputs.incomplete.len(),
+                self.inputs.incomplete.join(", ")
+            ));
+        }
+        let bad = std::mem::take(&mut self.inputs.quarantine);
+        if !bad.is_empty() && rc.pipeline.config.bad_records == BadRecords::Fail {
+            return Err(malformed(&bad));
+        }
         self.checkpoint.write_intent(&self.inputs.offsets)?;
+        let batch = self.inputs.offsets.batch;
+        if !bad.is_empty() {
+            let n = bad.len();
+            let table = quarantine::write(flow, &self.dir, &self.app, batch, bad).await?;
+            report.warnings.push(format!(
+                "{n} malformed record(s) quarantined in `{table}` (file and line kept; query it with cdcflow query)"
+            ));
+        }
         let (schema, batches) = execute(rc, &self.planner, query).await?;
         report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let batch = self.inputs.offsets.batch;
         let commit = commit_for(rc, flow, &self.app, batch);
         delta::write(&self.dir, &schema, batches, mode, &commit).await?;
         report.outcome = FlowOutcome::Committed { batch };
@@ -167,4 +188,22 @@ async fn execute(
         .map(|b| conform(b, &stored))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((stored, batches))
+}
+
+/// The failure for malformed records under `bad_records: fail`: the first one named by
+/// file and line.
+fn malformed(bad: &[(String, BadRecord)]) -> RunError {
+    let (file, first) = &bad[0];
+    let at = first
+        .line
+        .map_or_else(|| file.clone(), |l| format!("{file}:{l}"));
+    let more = match bad.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    RunError::input(format!(
+        "malformed record at {at}: {}{more}; nothing was committed",
+        first.error
+    ))
+    .with_help("fix the file and land the fixed copy as a new file, or set `bad_records: quarantine` in pipeline.yaml to keep such records apart")
 }

@@ -31,6 +31,10 @@ pub struct BatchInputs {
     pub files: u64,
     /// Parts of the fingerprint of non-streaming inputs.
     fingerprint: Vec<String>,
+    /// Records that could not be read, with the landing file they are in.
+    pub quarantine: Vec<(String, files::BadRecord)>,
+    /// Landing files left for a later run, still being written.
+    pub incomplete: Vec<String>,
 }
 
 impl BatchInputs {
@@ -44,6 +48,8 @@ impl BatchInputs {
             rows: 0,
             files: 0,
             fingerprint: vec![],
+            quarantine: vec![],
+            incomplete: vec![],
         }
     }
 
@@ -167,7 +173,17 @@ impl InputReader<'_> {
                 let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
                 batch.fingerprint.push(format!("{name}:{len}"));
             }
-            rows.extend(files::read_file(rf, &schema, path)?);
+            let read = files::read_file(rf, &schema, path)?;
+            // As the user wrote the folder, then the file in it.
+            let shown = format!("{}/{name}", rf.path_text.trim_end_matches('/'));
+            if read.incomplete {
+                batch.incomplete.push(shown);
+                continue;
+            }
+            rows.extend(read.batches);
+            batch
+                .quarantine
+                .extend(read.bad.into_iter().map(|b| (shown.clone(), b)));
             names.push(name);
         }
         batch.files += names.len() as u64;

@@ -23,6 +23,7 @@ pub mod files;
 mod flows;
 mod inputs;
 pub mod lock;
+pub mod quarantine;
 mod report;
 mod runner;
 

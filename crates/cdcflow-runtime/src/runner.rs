@@ -135,7 +135,7 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
         // Only an unknown input schema leaves a valid pipeline's flow unplanned: no
         // `schema =>` and no landing files to infer one from yet.
         report.outcome = FlowOutcome::Skipped {
-            reason: "waiting for input: no schema declared and no landing files yet".into(),
+            reason: "waiting for input: its schema is not known yet (no schema declared and no readable landing file; `cdcflow validate` says more)".into(),
         };
         return report;
     }

@@ -1,0 +1,79 @@
+//! Malformed landing records, kept where a user can query them: the Delta table
+//! `<target>__quarantine` beside the flow's target, one row per record with its file,
+//! line, text and the reason it was refused.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cdcflow_plan::Flow;
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+
+use crate::RunError;
+use crate::delta::{self, Commit, Mode, Table};
+use crate::files::BadRecord;
+
+/// The quarantine table's name for `target`.
+pub fn table_name(target: &str) -> String {
+    format!("{}__quarantine", target.to_lowercase())
+}
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("flow", DataType::Utf8, false),
+        Field::new("batch", DataType::Int64, false),
+        Field::new("file", DataType::Utf8, false),
+        Field::new("line", DataType::Int64, true),
+        Field::new("record", DataType::Utf8, true),
+        Field::new("error", DataType::Utf8, false),
+    ]))
+}
+
+/// Appends `bad` for batch `batch` of `flow`, once: a rerun of a batch whose
+/// quarantine commit landed (its transaction id says so) writes nothing. Returns the
+/// table's name.
+pub(crate) async fn write(
+    flow: &Flow,
+    target_dir: &Path,
+    app: &str,
+    batch: i64,
+    bad: Vec<(String, BadRecord)>,
+) -> Result<String, RunError> {
+    let name = table_name(&flow.target);
+    let dir = target_dir.with_file_name(&name);
+    let table = Table::open(&dir).await?;
+    if table.txn_version(app).await?.is_some_and(|v| v >= batch) {
+        return Ok(name);
+    }
+    let n = bad.len();
+    let rows = RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(StringArray::from(vec![flow.name.clone(); n])),
+            Arc::new(Int64Array::from(vec![batch; n])),
+            Arc::new(StringArray::from_iter_values(
+                bad.iter().map(|(f, _)| f.as_str()),
+            )),
+            Arc::new(Int64Array::from_iter(
+                bad.iter().map(|(_, b)| b.line.map(|l| l as i64)),
+            )),
+            Arc::new(StringArray::from_iter(
+                bad.iter().map(|(_, b)| b.text.as_deref()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                bad.iter().map(|(_, b)| b.error.as_str()),
+            )),
+        ],
+    )?;
+    let commit = Commit {
+        txns: vec![(app.to_string(), batch)],
+        name: name.clone(),
+        description: Some(format!(
+            "records of `{}`'s landing files that could not be read",
+            flow.target
+        )),
+        ..Commit::default()
+    };
+    delta::write(&dir, &schema(), vec![rows], Mode::Append, &commit).await?;
+    Ok(name)
+}
