@@ -124,7 +124,14 @@ impl Checkpoint {
             path: path.clone(),
             message: e.to_string(),
         })?;
-        write_atomic(&path, text.as_bytes())
+        write_atomic(&path, text.as_bytes())?;
+        let flow = self
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        crate::failpoint::hit(&format!("offsets:{flow}"));
+        Ok(())
     }
 
     /// Forgets everything (full refresh), after the tables were reset.

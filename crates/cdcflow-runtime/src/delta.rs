@@ -243,7 +243,10 @@ pub async fn write(
     if !delta_props.is_empty() {
         builder = builder.with_configuration(delta_props);
     }
-    builder.await.map_err(|e| RunError::delta(dir, e))
+    crate::failpoint::hit(&format!("before-commit:{}", commit.name));
+    let table = builder.await.map_err(|e| RunError::delta(dir, e))?;
+    crate::failpoint::hit(&format!("committed:{}", commit.name));
+    Ok(table)
 }
 
 /// A data file location as a local path: delta-rs gives plain paths for local tables

@@ -1,0 +1,199 @@
+//! Crash safety: a run that dies at any step of a commit (offsets written, before a
+//! Delta commit, after it — including between the two commits of an AUTO CDC batch),
+//! followed by a normal run, gives exactly the tables of uninterrupted runs. The death
+//! is an abort at a failpoint (`CDCFLOW_FAILPOINT`): no unwinding, no destructors, the
+//! run lock left behind, as after a SIGKILL.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use crate::{cdcflow, repo, stderr, stdout};
+
+const POINTS: &[&str] = &[
+    "offsets:bronze_order_changes",
+    "before-commit:bronze_order_changes",
+    "committed:bronze_order_changes",
+    "offsets:orders_changes",
+    "before-commit:silver_orders_history__state",
+    "committed:silver_orders_history__state",
+    "before-commit:silver_orders_history",
+    "committed:silver_orders_history",
+    "offsets:gold_orders_by_status",
+    "before-commit:gold_orders_by_status",
+    "committed:gold_orders_by_status",
+];
+
+const SNAPSHOT: &[&str] = &[
+    "SELECT * FROM bronze_order_changes ORDER BY log_position, order_id",
+    "SELECT * FROM silver_orders_history ORDER BY order_id, __START_AT",
+    "SELECT * FROM gold_orders_by_status ORDER BY status",
+];
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).expect("mkdir");
+    for entry in fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        if entry.file_name() == "_storage" {
+            continue;
+        }
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+/// The orders example with its second landing file held back.
+fn staged() -> (tempfile::TempDir, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&repo().join("pipelines/orders"), dir.path());
+    let second = dir.path().join("landing/orders/0002.json");
+    let held = fs::read(&second).expect("0002.json");
+    fs::remove_file(&second).expect("remove");
+    (dir, held)
+}
+
+fn run(dir: &Path) {
+    let out = cdcflow(&["run", "-p", dir.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}
+
+fn snapshot(dir: &Path) -> Vec<String> {
+    SNAPSHOT
+        .iter()
+        .map(|sql| {
+            let out = cdcflow(&[
+                "query",
+                "-p",
+                dir.to_str().expect("utf-8"),
+                sql,
+                "--format",
+                "csv",
+            ]);
+            assert!(out.status.success(), "{sql}: {}", stderr(&out));
+            stdout(&out)
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_killed_at_any_step_of_a_commit_then_rerun_gives_the_uninterrupted_tables() {
+    let (reference, held) = staged();
+    run(reference.path());
+    fs::write(reference.path().join("landing/orders/0002.json"), &held).expect("land");
+    run(reference.path());
+    let want = snapshot(reference.path());
+
+    for point in POINTS {
+        let (dir, held) = staged();
+        run(dir.path());
+        fs::write(dir.path().join("landing/orders/0002.json"), &held).expect("land");
+        let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["run", "-p", dir.path().to_str().expect("utf-8")])
+            .env("CDCFLOW_FAILPOINT", point)
+            .output()
+            .expect("run");
+        assert!(
+            !died.status.success(),
+            "{point}: the run did not reach its failpoint:\n{}",
+            stdout(&died)
+        );
+        assert!(
+            stderr(&died).contains("failpoint"),
+            "{point}: {}",
+            stderr(&died)
+        );
+        run(dir.path());
+        assert_eq!(snapshot(dir.path()), want, "after a crash at {point}");
+    }
+}
+
+/// A pipeline with enough change events that a run takes a while (debug build).
+fn big_pipeline(dir: &Path) {
+    fs::write(dir.join("pipeline.yaml"), "name: big\n").expect("write");
+    fs::write(
+        dir.join("flows.sql"),
+        "CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, v BIGINT, op STRING, seq BIGINT');\n\
+         CREATE OR REFRESH STREAMING TABLE cur;\n\
+         CREATE FLOW cur_cdc AS AUTO CDC INTO cur FROM STREAM(raw) KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op);\n\
+         CREATE OR REFRESH STREAMING TABLE hist;\n\
+         CREATE FLOW hist_cdc AS AUTO CDC INTO hist FROM STREAM(raw) KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op) STORED AS SCD TYPE 2;\n\
+         CREATE OR REFRESH MATERIALIZED VIEW totals AS SELECT count(*) AS n, sum(v) AS v FROM cur;\n",
+    )
+    .expect("write");
+    fs::create_dir_all(dir.join("landing")).expect("mkdir");
+    // 24 files of 4,000 events over 20,000 keys; a small LCG keeps it deterministic.
+    let mut x: u64 = 42;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    for f in 0..24u64 {
+        let mut text = String::new();
+        for i in 0..4000u64 {
+            let id = next() % 20_000;
+            let seq = (f * 4000 + i) ^ (next() % 7);
+            let op = if next() % 10 == 0 { "D" } else { "U" };
+            text.push_str(&format!(
+                "{{\"id\":{id},\"v\":{},\"op\":\"{op}\",\"seq\":{seq}}}\n",
+                next() % 1000
+            ));
+        }
+        fs::write(dir.join(format!("landing/{f:03}.json")), text).expect("write");
+    }
+}
+
+const BIG_SNAPSHOT: &[&str] = &[
+    "SELECT count(*) AS n, sum(v) AS v, sum(seq) AS s FROM raw",
+    "SELECT count(*) AS n, sum(id * 7 + v) AS h, sum(seq) AS s FROM cur",
+    "SELECT count(*) AS n, sum(id * 7 + v) AS h, sum(__START_AT) AS s, sum(coalesce(__END_AT, 0)) AS e FROM hist",
+    "SELECT * FROM totals",
+];
+
+fn big_snapshot(dir: &Path) -> Vec<String> {
+    BIG_SNAPSHOT
+        .iter()
+        .map(|sql| {
+            let out = cdcflow(&[
+                "query",
+                "-p",
+                dir.to_str().expect("utf-8"),
+                sql,
+                "--format",
+                "csv",
+            ]);
+            assert!(out.status.success(), "{sql}: {}", stderr(&out));
+            stdout(&out)
+        })
+        .collect()
+}
+
+#[test]
+fn the_real_binary_killed_at_random_moments_then_rerun_gives_the_uninterrupted_tables() {
+    let reference = tempfile::tempdir().expect("tempdir");
+    big_pipeline(reference.path());
+    run(reference.path());
+    let want = big_snapshot(reference.path());
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    big_pipeline(dir.path());
+    // Deterministic "random" moments, spread over a run's length.
+    for delay_ms in [40u64, 260, 610, 150, 900, 1400] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["run", "-p", dir.path().to_str().expect("utf-8")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+    }
+    run(dir.path());
+    assert_eq!(big_snapshot(dir.path()), want);
+}
