@@ -2,6 +2,7 @@
 //! Before run `n`, the contents of `steps/<n>/files/` are copied into the pipeline folder
 //! (landing batches); after it, each `steps/<n>/expect/<table>.csv` must equal
 //! `cdcflow query "SELECT * FROM <table>" --format csv` (rows compared in sorted order).
+//! `remove` lists files (relative to the pipeline folder) deleted before the run.
 //! An `expect/<name>.sql` beside `<name>.csv` is the query to compare instead.
 //! Optional per step: `args` (extra `cdcflow run` arguments, one per line), `summary`
 //! (lines the run's stdout must contain), `fails` (the run must fail and its stderr
@@ -83,6 +84,9 @@ fn run_case(case: &Path) -> Vec<String> {
         );
         if step.join("files").is_dir() {
             copy_tree(&step.join("files"), work.path());
+        }
+        for gone in lines_of(&step.join("remove")) {
+            fs::remove_file(work.path().join(&gone)).expect("remove");
         }
         let mut args = vec!["run".to_string(), "-p".to_string(), dir.clone()];
         args.extend(lines_of(&step.join("args")));

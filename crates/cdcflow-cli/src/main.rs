@@ -82,6 +82,9 @@ enum Command {
         /// Recompute these tables from their sources (all tables when none is named).
         #[arg(long = "full-refresh", num_args = 0.., value_name = "TABLE")]
         full_refresh: Option<Vec<String>>,
+        /// With --full-refresh: go ahead even when landing files read before are gone.
+        #[arg(long, requires = "full_refresh")]
+        force: bool,
         /// Print one JSON object per flow instead of the summary.
         #[arg(long)]
         json: bool,
@@ -125,12 +128,14 @@ fn main() -> ExitCode {
             pipeline,
             flows,
             full_refresh,
+            force,
             json,
         } => run::run(
             &pipeline,
             run::RunArgs {
                 flows,
                 full_refresh,
+                force,
                 json,
             },
         ),

@@ -10,6 +10,7 @@ use crate::validate::print_text;
 pub struct RunArgs {
     pub flows: Vec<String>,
     pub full_refresh: Option<Vec<String>>,
+    pub force: bool,
     pub json: bool,
 }
 
@@ -29,6 +30,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
     let options = RunOptions {
         flows: run.flows,
         full_refresh: run.full_refresh,
+        force: run.force,
         now_micros: std::env::var("CDCFLOW_NOW_MICROS")
             .ok()
             .and_then(|v| v.parse().ok()),

@@ -123,4 +123,56 @@ mod tests {
         assert_eq!(e.line, Some(2));
         assert_eq!(e.column, Some(1));
     }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// YAML-shaped text: the keys pipeline.yaml knows and some it does not, with
+        /// scalars, lists, maps, anchors and broken indentation.
+        fn yamlish() -> impl Strategy<Value = String> {
+            let key = prop_oneof![
+                Just("name"),
+                Just("storage"),
+                Just("libraries"),
+                Just("configuration"),
+                Just("bad_records"),
+                Just("x.y"),
+                Just("&a"),
+                Just("*a"),
+                Just("<<"),
+            ];
+            let value = prop_oneof![
+                Just(String::new()),
+                Just("p".to_string()),
+                Just("- a\n  - b".to_string()),
+                Just("{a: 1, b: [2, 3]}".to_string()),
+                Just("quarantine".to_string()),
+                Just("fail".to_string()),
+                Just("'unterminated".to_string()),
+                Just("!!binary x".to_string()),
+                "[ -~]{0,12}",
+            ];
+            proptest::collection::vec((key, value, 0usize..4), 0..8).prop_map(|lines| {
+                lines
+                    .into_iter()
+                    .map(|(k, v, indent)| format!("{}{k}: {v}\n", " ".repeat(indent)))
+                    .collect()
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn the_loader_never_panics_on_yamlish_text(text in yamlish()) {
+                let _ = PipelineConfig::parse(&text);
+            }
+
+            #[test]
+            fn the_loader_never_panics_on_any_text(text in "\\PC{0,200}") {
+                let _ = PipelineConfig::parse(&text);
+            }
+        }
+    }
 }

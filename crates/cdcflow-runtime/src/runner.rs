@@ -23,6 +23,9 @@ pub struct RunOptions {
     pub flows: Vec<String>,
     /// Recompute these tables from their sources first; `Some(vec![])` means all.
     pub full_refresh: Option<Vec<String>>,
+    /// Full refresh even when landing files read before are gone (their rows, and
+    /// the history built from them, are lost).
+    pub force: bool,
     /// The wall clock, µs since the epoch (tests pin it); now when `None`.
     pub now_micros: Option<i64>,
 }
@@ -62,6 +65,9 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
     let _lock = RunLock::acquire(&storage, &pipeline.config.name)?;
     let mut report = RunReport::default();
     if let Some(tables) = &options.full_refresh {
+        if !options.force {
+            refuse_lossy_refresh(pipeline, &storage, tables).await?;
+        }
         report.notes = full_refresh(pipeline, &storage, tables).await?;
     }
     let rc = RunContext {
@@ -155,6 +161,71 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
     report
 }
 
+/// Whether `name` is among the tables a full refresh names (all when none is named).
+fn selected(tables: &[String], name: &str) -> bool {
+    tables.is_empty() || tables.iter().any(|t| t.eq_ignore_ascii_case(name))
+}
+
+/// Refuses a full refresh that would recompute a table from landing files some of which
+/// are gone since they were read: its rows, and any history built on them downstream,
+/// would be lost.
+async fn refuse_lossy_refresh(
+    pipeline: &Pipeline,
+    storage: &Path,
+    tables: &[String],
+) -> Result<(), RunError> {
+    let mut lost: Vec<String> = Vec::new();
+    for d in pipeline
+        .datasets
+        .iter()
+        .filter(|d| selected(tables, &d.name) && reset_allowed(d))
+    {
+        let table = Table::open(&layout::table_dir(storage, d)).await?;
+        for flow in pipeline.flows_into(&d.name) {
+            let committed = table.txn_version(&layout::app_id(&flow.name)).await?;
+            let progress =
+                Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)).load(committed)?;
+            for input in &flow.inputs {
+                let Input::Files(rf) = input else { continue };
+                let present: std::collections::BTreeSet<String> = rf
+                    .list_files()
+                    .map_err(|e| RunError::io(&rf.path, e))?
+                    .iter()
+                    .map(|p| crate::files::relative_name(rf, p))
+                    .collect();
+                let gone = progress
+                    .files
+                    .get(&rf.table)
+                    .into_iter()
+                    .flatten()
+                    .filter(|f| !present.contains(*f));
+                lost.extend(gone.map(|f| {
+                    format!(
+                        "{}/{f} (read into `{}`)",
+                        rf.path_text.trim_end_matches('/'),
+                        d.name
+                    )
+                }));
+            }
+        }
+    }
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = lost.iter().take(3).map(String::as_str).collect();
+    let more = if lost.len() > 3 {
+        format!(" and {} more", lost.len() - 3)
+    } else {
+        String::new()
+    };
+    Err(RunError::input(format!(
+        "--full-refresh would lose data: {} landing file(s) read before are gone: {}{more}; nothing was changed",
+        lost.len(),
+        shown.join(", ")
+    ))
+    .with_help("put the files back, or add --force to recompute from the files that remain (rows and SCD type 2 history built from the missing files are lost)"))
+}
+
 /// Whether `TBLPROPERTIES (pipelines.reset.allowed = false)` protects `d` from a full
 /// refresh.
 fn reset_allowed(d: &cdcflow_plan::Dataset) -> bool {
@@ -182,9 +253,7 @@ async fn full_refresh(
         }
     }
     for d in &pipeline.datasets {
-        if d.kind == DatasetKind::View
-            || (!tables.is_empty() && !tables.iter().any(|t| t.eq_ignore_ascii_case(&d.name)))
-        {
+        if d.kind == DatasetKind::View || !selected(tables, &d.name) {
             continue;
         }
         if !reset_allowed(d) {
