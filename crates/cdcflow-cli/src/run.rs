@@ -69,6 +69,13 @@ fn print_summary(name: &str, report: &RunReport) {
     }
     for f in &report.flows {
         println!("  {:width$}  {}", f.flow, line(f));
+        if !f.expectations.is_empty() {
+            println!(
+                "  {:width$}  expectations: {}",
+                "",
+                cdcflow_runtime::expectations::summary(&f.expectations)
+            );
+        }
         for w in &f.warnings {
             println!("  {:width$}  warning: {w}", "");
         }

@@ -9,6 +9,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::delta::{self, Commit, Mode, Table, conform};
+use crate::expectations;
 use crate::files::BadRecord;
 use crate::inputs::BatchInputs;
 use crate::quarantine;
@@ -104,6 +105,20 @@ impl QueryBatch {
             ));
         }
         let (schema, batches) = execute(rc, &self.planner, query).await?;
+        let batches = match rc.pipeline.dataset(&flow.target) {
+            Some(target) => {
+                let (kept, results) = expectations::enforce(
+                    target,
+                    &self.planner,
+                    &rc.ctx.state(),
+                    &schema,
+                    batches,
+                )?;
+                report.expectations = results;
+                kept
+            }
+            None => batches,
+        };
         report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
         let commit = commit_for(rc, flow, &self.app, batch);
         delta::write(&self.dir, &schema, batches, mode, &commit).await?;

@@ -19,6 +19,7 @@ pub mod cdc;
 pub mod checkpoint;
 pub mod delta;
 mod error;
+pub mod expectations;
 pub mod failpoint;
 pub mod files;
 mod flows;

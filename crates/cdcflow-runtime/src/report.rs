@@ -33,6 +33,8 @@ pub struct FlowReport {
     pub files: u64,
     /// AUTO CDC flows: what the apply did.
     pub cdc: Option<ApplyMetrics>,
+    /// The target's expectations over the rows of this batch.
+    pub expectations: Vec<crate::expectations::ExpectationResult>,
     /// Things the user should know that did not fail the flow.
     pub warnings: Vec<String>,
     pub millis: u64,
@@ -51,6 +53,7 @@ impl FlowReport {
             rows_written: 0,
             files: 0,
             cdc: None,
+            expectations: vec![],
             warnings: vec![],
             millis: 0,
         }
