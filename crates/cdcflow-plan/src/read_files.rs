@@ -135,14 +135,14 @@ impl ReadFiles {
         // Unreadable and empty files are skipped here: the run quarantines the former
         // and reads nothing from the latter; only when no file gives a schema is the
         // first problem reported.
-        let mut schemas = Vec::new();
+        let mut schemas: Vec<(Schema, &PathBuf)> = Vec::new();
         let mut first_error = None;
         for f in files
             .iter()
             .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0))
         {
             match self.infer_file(f) {
-                Ok(s) if !s.fields().is_empty() => schemas.push(s),
+                Ok(s) if !s.fields().is_empty() => schemas.push((s, f)),
                 Ok(_) => {}
                 Err(e) => {
                     first_error.get_or_insert_with(|| format!("{}: {e}", f.display()));
@@ -158,8 +158,7 @@ impl ReadFiles {
                 None => Ok(None),
             };
         }
-        let merged = Schema::try_merge(schemas)
-            .map_err(|e| format!("landing files disagree on their schema: {e}"))?;
+        let merged = merge_schemas(&schemas)?;
         Ok(Some(Arc::new(self.with_hints(&merged))))
     }
 
@@ -227,6 +226,42 @@ impl ReadFiles {
         files.sort();
         files.iter().find_map(|f| FileFormat::from_extension(f))
     }
+}
+
+/// The schemas of several files as one: new columns are added, a column of only nulls
+/// takes the type others give it, integers widen to floating point; any other type
+/// change is an error naming the file, the column and both types.
+fn merge_schemas(schemas: &[(Schema, &PathBuf)]) -> Result<Schema, String> {
+    let mut fields: Vec<(Field, &PathBuf)> = Vec::new();
+    for (schema, file) in schemas {
+        for f in schema.fields() {
+            let Some((known, first)) = fields.iter_mut().find(|(k, _)| k.name() == f.name()) else {
+                fields.push((f.as_ref().clone(), file));
+                continue;
+            };
+            let (old, new) = (known.data_type().clone(), f.data_type().clone());
+            let merged = match (&old, &new) {
+                _ if old == new => continue,
+                (DataType::Null, _) => new,
+                (_, DataType::Null) => continue,
+                (DataType::Int64, DataType::Float64) | (DataType::Float64, DataType::Int64) => {
+                    DataType::Float64
+                }
+                _ => {
+                    return Err(format!(
+                        "{}: column `{}` is {new} here but {old} in {} (a type change; landing files must agree)",
+                        file.display(),
+                        f.name(),
+                        first.display()
+                    ));
+                }
+            };
+            *known = known.clone().with_data_type(merged).with_nullable(true);
+        }
+    }
+    Ok(Schema::new(
+        fields.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
+    ))
 }
 
 fn skipped(name: &str) -> bool {

@@ -12,6 +12,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
+use deltalake::operations::write::SchemaMode;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
@@ -52,6 +53,12 @@ impl Table {
 
     pub fn exists(&self) -> bool {
         self.table.is_some()
+    }
+
+    /// The table's current schema.
+    pub fn arrow_schema(&self) -> Option<SchemaRef> {
+        let t = self.table.as_ref()?;
+        Some(t.snapshot().ok()?.snapshot().arrow_schema())
     }
 
     pub fn version(&self) -> Option<i64> {
@@ -230,6 +237,12 @@ pub async fn write(
             Mode::Overwrite => SaveMode::Overwrite,
         })
         .with_commit_properties(props)
+        // Columns may be added (schema drift in landing files, `COLUMNS *`): appends
+        // merge them in, rewrites take the new schema.
+        .with_schema_mode(match mode {
+            Mode::Append => SchemaMode::Merge,
+            Mode::Overwrite => SchemaMode::Overwrite,
+        })
         .with_table_name(&commit.name);
     if let Some(d) = &commit.description {
         builder = builder.with_description(d);
@@ -300,4 +313,21 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, R
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// Columns of `new` that `old` lacks, as a sentence for the run summary.
+pub fn added_columns(old: Option<&SchemaRef>, new: &SchemaRef, table: &str) -> Option<String> {
+    let old = old?;
+    let added: Vec<String> = new
+        .fields()
+        .iter()
+        .filter(|f| old.field_with_name(f.name()).is_err())
+        .map(|f| format!("`{}` {}", f.name(), f.data_type()))
+        .collect();
+    (!added.is_empty()).then(|| {
+        format!(
+            "schema change: `{table}` gained column(s) {} (rows written before have null)",
+            added.join(", ")
+        )
+    })
 }

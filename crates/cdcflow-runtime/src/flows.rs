@@ -120,6 +120,11 @@ impl QueryBatch {
             None => batches,
         };
         report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
+        if let Some(change) =
+            delta::added_columns(self.table.arrow_schema().as_ref(), &schema, &flow.target)
+        {
+            report.warnings.push(change);
+        }
         let commit = commit_for(rc, flow, &self.app, batch);
         delta::write(&self.dir, &schema, batches, mode, &commit).await?;
         report.outcome = FlowOutcome::Committed { batch };

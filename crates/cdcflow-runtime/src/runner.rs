@@ -139,7 +139,19 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
     let mut report = FlowReport::new(&flow.name, &flow.target, kind_of(flow, target));
     if flow.plan.is_none() {
         // Only an unknown input schema leaves a valid pipeline's flow unplanned: no
-        // `schema =>` and no landing files to infer one from yet.
+        // `schema =>` and no landing files to infer one from yet, or landing files that
+        // disagree on a column's type, which is an error.
+        let disagreement = flow.inputs.iter().find_map(|i| match i {
+            Input::Files(rf) => rf.schema().err(),
+            Input::Dataset { .. } => None,
+        });
+        if let Some(error) = disagreement {
+            report.outcome = FlowOutcome::Failed {
+                error: format!("{error}; nothing was committed"),
+                help: Some("write the files with the column's first type, or declare the schema and --full-refresh the tables reading them".into()),
+            };
+            return report;
+        }
         report.outcome = FlowOutcome::Skipped {
             reason: "waiting for input: its schema is not known yet (no schema declared and no readable landing file; `cdcflow validate` says more)".into(),
         };

@@ -63,6 +63,11 @@ pub(crate) async fn run(
         };
         return Ok(());
     }
+    let shape = Shape::of(spec);
+    let shape_file = layout::checkpoint_dir(rc.storage, &flow.name).join("shape.json");
+    if committed.is_some() {
+        shape.check(&shape_file, &target.name)?;
+    }
     let batch = progress.next_batch();
     let (rows, offsets) = read_source(rc, spec, source, &source_schema, &progress, batch).await?;
     report.rows_read = rows.iter().map(|(_, b)| b.num_rows() as u64).sum();
@@ -70,6 +75,7 @@ pub(crate) async fn run(
         return Ok(());
     }
     checkpoint.write_intent(&offsets)?;
+    shape.record(&shape_file)?;
 
     let events = to_events(spec, &rules, &source_schema, rows, rc.now_micros).await?;
     let stored = state.read_batches(&rules.state_schema())?;
@@ -91,6 +97,13 @@ pub(crate) async fn run(
         ));
     }
     report.cdc = Some(m);
+    if let Some(change) = delta::added_columns(
+        public.arrow_schema().as_ref(),
+        &rules.public_schema(),
+        &target.name,
+    ) {
+        report.warnings.push(change);
+    }
     report.rows_written = applied.public_rows() as u64;
     let txns = vec![(app, batch)];
     commit_both(target, &rules, &state_dir, &public_dir, applied, txns).await?;
@@ -257,4 +270,68 @@ fn planner_table(
         .table(name)
         .ok_or_else(|| RunError::input(format!("view `{name}` could not be registered")))?;
     Ok(datafusion::datasource::source_as_provider(&source)?)
+}
+
+/// What a target's state depends on: a change to any of it needs a full refresh.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Shape {
+    keys: Vec<String>,
+    sequence: Vec<String>,
+    scd_type: u8,
+}
+
+impl Shape {
+    fn of(spec: &AutoCdcSpec) -> Self {
+        Self {
+            keys: spec.keys.iter().map(|k| k.to_lowercase()).collect(),
+            sequence: spec
+                .sequence
+                .iter()
+                .map(|f| format!("{} {}", f.name.to_lowercase(), f.data_type))
+                .collect(),
+            scd_type: spec.scd_type,
+        }
+    }
+
+    /// Fails when the flow's keys, sequencing or SCD type differ from those the target
+    /// was built with.
+    fn check(&self, path: &std::path::Path, target: &str) -> Result<(), RunError> {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return Ok(());
+        };
+        let Ok(built) = serde_json::from_str::<Shape>(&text) else {
+            return Ok(());
+        };
+        let mut changes = Vec::new();
+        if built.keys != self.keys {
+            changes.push(format!(
+                "KEYS ({}) -> ({})",
+                built.keys.join(", "),
+                self.keys.join(", ")
+            ));
+        }
+        if built.sequence != self.sequence {
+            changes.push(format!(
+                "SEQUENCE BY ({}) -> ({})",
+                built.sequence.join(", "),
+                self.sequence.join(", ")
+            ));
+        }
+        if built.scd_type != self.scd_type {
+            changes.push(format!("SCD TYPE {} -> {}", built.scd_type, self.scd_type));
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        Err(RunError::input(format!(
+            "`{target}` was built with other {}; its state cannot follow the change; nothing was applied",
+            changes.join(", ")
+        ))
+        .with_help(format!("run `cdcflow run --full-refresh {target}` to rebuild it from its sources")))
+    }
+
+    fn record(&self, path: &std::path::Path) -> Result<(), RunError> {
+        let text = serde_json::to_string_pretty(self).unwrap_or_default();
+        crate::checkpoint::write_atomic(path, text.as_bytes())
+    }
 }

@@ -1,0 +1,3 @@
+CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, name STRING, seq BIGINT');
+CREATE OR REFRESH STREAMING TABLE cur;
+CREATE FLOW cur_cdc AS AUTO CDC INTO cur FROM STREAM(raw) KEYS (id, name) SEQUENCE BY seq;

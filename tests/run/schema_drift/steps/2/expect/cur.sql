@@ -1,0 +1,1 @@
+SELECT id, name, email FROM cur ORDER BY id

@@ -1,0 +1,1 @@
+SELECT id, name, email FROM raw ORDER BY id
