@@ -1,0 +1,1 @@
+SELECT file, line, record FROM prices__quarantine ORDER BY line
