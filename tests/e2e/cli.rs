@@ -2,7 +2,7 @@
 
 use std::fs;
 
-use crate::{cdcflow, repo, stderr, stdout};
+use crate::{cdcflow, copy_dir, repo, stderr, stdout};
 
 fn example(name: &str) -> String {
     repo()
@@ -104,19 +104,6 @@ fn conf_overrides_configuration() {
         "{}",
         stdout(&out)
     );
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    fs::create_dir_all(to).expect("mkdir");
-    for e in fs::read_dir(from).expect("read_dir") {
-        let e = e.expect("entry");
-        let target = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            fs::copy(e.path(), target).expect("copy");
-        }
-    }
 }
 
 fn listing(dir: &std::path::Path) -> Vec<String> {

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use crate::{cdcflow, repo, stderr, stdout};
+use crate::{cdcflow, copy_dir, repo, snapshot, stderr, stdout};
 
 const POINTS: &[&str] = &[
     "offsets:bronze_order_changes",
@@ -30,22 +30,6 @@ const SNAPSHOT: &[&str] = &[
     "SELECT * FROM gold_orders_by_status ORDER BY status",
 ];
 
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).expect("mkdir");
-    for entry in fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        if entry.file_name() == "_storage" {
-            continue;
-        }
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), target).expect("copy");
-        }
-    }
-}
-
 /// The orders example with its second landing file held back.
 fn staged() -> (tempfile::TempDir, Vec<u8>) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -61,31 +45,13 @@ fn run(dir: &Path) {
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
 }
 
-fn snapshot(dir: &Path) -> Vec<String> {
-    SNAPSHOT
-        .iter()
-        .map(|sql| {
-            let out = cdcflow(&[
-                "query",
-                "-p",
-                dir.to_str().expect("utf-8"),
-                sql,
-                "--format",
-                "csv",
-            ]);
-            assert!(out.status.success(), "{sql}: {}", stderr(&out));
-            stdout(&out)
-        })
-        .collect()
-}
-
 #[test]
 fn a_run_killed_at_any_step_of_a_commit_then_rerun_gives_the_uninterrupted_tables() {
     let (reference, held) = staged();
     run(reference.path());
     fs::write(reference.path().join("landing/orders/0002.json"), &held).expect("land");
     run(reference.path());
-    let want = snapshot(reference.path());
+    let want = snapshot(reference.path(), SNAPSHOT);
 
     for point in POINTS {
         let (dir, held) = staged();
@@ -107,7 +73,11 @@ fn a_run_killed_at_any_step_of_a_commit_then_rerun_gives_the_uninterrupted_table
             stderr(&died)
         );
         run(dir.path());
-        assert_eq!(snapshot(dir.path()), want, "after a crash at {point}");
+        assert_eq!(
+            snapshot(dir.path(), SNAPSHOT),
+            want,
+            "after a crash at {point}"
+        );
     }
 }
 
@@ -155,30 +125,12 @@ const BIG_SNAPSHOT: &[&str] = &[
     "SELECT * FROM totals",
 ];
 
-fn big_snapshot(dir: &Path) -> Vec<String> {
-    BIG_SNAPSHOT
-        .iter()
-        .map(|sql| {
-            let out = cdcflow(&[
-                "query",
-                "-p",
-                dir.to_str().expect("utf-8"),
-                sql,
-                "--format",
-                "csv",
-            ]);
-            assert!(out.status.success(), "{sql}: {}", stderr(&out));
-            stdout(&out)
-        })
-        .collect()
-}
-
 #[test]
 fn the_real_binary_killed_at_random_moments_then_rerun_gives_the_uninterrupted_tables() {
     let reference = tempfile::tempdir().expect("tempdir");
     big_pipeline(reference.path());
     run(reference.path());
-    let want = big_snapshot(reference.path());
+    let want = snapshot(reference.path(), BIG_SNAPSHOT);
 
     let dir = tempfile::tempdir().expect("tempdir");
     big_pipeline(dir.path());
@@ -195,5 +147,5 @@ fn the_real_binary_killed_at_random_moments_then_rerun_gives_the_uninterrupted_t
         let _ = child.wait();
     }
     run(dir.path());
-    assert_eq!(big_snapshot(dir.path()), want);
+    assert_eq!(snapshot(dir.path(), BIG_SNAPSHOT), want);
 }

@@ -40,3 +40,39 @@ fn manifest_dir() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
+
+/// Copies a folder tree, leaving out `_storage` (what runs wrote).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        if entry.file_name() == "_storage" {
+            continue;
+        }
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+/// The CSV output of each query, for comparing the tables of two pipeline folders.
+pub fn snapshot(dir: &std::path::Path, queries: &[&str]) -> Vec<String> {
+    queries
+        .iter()
+        .map(|sql| {
+            let out = cdcflow(&[
+                "query",
+                "-p",
+                dir.to_str().expect("utf-8"),
+                sql,
+                "--format",
+                "csv",
+            ]);
+            assert!(out.status.success(), "{sql}: {}", stderr(&out));
+            stdout(&out)
+        })
+        .collect()
+}

@@ -2,7 +2,6 @@
 //! files, and the silver tables read back by an independent Delta reader.
 
 use std::fs;
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -10,29 +9,13 @@ use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::parquet::arrow::ArrowWriter;
 
-use crate::{cdcflow, repo, stderr, stdout};
+use crate::{cdcflow, copy_dir, repo, stderr, stdout};
 
 /// A copy of an example pipeline in a temporary folder (runs write `_storage/`).
 fn example_copy(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     copy_dir(&repo().join("pipelines").join(name), dir.path());
     dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        if entry.file_name() == "_storage" {
-            continue;
-        }
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            fs::create_dir_all(&target).expect("mkdir");
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), target).expect("copy");
-        }
-    }
 }
 
 fn json_rows(dir: &str, sql: &str) -> Vec<serde_json::Value> {
