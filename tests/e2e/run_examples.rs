@@ -356,3 +356,65 @@ fn a_second_run_stops_while_a_live_run_holds_the_lock_and_takes_over_a_dead_ones
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(!lock.exists());
 }
+
+#[test]
+fn runs_are_recorded_in_the_event_log_and_status_shows_backlog_lag_and_errors() {
+    let dir = example_copy("orders");
+    let p = dir.path().to_str().expect("utf-8");
+    let status = |p: &str| -> Vec<serde_json::Value> {
+        let out = cdcflow(&["status", "-p", p, "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect()
+    };
+    let before = status(p);
+    assert_eq!(before[0]["flow"], "bronze_order_changes");
+    assert_eq!(before[0]["backlog_files"], 2);
+    assert_eq!(before[0]["last_run"], serde_json::Value::Null);
+
+    assert!(cdcflow(&["run", "-p", p]).status.success());
+    let events = json_rows(
+        p,
+        "SELECT event, flow, batch, rows_read FROM event_log ORDER BY timestamp, event, flow",
+    );
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(
+        names.iter().filter(|e| **e == "flow_completed").count(),
+        3,
+        "{events:?}"
+    );
+    assert!(
+        names.contains(&"run_started") && names.contains(&"run_completed"),
+        "{events:?}"
+    );
+    let after = status(p);
+    assert_eq!(after[0]["backlog_files"], 0);
+    assert_eq!(after[0]["last_event"], "flow_completed");
+    assert_eq!(after[0]["rows_read"], 9);
+    assert!(
+        after[0]["lag_ms"].as_i64().is_some_and(|l| l >= 0),
+        "{after:?}"
+    );
+    // The silver flow's lag runs from the change's commit time (2024) to now.
+    assert!(
+        after[1]["lag_ms"].as_i64().is_some_and(|l| l > 86_400_000),
+        "{after:?}"
+    );
+
+    fs::write(
+        dir.path().join("landing/orders/0003.json"),
+        "{\"order_id\": null, \"customer_id\": 1, \"status\": \"x\", \"amount\": 1, \"operation\": \"INSERT\", \"commit_ts\": \"2024-06-03T00:00:00Z\", \"log_position\": 99}\n",
+    )
+    .expect("write");
+    assert!(!cdcflow(&["run", "-p", p]).status.success());
+    let failed = status(p);
+    assert_eq!(failed[1]["last_event"], "flow_failed");
+    assert!(
+        failed[1]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("null key")),
+        "{failed:?}"
+    );
+}

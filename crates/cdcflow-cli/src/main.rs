@@ -103,6 +103,14 @@ enum Command {
         #[command(flatten)]
         pipeline: PipelineArgs,
     },
+    /// Per flow: the last run, rows in and out, lag, backlog and the last error.
+    Status {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// One JSON object per flow.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The async runtime for commands that read or write tables.
@@ -145,5 +153,6 @@ fn main() -> ExitCode {
             format,
         } => query::query(&pipeline, &sql, format),
         Command::Tables { pipeline } => query::tables(&pipeline),
+        Command::Status { pipeline, json } => query::status(&pipeline, json),
     }
 }

@@ -155,3 +155,51 @@ fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch, Box<dyn std::error
         columns,
     )?)
 }
+
+pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
+    let Some(pipeline) = load(args) else {
+        return ExitCode::from(1);
+    };
+    let flows = match crate::runtime().block_on(cdcflow_runtime::status::status(&pipeline)) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if json {
+        for f in &flows {
+            println!("{}", serde_json::to_string(f).unwrap_or_default());
+        }
+        return ExitCode::SUCCESS;
+    }
+    let width = flows.iter().map(|f| f.flow.len()).max().unwrap_or(4).max(4);
+    println!(
+        "{:width$}  {:<19}  {:<15}  {:>8}  {:>8}  {:>9}  {:>15}",
+        "flow", "last run (UTC)", "outcome", "rows in", "rows out", "lag", "backlog"
+    );
+    let dash = || "-".to_string();
+    for f in &flows {
+        let lag = f
+            .lag_ms
+            .map_or_else(dash, |ms| format!("{:.1} s", ms as f64 / 1000.0));
+        let backlog = format!("{} file(s) {} B", f.backlog_files, f.backlog_bytes);
+        println!(
+            "{:width$}  {:<19}  {:<15}  {:>8}  {:>8}  {:>9}  {:>15}",
+            f.flow,
+            f.last_run.clone().unwrap_or_else(dash),
+            f.last_event
+                .as_deref()
+                .unwrap_or("never run")
+                .trim_start_matches("flow_"),
+            f.rows_read.map_or_else(dash, |n| n.to_string()),
+            f.rows_written.map_or_else(dash, |n| n.to_string()),
+            lag,
+            backlog,
+        );
+        if let Some(e) = &f.last_error {
+            println!("{:width$}  last error: {e}", "");
+        }
+    }
+    ExitCode::SUCCESS
+}

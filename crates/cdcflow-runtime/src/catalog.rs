@@ -49,6 +49,13 @@ pub async fn session(pipeline: &Pipeline) -> Result<SessionContext, RunError> {
             ctx.register_table(TableReference::bare(quarantine.as_str()), provider)?;
         }
     }
+    let log = Table::open(&crate::event_log::dir(&storage)).await?;
+    if let Some(t) = log.table {
+        ctx.register_table(
+            TableReference::bare(crate::event_log::TABLE),
+            t.table_provider().await?,
+        )?;
+    }
     Ok(ctx)
 }
 

@@ -70,6 +70,15 @@ impl Checkpoint {
     /// The progress given the last batch the target committed; offsets of batches
     /// after it were never committed and are removed.
     pub fn load(&self, committed: Option<i64>) -> Result<Progress, RunError> {
+        self.read(committed, true)
+    }
+
+    /// As [`Checkpoint::load`], changing nothing (for `cdcflow status` beside a run).
+    pub fn peek(&self, committed: Option<i64>) -> Result<Progress, RunError> {
+        self.read(committed, false)
+    }
+
+    fn read(&self, committed: Option<i64>, tidy: bool) -> Result<Progress, RunError> {
         let dir = self.offsets_dir();
         let mut progress = Progress {
             committed,
@@ -95,7 +104,9 @@ impl Checkpoint {
         batches.sort();
         for (batch, path) in batches {
             if committed.is_none_or(|c| batch > c) {
-                fs::remove_file(&path).map_err(|e| RunError::io(&path, e))?;
+                if tidy {
+                    fs::remove_file(&path).map_err(|e| RunError::io(&path, e))?;
+                }
                 continue;
             }
             let text = fs::read_to_string(&path).map_err(|e| RunError::io(&path, e))?;

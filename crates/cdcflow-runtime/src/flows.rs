@@ -128,6 +128,7 @@ impl QueryBatch {
         let commit = commit_for(rc, flow, &self.app, batch);
         delta::write(&self.dir, &schema, batches, mode, &commit).await?;
         report.outcome = FlowOutcome::Committed { batch };
+        report.oldest_change_micros = self.inputs.oldest_arrival_micros;
         Ok(())
     }
 }

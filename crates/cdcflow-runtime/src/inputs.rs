@@ -35,6 +35,8 @@ pub struct BatchInputs {
     pub quarantine: Vec<(String, files::BadRecord)>,
     /// Landing files left for a later run, still being written.
     pub incomplete: Vec<String>,
+    /// The earliest modification time of the new landing files (their arrival), µs.
+    pub oldest_arrival_micros: Option<i64>,
 }
 
 impl BatchInputs {
@@ -50,6 +52,7 @@ impl BatchInputs {
             fingerprint: vec![],
             quarantine: vec![],
             incomplete: vec![],
+            oldest_arrival_micros: None,
         }
     }
 
@@ -180,6 +183,12 @@ impl InputReader<'_> {
                 batch.incomplete.push(shown);
                 continue;
             }
+            if rf.streaming
+                && let Some(at) = arrival_micros(path)
+            {
+                batch.oldest_arrival_micros =
+                    Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
+            }
             rows.extend(read.batches);
             batch
                 .quarantine
@@ -247,4 +256,11 @@ fn register_rows(
     let table = MemTable::try_new(schema, vec![rows])?;
     planner.register(name, provider_as_source(Arc::new(table)));
     Ok(())
+}
+
+/// When a file arrived: its modification time, µs since the epoch.
+fn arrival_micros(path: &Path) -> Option<i64> {
+    let modified = std::fs::metadata(path).ok()?.modified().ok()?;
+    let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+    i64::try_from(since.as_micros()).ok()
 }

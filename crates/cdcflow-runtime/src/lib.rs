@@ -19,6 +19,7 @@ pub mod cdc;
 pub mod checkpoint;
 pub mod delta;
 mod error;
+pub mod event_log;
 pub mod expectations;
 pub mod failpoint;
 pub mod files;
@@ -28,6 +29,7 @@ pub mod lock;
 pub mod quarantine;
 mod report;
 mod runner;
+pub mod status;
 
 pub use error::RunError;
 pub use report::{FlowOutcome, FlowReport, RunReport};

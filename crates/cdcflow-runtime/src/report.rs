@@ -38,6 +38,12 @@ pub struct FlowReport {
     /// Things the user should know that did not fail the flow.
     pub warnings: Vec<String>,
     pub millis: u64,
+    /// The oldest change of the batch: its source commit time (a timestamp SEQUENCE BY)
+    /// or its landing file's arrival, µs since the epoch.
+    #[serde(skip)]
+    pub oldest_change_micros: Option<i64>,
+    /// From the oldest change of the batch to its commit, milliseconds.
+    pub lag_ms: Option<i64>,
 }
 
 impl FlowReport {
@@ -56,6 +62,8 @@ impl FlowReport {
             expectations: vec![],
             warnings: vec![],
             millis: 0,
+            oldest_change_micros: None,
+            lag_ms: None,
         }
     }
 
@@ -66,6 +74,8 @@ impl FlowReport {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunReport {
+    /// Identifies the run in the event log.
+    pub run_id: String,
     pub flows: Vec<FlowReport>,
     /// What the run did besides its flows (tables a full refresh left alone, …).
     pub notes: Vec<String>,

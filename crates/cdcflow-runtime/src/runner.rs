@@ -63,7 +63,11 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
         }
     }
     let _lock = RunLock::acquire(&storage, &pipeline.config.name)?;
-    let mut report = RunReport::default();
+    let started = chrono::Utc::now().timestamp_micros();
+    let mut report = RunReport {
+        run_id: format!("{started:x}-{}", std::process::id()),
+        ..RunReport::default()
+    };
     if let Some(tables) = &options.full_refresh {
         if !options.force {
             refuse_lossy_refresh(pipeline, &storage, tables).await?;
@@ -96,7 +100,7 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
         {
             continue;
         }
-        let started = Instant::now();
+        let started_flow = Instant::now();
         let upstream = flow.inputs.iter().find_map(|i| match i {
             Input::Dataset { name, .. } => blocked
                 .get(&name.to_lowercase())
@@ -111,7 +115,12 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
             }
             None => run_flow(&rc, flow, target.kind).await,
         };
-        r.millis = started.elapsed().as_millis() as u64;
+        r.millis = started_flow.elapsed().as_millis() as u64;
+        if matches!(r.outcome, FlowOutcome::Committed { .. })
+            && let Some(oldest) = r.oldest_change_micros
+        {
+            r.lag_ms = Some((chrono::Utc::now().timestamp_micros() - oldest) / 1000);
+        }
         match r.outcome {
             FlowOutcome::Failed { .. } => {
                 blocked.insert(flow.target.to_lowercase(), "failed");
@@ -123,6 +132,14 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
         }
         tracing::info!(flow = %r.flow, outcome = ?r.outcome, "flow finished");
         report.flows.push(r);
+    }
+    let ended = chrono::Utc::now().timestamp_micros();
+    if let Err(e) =
+        crate::event_log::append(&storage, &pipeline.config.name, &report, started, ended).await
+    {
+        report
+            .notes
+            .push(format!("the event log could not be written: {e}"));
     }
     Ok(report)
 }

@@ -87,6 +87,7 @@ pub(crate) async fn run(
         true => Visible::Recompute,
         false => Visible::Rows(&published),
     };
+    report.oldest_change_micros = oldest_commit_time(&events);
     let applied = kernel::apply(&rules, &stored, visible, &events, rc.now_micros)?;
     let m = applied.metrics;
     if m.late_after_gc > 0 {
@@ -334,4 +335,23 @@ impl Shape {
         let text = serde_json::to_string_pretty(self).unwrap_or_default();
         crate::checkpoint::write_atomic(path, text.as_bytes())
     }
+}
+
+/// The earliest source commit time among `events`, when the SEQUENCE BY value is a
+/// timestamp (or a struct whose first field is one), µs since the epoch.
+fn oldest_commit_time(events: &RecordBatch) -> Option<i64> {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
+    let seq = events.column_by_name(kernel::SEQ)?;
+    let first = match seq.data_type() {
+        DataType::Struct(_) => Arc::clone(seq.as_struct().columns().first()?),
+        _ => Arc::clone(seq),
+    };
+    match first.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            datafusion::arrow::compute::min(first.as_primitive::<TimestampMicrosecondType>())
+        }
+        _ => None,
+    }
+    .filter(|_| !first.is_empty())
 }

@@ -1,0 +1,159 @@
+//! The event log: what each run did, one row per run start and end and per flow, in
+//! the Delta table `<storage>/system/event_log`, queryable as `event_log`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use crate::RunError;
+use crate::delta::{self, Commit, Mode};
+use crate::report::{FlowOutcome, RunReport};
+
+/// The name `cdcflow query` knows the event log by.
+pub const TABLE: &str = "event_log";
+
+pub fn dir(storage: &Path) -> PathBuf {
+    storage.join("system").join(TABLE)
+}
+
+fn schema() -> SchemaRef {
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let i = |n: &str| Field::new(n, DataType::Int64, true);
+    let s = |n: &str, null: bool| Field::new(n, DataType::Utf8, null);
+    Arc::new(Schema::new(vec![
+        Field::new("timestamp", ts, false),
+        s("pipeline", false),
+        s("run_id", false),
+        s("event", false),
+        s("flow", true),
+        s("target", true),
+        i("batch"),
+        i("rows_read"),
+        i("rows_written"),
+        i("files"),
+        i("upserted"),
+        i("deleted"),
+        i("late"),
+        i("duplicates"),
+        i("quarantined"),
+        i("lag_ms"),
+        i("duration_ms"),
+        s("message", true),
+    ]))
+}
+
+/// One row of the log.
+#[derive(Default)]
+struct Row {
+    timestamp: i64,
+    event: &'static str,
+    flow: Option<String>,
+    target: Option<String>,
+    batch: Option<i64>,
+    counts: [Option<i64>; 9],
+    message: Option<String>,
+}
+
+/// Appends the events of one run (started at `started`, ended at `ended`, µs).
+pub async fn append(
+    storage: &Path,
+    pipeline: &str,
+    report: &RunReport,
+    started: i64,
+    ended: i64,
+) -> Result<(), RunError> {
+    let mut rows = vec![Row {
+        timestamp: started,
+        event: "run_started",
+        ..Row::default()
+    }];
+    for f in &report.flows {
+        let (event, batch, message) = match &f.outcome {
+            FlowOutcome::Committed { batch } => ("flow_completed", Some(*batch), None),
+            FlowOutcome::UpToDate { reason } => ("flow_up_to_date", None, Some(reason.clone())),
+            FlowOutcome::Skipped { reason } => ("flow_skipped", None, Some(reason.clone())),
+            FlowOutcome::Failed { error, .. } => ("flow_failed", None, Some(error.clone())),
+        };
+        let mut notes: Vec<String> = message.into_iter().collect();
+        notes.extend(f.warnings.iter().cloned());
+        if !f.expectations.is_empty() {
+            notes.push(format!(
+                "expectations: {}",
+                crate::expectations::summary(&f.expectations)
+            ));
+        }
+        let quarantined = f
+            .warnings
+            .iter()
+            .find_map(|w| w.split(" malformed record(s)").next()?.parse::<i64>().ok());
+        let cdc = f.cdc;
+        rows.push(Row {
+            timestamp: ended,
+            event,
+            flow: Some(f.flow.clone()),
+            target: Some(f.target.clone()),
+            batch,
+            counts: [
+                Some(f.rows_read as i64),
+                Some(f.rows_written as i64),
+                Some(f.files as i64),
+                cdc.map(|m| m.upserted as i64),
+                cdc.map(|m| m.deleted as i64),
+                cdc.map(|m| m.late as i64),
+                cdc.map(|m| m.duplicates as i64),
+                quarantined,
+                f.lag_ms,
+            ],
+            message: (!notes.is_empty()).then(|| notes.join("; ")),
+        });
+    }
+    rows.push(Row {
+        timestamp: ended,
+        event: if report.failed() {
+            "run_failed"
+        } else {
+            "run_completed"
+        },
+        message: (!report.notes.is_empty()).then(|| report.notes.join("; ")),
+        ..Row::default()
+    });
+    let n = rows.len();
+    let mut columns: Vec<Arc<dyn datafusion::arrow::array::Array>> = vec![
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| r.timestamp))
+                .with_timezone("UTC"),
+        ),
+        Arc::new(StringArray::from(vec![pipeline; n])),
+        Arc::new(StringArray::from(vec![report.run_id.as_str(); n])),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.event))),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.flow.as_deref()),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.target.as_deref()),
+        )),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.batch))),
+    ];
+    for i in 0..9 {
+        columns.push(Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| r.counts[i]),
+        )));
+    }
+    let duration = (ended - started) / 1000;
+    columns.push(Arc::new(Int64Array::from_iter(rows.iter().map(|r| {
+        matches!(r.event, "run_completed" | "run_failed").then_some(duration)
+    }))));
+    columns.push(Arc::new(StringArray::from_iter(
+        rows.iter().map(|r| r.message.as_deref()),
+    )));
+    let batch = RecordBatch::try_new(schema(), columns)?;
+    let commit = Commit {
+        name: TABLE.into(),
+        description: Some(format!("what the runs of pipeline `{pipeline}` did")),
+        ..Commit::default()
+    };
+    delta::write(&dir(storage), &schema(), vec![batch], Mode::Append, &commit).await?;
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `cdcflow status`: per flow the last run, rows in and out, lag, backlog and the last
+//! error, from the event log and the checkpoints. Reads only; safe beside a run.
+
+use std::collections::BTreeMap;
+
+use cdcflow_plan::{Input, Pipeline};
+use cdcflow_sql::ast::DatasetKind;
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
+use serde::Serialize;
+
+use crate::checkpoint::Checkpoint;
+use crate::delta::Table;
+use crate::{RunError, catalog, event_log, files, layout};
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FlowStatus {
+    pub flow: String,
+    pub target: String,
+    /// When the flow last ran and how it ended (`flow_completed`, `flow_failed`, …).
+    pub last_run: Option<String>,
+    pub last_event: Option<String>,
+    pub rows_read: Option<i64>,
+    pub rows_written: Option<i64>,
+    pub lag_ms: Option<i64>,
+    /// Landing files not read yet, and their bytes.
+    pub backlog_files: u64,
+    pub backlog_bytes: u64,
+    /// The newest failure, with its time.
+    pub last_error: Option<String>,
+}
+
+pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
+    let storage = pipeline.storage_dir();
+    // In the pipeline's order; looked up by name.
+    let mut out: Vec<FlowStatus> = Vec::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    for &i in &pipeline.order {
+        let flow = &pipeline.flows[i];
+        let Some(target) = pipeline.dataset(&flow.target) else {
+            continue;
+        };
+        if target.kind == DatasetKind::View {
+            continue;
+        }
+        let mut s = FlowStatus {
+            flow: flow.name.clone(),
+            target: flow.target.clone(),
+            ..FlowStatus::default()
+        };
+        let table = Table::open(&layout::table_dir(&storage, target)).await?;
+        let committed = table.txn_version(&layout::app_id(&flow.name)).await?;
+        let progress =
+            Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name)).peek(committed)?;
+        for input in &flow.inputs {
+            let Input::Files(rf) = input else { continue };
+            if !rf.streaming {
+                continue;
+            }
+            let seen = progress.files.get(&rf.table);
+            for path in rf.list_files().map_err(|e| RunError::io(&rf.path, e))? {
+                if seen.is_some_and(|s| s.contains(&files::relative_name(rf, &path))) {
+                    continue;
+                }
+                s.backlog_files += 1;
+                s.backlog_bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            }
+        }
+        index.insert(flow.name.to_lowercase(), out.len());
+        out.push(s);
+    }
+    if Table::open(&event_log::dir(&storage)).await?.exists() {
+        let ctx = catalog::session(pipeline).await?;
+        let batches = ctx
+            .sql("SELECT flow, event, timestamp, rows_read, rows_written, lag_ms, message FROM event_log WHERE flow IS NOT NULL ORDER BY timestamp")
+            .await?
+            .collect()
+            .await?;
+        for b in &batches {
+            // The Delta reader may give strings as views: read everything in the plain
+            // types, so a layout change cannot break status.
+            let text = |c: usize| cast(b.column(c), &DataType::Utf8);
+            let (flow, event, message) = (text(0)?, text(1)?, text(6)?);
+            let (flow, event, message) = (
+                flow.as_string::<i32>(),
+                event.as_string::<i32>(),
+                message.as_string::<i32>(),
+            );
+            let ts = cast(
+                b.column(2),
+                &DataType::Timestamp(TimeUnit::Microsecond, None),
+            )?;
+            let ts = ts.as_primitive::<TimestampMicrosecondType>();
+            let numbers: Vec<_> = (3..6)
+                .map(|c| cast(b.column(c), &DataType::Int64))
+                .collect::<Result<_, _>>()?;
+            let num = |c: usize, r: usize| {
+                let a = numbers[c - 3].as_primitive::<Int64Type>();
+                (!a.is_null(r)).then(|| a.value(r))
+            };
+            for r in 0..b.num_rows() {
+                let Some(&i) = index.get(&flow.value(r).to_lowercase()) else {
+                    continue;
+                };
+                let s = &mut out[i];
+                let when = chrono::DateTime::from_timestamp_micros(ts.value(r))
+                    .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string());
+                s.last_run = when.clone();
+                s.last_event = Some(event.value(r).to_string());
+                if event.value(r) == "flow_completed" {
+                    s.rows_read = num(3, r);
+                    s.rows_written = num(4, r);
+                    s.lag_ms = num(5, r);
+                }
+                if event.value(r) == "flow_failed" && !message.is_null(r) {
+                    s.last_error = Some(format!(
+                        "{} ({})",
+                        message.value(r),
+                        when.unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
