@@ -418,3 +418,57 @@ fn runs_are_recorded_in_the_event_log_and_status_shows_backlog_lag_and_errors() 
         "{failed:?}"
     );
 }
+
+#[test]
+fn continuous_mode_picks_up_new_files_and_stops_cleanly_on_sigterm() {
+    let dir = example_copy("orders");
+    let p = dir.path().to_str().expect("utf-8");
+    let child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", p, "--continuous"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let visible = |sql: &str, want: serde_json::Value| {
+        for _ in 0..100 {
+            let out = cdcflow(&["query", "-p", p, sql, "--format", "json"]);
+            if out.status.success()
+                && stdout(&out)
+                    .lines()
+                    .next()
+                    .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    == Some(want.clone())
+            {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        false
+    };
+    assert!(visible(
+        "SELECT count(*) AS n FROM silver_orders_history",
+        serde_json::json!({"n": 6})
+    ));
+    // Written under a temporary name, then renamed, as landing tools do.
+    let tmp = dir.path().join("landing/orders/.0003.json.tmp");
+    fs::write(
+        &tmp,
+        "{\"order_id\": 200, \"customer_id\": 9, \"status\": \"placed\", \"amount\": 3, \"operation\": \"INSERT\", \"commit_ts\": \"2024-06-04T10:00:00Z\", \"log_position\": 20}\n",
+    )
+    .expect("write");
+    fs::rename(&tmp, dir.path().join("landing/orders/0003.json")).expect("rename");
+    assert!(visible(
+        "SELECT count(*) AS n FROM silver_orders_history WHERE order_id = 200",
+        serde_json::json!({"n": 1})
+    ));
+    // A second run is refused while the continuous one holds the lock.
+    assert!(!cdcflow(&["run", "-p", p]).status.success());
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!dir.path().join("_storage/_run.lock").exists());
+}

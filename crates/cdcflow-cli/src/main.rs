@@ -88,6 +88,9 @@ enum Command {
         /// Print one JSON object per flow instead of the summary.
         #[arg(long)]
         json: bool,
+        /// Keep running: process new landing files as they arrive, until SIGINT/SIGTERM.
+        #[arg(long)]
+        continuous: bool,
     },
     /// Run SQL over the pipeline's tables.
     Query {
@@ -138,6 +141,7 @@ fn main() -> ExitCode {
             full_refresh,
             force,
             json,
+            continuous,
         } => run::run(
             &pipeline,
             run::RunArgs {
@@ -145,6 +149,7 @@ fn main() -> ExitCode {
                 full_refresh,
                 force,
                 json,
+                continuous,
             },
         ),
         Command::Query {

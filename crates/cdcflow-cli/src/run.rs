@@ -12,6 +12,7 @@ pub struct RunArgs {
     pub full_refresh: Option<Vec<String>>,
     pub force: bool,
     pub json: bool,
+    pub continuous: bool,
 }
 
 pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
@@ -35,6 +36,9 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
             .ok()
             .and_then(|v| v.parse().ok()),
     };
+    if run.continuous {
+        return continuous(pipeline, &options, run.json);
+    }
     let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));
     match result {
         Ok(report) => {
@@ -129,5 +133,68 @@ fn line(f: &FlowReport) -> String {
         FlowOutcome::UpToDate { reason } => format!("{:<17} up to date ({reason})", f.kind),
         FlowOutcome::Skipped { reason } => format!("{:<17} skipped: {reason}", f.kind),
         FlowOutcome::Failed { .. } => format!("{:<17} FAILED", f.kind),
+    }
+}
+
+/// `--continuous`: a summary per batch that did something, until SIGINT or SIGTERM.
+fn continuous(pipeline: &cdcflow_plan::Pipeline, options: &RunOptions, json: bool) -> ExitCode {
+    let rt = crate::runtime();
+    let result = rt.block_on(async {
+        let shutdown = async {
+            #[cfg(unix)]
+            {
+                let mut term =
+                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    {
+                        Ok(t) => t,
+                        Err(_) => {
+                            let _ = tokio::signal::ctrl_c().await;
+                            return;
+                        }
+                    };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        let mut first = true;
+        cdcflow_runtime::continuous::run_continuous(
+            pipeline,
+            options,
+            |report| {
+                let busy = report
+                    .flows
+                    .iter()
+                    .any(|f| !matches!(f.outcome, FlowOutcome::UpToDate { .. }));
+                if first || busy {
+                    if json {
+                        for f in &report.flows {
+                            println!("{}", serde_json::to_string(f).unwrap_or_default());
+                        }
+                    } else {
+                        print_summary(&pipeline.config.name, report);
+                    }
+                }
+                first = false;
+            },
+            shutdown,
+        )
+        .await
+    });
+    match result {
+        Ok(()) => {
+            eprintln!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            if let Some(h) = e.help() {
+                eprintln!("  help: {h}");
+            }
+            ExitCode::from(1)
+        }
     }
 }

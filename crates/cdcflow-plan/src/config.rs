@@ -25,6 +25,14 @@ pub struct PipelineConfig {
     /// the flow, naming file and line, and commits nothing.
     #[serde(default)]
     pub bad_records: BadRecords,
+    /// `cdcflow run --continuous`: the least time between two batches, and how often
+    /// landing folders are rescanned where file notifications are unavailable.
+    #[serde(default = "default_trigger_interval")]
+    pub trigger_interval_seconds: f64,
+}
+
+fn default_trigger_interval() -> f64 {
+    1.0
 }
 
 /// See [`PipelineConfig::bad_records`].

@@ -17,6 +17,7 @@
 pub mod catalog;
 pub mod cdc;
 pub mod checkpoint;
+pub mod continuous;
 pub mod delta;
 mod error;
 pub mod event_log;

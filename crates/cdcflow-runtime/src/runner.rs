@@ -52,8 +52,17 @@ impl RunContext<'_> {
     }
 }
 
-/// Runs `pipeline` once.
+/// Runs `pipeline` once, holding its run lock.
 pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport, RunError> {
+    let _lock = RunLock::acquire(&pipeline.storage_dir(), &pipeline.config.name)?;
+    run_locked(pipeline, options).await
+}
+
+/// Runs `pipeline` once; the caller holds the run lock.
+pub(crate) async fn run_locked(
+    pipeline: &Pipeline,
+    options: &RunOptions,
+) -> Result<RunReport, RunError> {
     let storage = pipeline.storage_dir();
     for name in &options.flows {
         if pipeline.flow(name).is_none() {
@@ -62,7 +71,6 @@ pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport,
                 .with_help(format!("flows of this pipeline: {}", known.join(", "))));
         }
     }
-    let _lock = RunLock::acquire(&storage, &pipeline.config.name)?;
     let started = chrono::Utc::now().timestamp_micros();
     let mut report = RunReport {
         run_id: format!("{started:x}-{}", std::process::id()),

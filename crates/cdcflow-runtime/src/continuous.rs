@@ -1,0 +1,107 @@
+//! `cdcflow run --continuous`: keep the pipeline up to date. Landing folders are
+//! watched (notify; a rescan every trigger interval where notifications are not
+//! available), a batch starts once new files have settled, batches are at least the
+//! trigger interval apart, and an idle pipeline sleeps. The run lock is held
+//! throughout; on shutdown the batch under way finishes and the loop ends.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cdcflow_plan::{Input, Pipeline};
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use crate::RunError;
+use crate::lock::RunLock;
+use crate::report::RunReport;
+use crate::runner::{RunOptions, run_locked};
+
+/// How long the landing folders must be quiet before a batch starts.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// The landing folders of the pipeline's streaming file sources.
+fn landing_folders(pipeline: &Pipeline) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = pipeline
+        .flows
+        .iter()
+        .flat_map(|f| f.inputs.iter())
+        .filter_map(|i| match i {
+            Input::Files(rf) if rf.streaming => Some(rf.path.clone()),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Runs batches until `shutdown` completes; `on_batch` sees every run's report.
+pub async fn run_continuous(
+    pipeline: &Pipeline,
+    options: &RunOptions,
+    mut on_batch: impl FnMut(&RunReport),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
+    let _lock = RunLock::acquire(&pipeline.storage_dir(), &pipeline.config.name)?;
+    let interval = Duration::from_secs_f64(pipeline.config.trigger_interval_seconds.max(0.0));
+    let (tx, mut rx) = mpsc::channel::<()>(64);
+    // The watcher's callback runs on notify's thread; events only wake the loop, the
+    // run itself rescans the folders.
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            let _ = tx.try_send(());
+        }
+    });
+    let mut watching = false;
+    let _watcher = match watcher {
+        Ok(mut w) => {
+            for dir in landing_folders(pipeline) {
+                let _ = std::fs::create_dir_all(&dir);
+                watching |= w.watch(&dir, RecursiveMode::Recursive).is_ok();
+            }
+            Some(w)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "file notifications unavailable; rescanning every trigger interval");
+            None
+        }
+    };
+    let rescan = if watching {
+        interval.max(Duration::from_secs(30))
+    } else {
+        interval.max(Duration::from_millis(500))
+    };
+    tokio::pin!(shutdown);
+    // A full refresh asked for applies to the first batch only.
+    let mut options = options.clone();
+    let mut first = true;
+    loop {
+        let started = Instant::now();
+        if !first {
+            // Wait for a wake-up (or the rescan period), then for the files to settle.
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                _ = rx.recv() => {}
+                () = sleep(rescan) => {}
+            }
+            loop {
+                tokio::select! {
+                    () = &mut shutdown => return Ok(()),
+                    _ = rx.recv() => continue,
+                    () = sleep(SETTLE) => break,
+                }
+            }
+        }
+        first = false;
+        let report = run_locked(pipeline, &options).await?;
+        options.full_refresh = None;
+        on_batch(&report);
+        // Batches are at least the trigger interval apart.
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            () = sleep_until(started + interval) => {}
+        }
+    }
+}
