@@ -423,8 +423,13 @@ fn runs_are_recorded_in_the_event_log_and_status_shows_backlog_lag_and_errors() 
 fn continuous_mode_picks_up_new_files_and_stops_cleanly_on_sigterm() {
     let dir = example_copy("orders");
     let p = dir.path().to_str().expect("utf-8");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
     let child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
-        .args(["run", "-p", p, "--continuous"])
+        .args(["run", "-p", p, "--continuous", "--metrics-addr", &addr])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -461,6 +466,24 @@ fn continuous_mode_picks_up_new_files_and_stops_cleanly_on_sigterm() {
         "SELECT count(*) AS n FROM silver_orders_history WHERE order_id = 200",
         serde_json::json!({"n": 1})
     ));
+    // Prometheus metrics.
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        use std::io::{Read, Write};
+        if let Ok(mut conn) = std::net::TcpStream::connect(&addr) {
+            let _ = conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+            let _ = conn.read_to_string(&mut metrics);
+            if metrics.contains("cdcflow_batches_total") {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        metrics.contains(r#"cdcflow_batches_total{pipeline="orders",flow="orders_changes"} 2"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("cdcflow_lag_seconds{"), "{metrics}");
     // A second run is refused while the continuous one holds the lock.
     assert!(!cdcflow(&["run", "-p", p]).status.success());
     let term = Command::new("kill")

@@ -19,8 +19,32 @@ use clap::{Parser, Subcommand, ValueEnum};
     about = "Declarative change-data-capture pipelines"
 )]
 struct Cli {
+    /// Logs on stderr: `text` for people, `json` (one object per line) for collectors.
+    #[arg(long, value_enum, global = true, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default: warnings, and what each flow did
+/// in `run`; delta-kernel's report of probing a table not created yet is not a warning).
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,cdcflow_runtime=info,buoyant_kernel=off")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
 }
 
 /// Options every command that reads a pipeline takes.
@@ -91,6 +115,10 @@ enum Command {
         /// Keep running: process new landing files as they arrive, until SIGINT/SIGTERM.
         #[arg(long)]
         continuous: bool,
+        /// With --continuous: serve Prometheus text metrics (lag, rows, batches, errors
+        /// per flow) at http://ADDR/metrics, e.g. 127.0.0.1:9464.
+        #[arg(long, requires = "continuous", value_name = "ADDR")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Run SQL over the pipeline's tables.
     Query {
@@ -132,6 +160,9 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.log_format, LogFormat::Json) || std::env::var_os("RUST_LOG").is_some() {
+        init_logs(cli.log_format);
+    }
     match cli.command {
         Command::Validate { pipeline, format } => validate::run(&pipeline, format),
         Command::Explain { pipeline, flow } => explain::run(&pipeline, flow.as_deref()),
@@ -142,6 +173,7 @@ fn main() -> ExitCode {
             force,
             json,
             continuous,
+            metrics_addr,
         } => run::run(
             &pipeline,
             run::RunArgs {
@@ -150,6 +182,7 @@ fn main() -> ExitCode {
                 force,
                 json,
                 continuous,
+                metrics_addr,
             },
         ),
         Command::Query {

@@ -13,6 +13,7 @@ pub struct RunArgs {
     pub force: bool,
     pub json: bool,
     pub continuous: bool,
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
@@ -37,7 +38,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
             .and_then(|v| v.parse().ok()),
     };
     if run.continuous {
-        return continuous(pipeline, &options, run.json);
+        return continuous(pipeline, &options, run.json, run.metrics_addr);
     }
     let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));
     match result {
@@ -137,9 +138,28 @@ fn line(f: &FlowReport) -> String {
 }
 
 /// `--continuous`: a summary per batch that did something, until SIGINT or SIGTERM.
-fn continuous(pipeline: &cdcflow_plan::Pipeline, options: &RunOptions, json: bool) -> ExitCode {
+fn continuous(
+    pipeline: &cdcflow_plan::Pipeline,
+    options: &RunOptions,
+    json: bool,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> ExitCode {
     let rt = crate::runtime();
+    let metrics = std::sync::Arc::new(std::sync::Mutex::new(
+        cdcflow_runtime::metrics::Metrics::new(&pipeline.config.name),
+    ));
     let result = rt.block_on(async {
+        if let Some(addr) = metrics_addr {
+            let listener = match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => l,
+                Err(e) => {
+                    return Err(cdcflow_runtime::RunError::input(format!(
+                        "--metrics-addr {addr}: {e}"
+                    )));
+                }
+            };
+            tokio::spawn(serve_metrics(listener, std::sync::Arc::clone(&metrics)));
+        }
         let shutdown = async {
             #[cfg(unix)]
             {
@@ -165,6 +185,9 @@ fn continuous(pipeline: &cdcflow_plan::Pipeline, options: &RunOptions, json: boo
             pipeline,
             options,
             |report| {
+                if let Ok(mut m) = metrics.lock() {
+                    m.record(report);
+                }
                 let busy = report
                     .flows
                     .iter()
@@ -196,5 +219,25 @@ fn continuous(pipeline: &cdcflow_plan::Pipeline, options: &RunOptions, json: boo
             }
             ExitCode::from(1)
         }
+    }
+}
+
+/// Answers every HTTP request with the metrics (a scrape needs nothing more).
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: std::sync::Arc<std::sync::Mutex<cdcflow_runtime::metrics::Metrics>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let body = metrics.lock().map(|m| m.render()).unwrap_or_default();
+        tokio::spawn(async move {
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
     }
 }

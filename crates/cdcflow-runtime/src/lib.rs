@@ -27,6 +27,7 @@ pub mod files;
 mod flows;
 mod inputs;
 pub mod lock;
+pub mod metrics;
 pub mod quarantine;
 mod report;
 mod runner;

@@ -138,7 +138,17 @@ pub(crate) async fn run_locked(
             }
             _ => {}
         }
-        tracing::info!(flow = %r.flow, outcome = ?r.outcome, "flow finished");
+        tracing::info!(
+            flow = %r.flow,
+            table = %r.target,
+            outcome = ?r.outcome,
+            rows_read = r.rows_read,
+            rows_written = r.rows_written,
+            files = r.files,
+            lag_ms = ?r.lag_ms,
+            millis = r.millis,
+            "flow finished"
+        );
         report.flows.push(r);
     }
     let ended = chrono::Utc::now().timestamp_micros();
