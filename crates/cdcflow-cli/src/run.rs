@@ -127,9 +127,16 @@ fn line(f: &FlowReport) -> String {
             f.rows_read, f.rows_written, f.target
         ),
     };
+    let lag = f
+        .lag_ms
+        .map(|ms| format!(", lag {:.1} s", ms as f64 / 1000.0))
+        .unwrap_or_default();
     match &f.outcome {
         FlowOutcome::Committed { batch } => {
-            format!("{:<17} batch {batch:<3} {what}  ({} ms)", f.kind, f.millis)
+            format!(
+                "{:<17} batch {batch:<3} {what}  ({} ms{lag})",
+                f.kind, f.millis
+            )
         }
         FlowOutcome::UpToDate { reason } => format!("{:<17} up to date ({reason})", f.kind),
         FlowOutcome::Skipped { reason } => format!("{:<17} skipped: {reason}", f.kind),
