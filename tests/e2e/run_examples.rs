@@ -467,22 +467,22 @@ fn continuous_mode_picks_up_new_files_and_stops_cleanly_on_sigterm() {
         serde_json::json!({"n": 1})
     ));
     // Prometheus metrics.
+    // The metrics follow the batch's commit (after its event log write): poll.
+    let want = r#"cdcflow_batches_total{pipeline="orders",flow="orders_changes"} 2"#;
     let mut metrics = String::new();
-    for _ in 0..50 {
+    for _ in 0..100 {
         use std::io::{Read, Write};
+        metrics.clear();
         if let Ok(mut conn) = std::net::TcpStream::connect(&addr) {
             let _ = conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
             let _ = conn.read_to_string(&mut metrics);
-            if metrics.contains("cdcflow_batches_total") {
+            if metrics.contains(want) {
                 break;
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(
-        metrics.contains(r#"cdcflow_batches_total{pipeline="orders",flow="orders_changes"} 2"#),
-        "{metrics}"
-    );
+    assert!(metrics.contains(want), "{metrics}");
     assert!(metrics.contains("cdcflow_lag_seconds{"), "{metrics}");
     // A second run is refused while the continuous one holds the lock.
     assert!(!cdcflow(&["run", "-p", p]).status.success());
