@@ -36,11 +36,30 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         now_micros: std::env::var("CDCFLOW_NOW_MICROS")
             .ok()
             .and_then(|v| v.parse().ok()),
+        progress: None,
     };
     if run.continuous {
         return continuous(pipeline, &options, run.json, run.metrics_addr);
     }
+    // A spinner naming the flow under way, on a terminal only (logs elsewhere).
+    let spinner = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    });
+    let mut options = options;
+    if let Some(bar) = &spinner {
+        let bar = bar.clone();
+        options.progress = Some(cdcflow_runtime::Progress(std::sync::Arc::new(
+            move |flow| {
+                bar.set_message(format!("running {flow}"));
+            },
+        )));
+    }
     let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));
+    if let Some(bar) = spinner {
+        bar.finish_and_clear();
+    }
     match result {
         Ok(report) => {
             if run.json {

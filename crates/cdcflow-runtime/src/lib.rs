@@ -35,7 +35,7 @@ pub mod status;
 
 pub use error::RunError;
 pub use report::{FlowOutcome, FlowReport, RunReport};
-pub use runner::{RunOptions, run};
+pub use runner::{Progress, RunOptions, run};
 
 /// Where the tables of a pipeline live, under its storage folder.
 pub mod layout {

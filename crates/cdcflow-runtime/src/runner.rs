@@ -28,6 +28,18 @@ pub struct RunOptions {
     pub force: bool,
     /// The wall clock, µs since the epoch (tests pin it); now when `None`.
     pub now_micros: Option<i64>,
+    /// Told the name of each flow as it starts (progress display).
+    pub progress: Option<Progress>,
+}
+
+/// A callback told the name of each flow as it starts.
+#[derive(Clone)]
+pub struct Progress(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
 }
 
 /// What every flow of a run shares.
@@ -109,6 +121,9 @@ pub(crate) async fn run_locked(
             continue;
         }
         let started_flow = Instant::now();
+        if let Some(Progress(tell)) = &options.progress {
+            tell(&flow.name);
+        }
         let upstream = flow.inputs.iter().find_map(|i| match i {
             Input::Dataset { name, .. } => blocked
                 .get(&name.to_lowercase())
