@@ -70,6 +70,15 @@ pub async fn append(
         ..Row::default()
     }];
     for f in &report.flows {
+        if !matches!(f.outcome, FlowOutcome::Skipped { .. }) {
+            rows.push(Row {
+                timestamp: f.started_micros,
+                event: "flow_started",
+                flow: Some(f.flow.clone()),
+                target: Some(f.target.clone()),
+                ..Row::default()
+            });
+        }
         let (event, batch, message) = match &f.outcome {
             FlowOutcome::Committed { batch } => ("flow_completed", Some(*batch), None),
             FlowOutcome::UpToDate { reason } => ("flow_up_to_date", None, Some(reason.clone())),
@@ -90,7 +99,7 @@ pub async fn append(
             .find_map(|w| w.split(" malformed record(s)").next()?.parse::<i64>().ok());
         let cdc = f.cdc;
         rows.push(Row {
-            timestamp: ended,
+            timestamp: f.ended_micros.max(f.started_micros),
             event,
             flow: Some(f.flow.clone()),
             target: Some(f.target.clone()),

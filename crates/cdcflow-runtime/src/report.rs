@@ -44,6 +44,9 @@ pub struct FlowReport {
     pub oldest_change_micros: Option<i64>,
     /// From the oldest change of the batch to its commit, milliseconds.
     pub lag_ms: Option<i64>,
+    /// When the flow started and ended in this run, µs since the epoch.
+    pub started_micros: i64,
+    pub ended_micros: i64,
 }
 
 impl FlowReport {
@@ -64,6 +67,8 @@ impl FlowReport {
             millis: 0,
             oldest_change_micros: None,
             lag_ms: None,
+            started_micros: 0,
+            ended_micros: 0,
         }
     }
 

@@ -121,6 +121,7 @@ pub(crate) async fn run_locked(
             continue;
         }
         let started_flow = Instant::now();
+        let started_at = chrono::Utc::now().timestamp_micros();
         if let Some(Progress(tell)) = &options.progress {
             tell(&flow.name);
         }
@@ -139,6 +140,8 @@ pub(crate) async fn run_locked(
             None => run_flow(&rc, flow, target.kind).await,
         };
         r.millis = started_flow.elapsed().as_millis() as u64;
+        r.started_micros = started_at;
+        r.ended_micros = chrono::Utc::now().timestamp_micros();
         if matches!(r.outcome, FlowOutcome::Committed { .. })
             && let Some(oldest) = r.oldest_change_micros
         {
