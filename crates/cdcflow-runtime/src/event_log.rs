@@ -93,10 +93,6 @@ pub async fn append(
                 crate::expectations::summary(&f.expectations)
             ));
         }
-        let quarantined = f
-            .warnings
-            .iter()
-            .find_map(|w| w.split(" malformed record(s)").next()?.parse::<i64>().ok());
         let cdc = f.cdc;
         rows.push(Row {
             timestamp: f.ended_micros.max(f.started_micros),
@@ -112,7 +108,7 @@ pub async fn append(
                 cdc.map(|m| m.deleted as i64),
                 cdc.map(|m| m.late as i64),
                 cdc.map(|m| m.duplicates as i64),
-                quarantined,
+                Some(f.quarantined as i64),
                 f.lag_ms,
             ],
             message: (!notes.is_empty()).then(|| notes.join("; ")),

@@ -99,6 +99,7 @@ impl QueryBatch {
         let batch = self.inputs.offsets.batch;
         if !bad.is_empty() {
             let n = bad.len();
+            report.quarantined = n as u64;
             let table = quarantine::write(flow, &self.dir, &self.app, batch, bad).await?;
             report.warnings.push(format!(
                 "{n} malformed record(s) quarantined in `{table}` (file and line kept; query it with cdcflow query)"

@@ -31,6 +31,8 @@ pub struct FlowReport {
     pub rows_written: u64,
     /// Landing files read.
     pub files: u64,
+    /// Malformed landing records set apart in `<target>__quarantine`.
+    pub quarantined: u64,
     /// AUTO CDC flows: what the apply did.
     pub cdc: Option<ApplyMetrics>,
     /// The target's expectations over the rows of this batch.
@@ -61,6 +63,7 @@ impl FlowReport {
             rows_read: 0,
             rows_written: 0,
             files: 0,
+            quarantined: 0,
             cdc: None,
             expectations: vec![],
             warnings: vec![],

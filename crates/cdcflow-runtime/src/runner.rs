@@ -249,7 +249,7 @@ async fn refuse_lossy_refresh(
         for flow in pipeline.flows_into(&d.name) {
             let committed = table.txn_version(&layout::app_id(&flow.name)).await?;
             let progress =
-                Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)).load(committed)?;
+                Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)).peek(committed)?;
             for input in &flow.inputs {
                 let Input::Files(rf) = input else { continue };
                 let present: std::collections::BTreeSet<String> = rf

@@ -14,7 +14,6 @@ use cdcflow_plan::{Dataset, Flow, Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::TableReference;
 
 use super::events::{Sourced, to_events};
 use super::kernel::{self, Rules, Visible};
@@ -52,8 +51,10 @@ pub(crate) async fn run(
     let state = Table::open(&state_dir).await?;
     let app = layout::app_id(&flow.name);
     let committed = state.txn_version(&app).await?;
-    sync_published(rc, target, &rules, &state, &Table::open(&public_dir).await?).await?;
-    let public = Table::open(&public_dir).await?;
+    let mut public = Table::open(&public_dir).await?;
+    if sync_published(rc, target, &rules, &state, &public).await? {
+        public = Table::open(&public_dir).await?;
+    }
 
     let checkpoint = rc.checkpoint(flow);
     let progress = checkpoint.load(committed)?;
@@ -158,16 +159,16 @@ async fn commit_both(
 }
 
 /// Derives the published table from the state again when a crash stopped a batch
-/// between its two commits (their transaction ids differ).
+/// between its two commits (their transaction ids differ); true when it did.
 async fn sync_published(
     rc: &RunContext<'_>,
     target: &Dataset,
     rules: &Rules,
     state: &Table,
     public: &Table,
-) -> Result<(), RunError> {
+) -> Result<bool, RunError> {
     if !state.exists() {
-        return Ok(());
+        return Ok(false);
     }
     let mut txns = Vec::new();
     let mut behind = false;
@@ -180,7 +181,7 @@ async fn sync_published(
         }
     }
     if !behind {
-        return Ok(());
+        return Ok(false);
     }
     tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
     let stored = state.read_batches(&rules.state_schema())?;
@@ -200,7 +201,7 @@ async fn sync_published(
         &commit,
     )
     .await?;
-    Ok(())
+    Ok(true)
 }
 
 /// The source rows of this batch and the offsets that name them.
@@ -239,15 +240,7 @@ async fn read_source(
             rc.reader()
                 .register(&input, progress, &mut planner, &mut inputs)
                 .await?;
-            let df = {
-                let ctx = datafusion::prelude::SessionContext::new_with_config(
-                    cdcflow_plan::planner::session_config(),
-                );
-                let provider = planner_table(&planner, &source.name)?;
-                ctx.register_table(TableReference::bare(source.name.as_str()), provider)?;
-                ctx.table(TableReference::bare(source.name.as_str()))
-                    .await?
-            };
+            let df = rc.ctx.read_table(planner_table(&planner, &source.name)?)?;
             let rows = df.collect().await?;
             let origin = format!("view {}", source.name);
             Ok((

@@ -919,17 +919,22 @@ impl Output {
         let mut out = Vec::new();
         for start in (0..self.base.len()).step_by(OUT_ROWS) {
             let end = (start + OUT_ROWS).min(self.base.len());
-            let mut cells: Vec<Vec<(usize, usize)>> = (0..n)
-                .map(|_| self.base[start..end].iter().map(|&p| index(p)).collect())
-                .collect();
+            // One index for every column; a column gets its own copy only where a row
+            // takes that column from another event (IGNORE NULL UPDATES).
+            let base: Vec<(usize, usize)> =
+                self.base[start..end].iter().map(|&p| index(p)).collect();
+            let mut own: Vec<Option<Vec<(usize, usize)>>> = vec![None; n];
             while let Some((row, v)) = mixed.next_if(|(row, _)| *row < end) {
-                for (c, col) in cells.iter_mut().enumerate() {
-                    col[row - start] = index(v[c]);
+                for (c, slot) in own.iter_mut().enumerate() {
+                    let cell = index(v[c]);
+                    if cell != base[row - start] {
+                        slot.get_or_insert_with(|| base.clone())[row - start] = cell;
+                    }
                 }
             }
             let mut columns = Vec::with_capacity(schema.fields().len());
-            for (c, indices) in cells.iter().enumerate() {
-                columns.push(view.gather(c, &nulls[c], indices)?);
+            for (c, indices) in own.iter().enumerate() {
+                columns.push(view.gather(c, &nulls[c], indices.as_deref().unwrap_or(&base))?);
             }
             if rules.scd2 {
                 let seq = rules.seq_col();
