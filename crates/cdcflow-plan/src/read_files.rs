@@ -66,6 +66,9 @@ pub struct ReadFiles {
     pub auto_loader: bool,
     /// Types for some columns, over the inferred ones (`cloudFiles.schemaHints`).
     pub schema_hints: Option<SchemaRef>,
+    /// The schema inferred when the pipeline was loaded, so a run does not infer it
+    /// from the landing files again.
+    pub inferred_schema: Option<SchemaRef>,
     pub span: Span,
 }
 
@@ -123,7 +126,11 @@ impl ReadFiles {
     /// The declared schema, or one inferred from the files present; `Ok(None)` when
     /// there is neither.
     pub fn schema(&self) -> Result<Option<SchemaRef>, String> {
-        if let Some(s) = &self.declared_schema {
+        if let Some(s) = self
+            .declared_schema
+            .as_ref()
+            .or(self.inferred_schema.as_ref())
+        {
             return Ok(Some(Arc::clone(s)));
         }
         let files = self

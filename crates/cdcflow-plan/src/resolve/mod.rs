@@ -108,6 +108,16 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     r.check_targets();
     let order = r.order_datasets();
     r.derive_schemas(&order);
+    // Landing-file schemas were inferred once here; the run reuses them.
+    for flow in &mut r.flows {
+        for input in &mut flow.inputs {
+            if let Input::Files(rf) = input
+                && let Some(Some(s)) = r.file_schemas.get(&rf.table)
+            {
+                rf.inferred_schema = Some(Arc::clone(s));
+            }
+        }
+    }
     let flow_order = r.order_flows(&order);
     r.diags.sort_by_key(|d| {
         d.at.as_ref()

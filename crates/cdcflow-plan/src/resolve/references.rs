@@ -164,6 +164,7 @@ impl Resolver<'_> {
             streaming: call.streaming,
             auto_loader: call.auto_loader,
             schema_hints,
+            inferred_schema: None,
             span: call.span,
         })
     }

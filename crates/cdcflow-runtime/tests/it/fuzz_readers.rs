@@ -37,6 +37,7 @@ fn source(format: FileFormat, dir: &std::path::Path) -> ReadFiles {
         streaming: true,
         auto_loader: false,
         schema_hints: None,
+        inferred_schema: None,
         span: cdcflow_sql::Span::empty(),
     }
 }
