@@ -45,7 +45,17 @@ pub fn read_file(
         return Ok(FileRead::default());
     }
     if source.format == FileFormat::Parquet {
-        return Ok(match read_parquet(path, schema) {
+        // The parquet crate can panic on some corrupt files (its fuzzing found one in
+        // the definition-level decoder); such a file is quarantined like any other.
+        let read =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_parquet(path, schema)))
+                .unwrap_or_else(|_| {
+                    Err(RunError::File {
+                        path: path.to_path_buf(),
+                        message: "corrupt Parquet file (the reader gave up on it)".into(),
+                    })
+                });
+        return Ok(match read {
             Ok(batches) => FileRead {
                 batches,
                 ..FileRead::default()
