@@ -146,6 +146,7 @@ enum Command {
 
 /// The async runtime for commands that read or write tables.
 fn runtime() -> tokio::runtime::Runtime {
+    cdcflow_runtime::allocator::keep_freed_memory();
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

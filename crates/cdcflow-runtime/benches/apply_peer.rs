@@ -94,7 +94,8 @@ fn spec(scd2: bool) -> AutoCdcSpec {
 }
 
 /// The kit's stored table as cdcflow state: every row an upsert event, sequenced by
-/// `__START_AT` (history) or below every batch event (target: it carries no sequence).
+/// `__START_AT` (history) or below every batch event (target: it carries no sequence);
+/// narrow for SCD type 1.
 fn as_state(rules: &Rules, stored: &RecordBatch, scd2: bool) -> Result<RecordBatch, String> {
     let n = stored.num_rows();
     let mut columns = Vec::new();
@@ -115,9 +116,35 @@ fn as_state(rules: &Rules, stored: &RecordBatch, scd2: bool) -> Result<RecordBat
     columns.push(seq);
     columns.push(Arc::new(Int8Array::from(vec![Op::Upsert as i8; n])));
     columns.push(Arc::new(Int64Array::from(vec![0i64; n])));
-    let schema = rules.state_schema();
+    let schema = rules.event_schema();
     debug_assert_eq!(schema.field(schema.fields().len() - 1).name(), RECORDED_AT);
-    RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
+    let events = RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())?;
+    match rules.narrow_state() {
+        true => events
+            .project(&rules.narrow_columns())
+            .map_err(|e| e.to_string()),
+        false => Ok(events),
+    }
+}
+
+/// SCD type 1 keeps its state in a table of its own: written here, untimed, and read
+/// back in the timed part like a run would.
+fn seed_state(rules: &Rules, stored_file: &Path, out: &Path) -> Result<PathBuf, String> {
+    let path = out.with_extension("cdcflow_seed.parquet");
+    let schema = file_schema(stored_file)?;
+    let state = read(stored_file, &schema)?
+        .iter()
+        .map(|b| as_state(rules, b, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut writer =
+        datafusion::parquet::arrow::ArrowWriter::try_new(file, rules.state_schema(), None)
+            .map_err(|e| e.to_string())?;
+    for b in &state {
+        writer.write(b).map_err(|e| e.to_string())?;
+    }
+    writer.close().map_err(|e| e.to_string())?;
+    Ok(path)
 }
 
 fn read(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
@@ -148,6 +175,10 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         "target.parquet"
     });
     let stored_schema = file_schema(&stored_file)?;
+    let seed = match a.scd2 {
+        true => None,
+        false => Some(seed_state(&rules, &stored_file, &a.out)?),
+    };
 
     let started = Instant::now();
     let phase = |name: &str, since: Instant| {
@@ -157,18 +188,20 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         Instant::now()
     };
     let stored_rows = read(&stored_file, &stored_schema)?;
-    let stored = stored_rows
-        .iter()
-        .map(|b| as_state(&rules, b, a.scd2))
-        .collect::<Result<Vec<_>, _>>()?;
-    // The kit's history is the SCD2 visible table; SCD1 derives it from the state.
-    let history = match a.scd2 {
-        true => stored_rows
+    // The kit's table is the published table; the state is the seed (SCD1) or, for
+    // SCD2, events derived from the history.
+    let stored = match &seed {
+        Some(path) => read(path, &rules.state_schema())?,
+        None => stored_rows
             .iter()
-            .map(|b| conform(b, &rules.public_schema()).map_err(|e| e.to_string()))
+            .map(|b| as_state(&rules, b, true))
             .collect::<Result<Vec<_>, _>>()?,
-        false => vec![],
     };
+    let published = stored_rows
+        .iter()
+        .map(|b| conform(b, &rules.public_schema()).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    drop(stored_rows);
     let changes = concat_batches(
         &changes_schema,
         &read(&a.data.join("changes.parquet"), &changes_schema)?,
@@ -186,8 +219,8 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     .map_err(|e| e.to_string())?;
     let t = phase("events", t);
     let applied =
-        apply(&rules, &stored, Visible::Rows(&history), &events, 1).map_err(|e| e.to_string())?;
-    drop((stored, stored_rows, history));
+        apply(&rules, &stored, Visible::Rows(&published), &events, 1).map_err(|e| e.to_string())?;
+    drop((stored, published));
     let t = phase("apply", t);
     let rows = applied.public_rows();
     let state_dir = a.out.with_extension("cdcflow_state");
@@ -196,14 +229,27 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         name: "customers".into(),
         ..Commit::default()
     };
-    let (state, public) = (applied.state, applied.public);
-    let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
-    let state_write = write(&state_dir, &state_schema, state, Mode::Overwrite, &commit);
-    let public_write = write(&a.out, &public_schema, public, Mode::Overwrite, &commit);
-    let (s, p) = tokio::join!(state_write, public_write);
-    s.map_err(|e| e.to_string())?;
-    p.map_err(|e| e.to_string())?;
-    phase("write", t);
+    // Published table first, then the state, as a run commits them.
+    write(
+        &a.out,
+        &rules.public_schema(),
+        applied.public,
+        Mode::Overwrite,
+        &commit,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let t = phase("publish", t);
+    write(
+        &state_dir,
+        &rules.state_schema(),
+        applied.state,
+        Mode::Overwrite,
+        &commit,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    phase("state", t);
     Ok((started.elapsed().as_secs_f64(), rows))
 }
 
@@ -215,10 +261,15 @@ fn main() {
             std::process::exit(2);
         }
     };
-    for p in [a.out.clone(), a.out.with_extension("cdcflow_state")] {
+    for p in [
+        a.out.clone(),
+        a.out.with_extension("cdcflow_state"),
+        a.out.with_extension("cdcflow_seed.parquet"),
+    ] {
         let _ = std::fs::remove_dir_all(&p);
         let _ = std::fs::remove_file(&p);
     }
+    cdcflow_runtime::allocator::keep_freed_memory();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -14,6 +14,7 @@
 //! sequence values, history) lives in an internal Delta table under
 //! `<storage>/state/<name>`; the published table holds only the target's columns.
 
+pub mod allocator;
 pub mod catalog;
 pub mod cdc;
 pub mod checkpoint;
@@ -28,6 +29,7 @@ mod flows;
 mod inputs;
 pub mod lock;
 pub mod metrics;
+mod par;
 pub mod quarantine;
 mod report;
 mod runner;

@@ -27,7 +27,7 @@ const ORIGIN: &str = "__cdcflow_origin";
 pub type Sourced = Vec<(String, RecordBatch)>;
 
 /// Evaluates the flow over `rows` (of `source` schema) into events of
-/// [`Rules::state_schema`], recorded at `now_micros`.
+/// [`Rules::event_schema`], recorded at `now_micros`.
 pub async fn to_events(
     spec: &AutoCdcSpec,
     rules: &Rules,
@@ -35,9 +35,9 @@ pub async fn to_events(
     rows: Sourced,
     now_micros: i64,
 ) -> Result<RecordBatch, RunError> {
-    let state_schema = rules.state_schema();
+    let event_schema = rules.event_schema();
     if rows.iter().all(|(_, b)| b.num_rows() == 0) {
-        return Ok(RecordBatch::new_empty(state_schema));
+        return Ok(RecordBatch::new_empty(event_schema));
     }
     let mut fields: Vec<Field> = source.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new(ORIGIN, DataType::Utf8, false));
@@ -78,7 +78,7 @@ pub async fn to_events(
         events.push(to_state_row(
             spec,
             rules,
-            &state_schema,
+            &event_schema,
             batch,
             now_micros,
             &mut problems,
@@ -86,7 +86,7 @@ pub async fn to_events(
     }
     problems.check(spec)?;
     Ok(datafusion::arrow::compute::concat_batches(
-        &state_schema,
+        &event_schema,
         &events,
     )?)
 }
@@ -149,7 +149,7 @@ impl NullRows {
 fn to_state_row(
     spec: &AutoCdcSpec,
     rules: &Rules,
-    state_schema: &SchemaRef,
+    event_schema: &SchemaRef,
     batch: &RecordBatch,
     now_micros: i64,
     problems: &mut NullRows,
@@ -191,5 +191,5 @@ fn to_state_row(
     columns.push(seq);
     columns.push(Arc::new(Int8Array::from(ops.values().to_vec())));
     columns.push(Arc::new(Int64Array::from(vec![now_micros; rows])));
-    Ok(RecordBatch::try_new(Arc::clone(state_schema), columns)?)
+    Ok(RecordBatch::try_new(Arc::clone(event_schema), columns)?)
 }

@@ -1,10 +1,12 @@
 //! One batch of an AUTO CDC flow: read what the source appended, turn it into events,
-//! apply them to the target's state, and commit the state and the published table.
+//! apply them to the target's state, and commit the published table, then the state.
 //!
-//! Both commits carry the flow's transaction id and batch number. The state table is
-//! the source of truth; when a crash left the published table out of step with it (their
-//! transaction ids differ), the published table is derived again from the state before
-//! anything else happens.
+//! Both commits carry the flow's transaction id and batch number, and the state's is the
+//! one the checkpoint trusts. A crash between the two commits leaves the published table
+//! one batch ahead: the batch is applied again to the older state, which gives the same
+//! rows (see `narrow.rs` for plain SCD type 1). A published table behind its state (left
+//! by a version that committed both at once) is derived from the state again where the
+//! state keeps values.
 
 use std::sync::Arc;
 
@@ -55,6 +57,7 @@ pub(crate) async fn run(
     if sync_published(rc, target, &rules, &state, &public).await? {
         public = Table::open(&public_dir).await?;
     }
+    let published_ahead = public.txn_version(&app).await? > committed;
 
     let checkpoint = rc.checkpoint(flow);
     let progress = checkpoint.load(committed)?;
@@ -72,6 +75,16 @@ pub(crate) async fn run(
     let batch = progress.next_batch();
     let (rows, offsets) = read_source(rc, spec, source, &source_schema, &progress, batch).await?;
     report.rows_read = rows.iter().map(|(_, b)| b.num_rows() as u64).sum();
+    if report.rows_read == 0 && published_ahead {
+        return Err(RunError::input(format!(
+            "flow `{}`: batch {batch} reached `{}` but not its state, and its input is gone",
+            flow.name, target.name
+        ))
+        .with_help(format!(
+            "the run was interrupted between the two commits and the source files were removed since; run `cdcflow run --full-refresh {}`",
+            target.name
+        )));
+    }
     if report.rows_read == 0 && committed.is_some() && public.exists() {
         return Ok(());
     }
@@ -80,11 +93,9 @@ pub(crate) async fn run(
 
     let events = to_events(spec, &rules, &source_schema, rows, rc.now_micros).await?;
     let stored = state.read_batches(&rules.state_schema())?;
-    let published = match rules.needs_visible_rows() {
-        true => public.read_batches(&rules.public_schema())?,
-        false => vec![],
-    };
+    let published = public.read_batches(&rules.public_schema())?;
     let visible = match state.exists() && !public.exists() {
+        true if rules.narrow_state() => return Err(lost_published(target)),
         true => Visible::Recompute,
         false => Visible::Rows(&published),
     };
@@ -136,30 +147,40 @@ async fn commit_both(
         name: target.name.clone(),
         description: target.def.comment.clone(),
     };
-    let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
-    // Both at once: if only one of them lands, their transaction ids differ and the next
-    // run derives the published table from the state again (sync_published).
-    tokio::try_join!(
-        delta::write(
-            state_dir,
-            &state_schema,
-            applied.state,
-            Mode::Overwrite,
-            &state_commit,
-        ),
-        delta::write(
-            public_dir,
-            &public_schema,
-            applied.public,
-            Mode::Overwrite,
-            &public_commit,
-        ),
-    )?;
+    // Published first: a crash before the state's commit repeats the batch, which
+    // changes nothing in the published table (module docs).
+    delta::write(
+        public_dir,
+        &rules.public_schema(),
+        applied.public,
+        Mode::Overwrite,
+        &public_commit,
+    )
+    .await?;
+    delta::write(
+        state_dir,
+        &rules.state_schema(),
+        applied.state,
+        Mode::Overwrite,
+        &state_commit,
+    )
+    .await?;
     Ok(())
 }
 
-/// Derives the published table from the state again when a crash stopped a batch
-/// between its two commits (their transaction ids differ); true when it did.
+fn lost_published(target: &Dataset) -> RunError {
+    RunError::input(format!(
+        "the published table `{}` is missing or behind its AUTO CDC state, which keeps no values to rebuild it from",
+        target.name
+    ))
+    .with_help(format!(
+        "run `cdcflow run --full-refresh {}` to rebuild it from its sources",
+        target.name
+    ))
+}
+
+/// Derives the published table from the state again when it is behind the state (a
+/// version that committed both at once was stopped between them); true when it did.
 async fn sync_published(
     rc: &RunContext<'_>,
     target: &Dataset,
@@ -175,7 +196,7 @@ async fn sync_published(
     for f in rc.pipeline.flows_into(&target.name) {
         let app = layout::app_id(&f.name);
         let s = state.txn_version(&app).await?;
-        behind |= s != public.txn_version(&app).await?;
+        behind |= public.txn_version(&app).await? < s;
         if let Some(v) = s {
             txns.push((app, v));
         }
@@ -183,9 +204,12 @@ async fn sync_published(
     if !behind {
         return Ok(false);
     }
+    if rules.narrow_state() {
+        return Err(lost_published(target));
+    }
     tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
     let stored = state.read_batches(&rules.state_schema())?;
-    let empty = RecordBatch::new_empty(rules.state_schema());
+    let empty = RecordBatch::new_empty(rules.event_schema());
     let applied = kernel::apply(rules, &stored, Visible::Recompute, &empty, rc.now_micros)?;
     let commit = Commit {
         txns,

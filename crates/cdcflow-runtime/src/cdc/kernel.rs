@@ -3,7 +3,7 @@
 //! against a reference model (tests/it/model.rs), and the runtime only feeds it and
 //! stores what it returns.
 //!
-//! The state is a set of events (see [`Rules::state_schema`]); the visible table is a
+//! The state is a set of events (see [`Rules::event_schema`]); the visible table is a
 //! function of that set alone, which is what makes the result independent of arrival
 //! order, batch boundaries and duplicate delivery. Which events the state keeps:
 //! - SCD type 1: the winning event of each key (a tombstone when it is a delete), or,
@@ -83,9 +83,10 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The state table: the target's columns (all nullable: tombstones and markers carry
-    /// no values), then the sequence, the operation and the recording time.
-    pub fn state_schema(&self) -> SchemaRef {
+    /// An event, and a row of the state when it keeps values: the target's columns (all
+    /// nullable: deletes and markers carry no values), then the sequence, the operation
+    /// and the recording time.
+    pub fn event_schema(&self) -> SchemaRef {
         let mut fields: Vec<Field> = self
             .columns
             .fields()
@@ -96,6 +97,36 @@ impl Rules {
         fields.push(Field::new(OP, DataType::Int8, false));
         fields.push(Field::new(RECORDED_AT, DataType::Int64, false));
         Arc::new(Schema::new(fields))
+    }
+
+    /// Plain SCD type 1 (no IGNORE NULL UPDATES) keeps no values in its state: a live
+    /// key's values are its published row, so the state stays narrow and each batch
+    /// rewrites one wide table, not two.
+    pub fn narrow_state(&self) -> bool {
+        !self.scd2 && self.ignore_null.is_empty()
+    }
+
+    /// The state table: [`Rules::event_schema`], or for a [narrow
+    /// state](Rules::narrow_state) the keys (in KEYS order), sequence, operation and
+    /// recording time.
+    pub fn state_schema(&self) -> SchemaRef {
+        if !self.narrow_state() {
+            return self.event_schema();
+        }
+        let events = self.event_schema();
+        let fields: Vec<Field> = self
+            .narrow_columns()
+            .into_iter()
+            .map(|c| events.field(c).clone())
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The columns of [`Rules::event_schema`] a narrow state keeps, in its order.
+    pub fn narrow_columns(&self) -> Vec<usize> {
+        let mut columns = self.keys.clone();
+        columns.extend([self.seq_col(), self.op_col(), self.recorded_col()]);
+        columns
     }
 
     /// The visible table.
@@ -113,15 +144,15 @@ impl Rules {
         Arc::new(Schema::new(fields))
     }
 
-    fn seq_col(&self) -> usize {
+    pub(crate) fn seq_col(&self) -> usize {
         self.columns.fields().len()
     }
 
-    fn op_col(&self) -> usize {
+    pub(crate) fn op_col(&self) -> usize {
         self.seq_col() + 1
     }
 
-    fn recorded_col(&self) -> usize {
+    pub(crate) fn recorded_col(&self) -> usize {
         self.seq_col() + 2
     }
 }
@@ -170,23 +201,17 @@ const OUT_ROWS: usize = 64 * 1024;
 /// The visible table as it stands, when the caller has it.
 #[derive(Debug, Clone, Copy)]
 pub enum Visible<'a> {
-    /// The published rows, consistent with the stored state: rows of keys without
-    /// incoming events are kept from here. Plain SCD type 1 needs none (its visible rows
-    /// are the state's upserts), so it may pass an empty slice.
+    /// The published rows, consistent with the stored state (or, after a crash between
+    /// the two commits of a batch, one batch ahead of it): rows of keys without incoming
+    /// events are kept from here.
     Rows(&'a [RecordBatch]),
-    /// Not at hand, or not trusted: every key is derived from the state again.
+    /// Not at hand, or not trusted: every key is derived from the state again. A
+    /// [narrow state](Rules::narrow_state) cannot do this.
     Recompute,
 }
 
-impl Rules {
-    /// Whether [`apply`] needs the published rows ([`Visible::Rows`]) to keep the keys
-    /// it does not touch; plain SCD type 1 derives them from the state.
-    pub fn needs_visible_rows(&self) -> bool {
-        self.scd2 || !self.ignore_null.is_empty()
-    }
-}
-
-/// Applies `events` (rows of [`Rules::state_schema`]) to the `stored` state.
+/// Applies `events` (rows of [`Rules::event_schema`]) to the `stored` state (rows of
+/// [`Rules::state_schema`]).
 ///
 /// Only keys with incoming events are decided again (every key when a new TRUNCATE
 /// arrived or `visible` is [`Visible::Recompute`]): their stored events are found by a
@@ -200,6 +225,33 @@ pub fn apply(
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
+    if !rules.narrow_state() {
+        return Ok(apply_events(rules, stored, visible, events, now_micros)?.applied);
+    }
+    match visible {
+        Visible::Rows(published) => {
+            super::narrow::apply(rules, stored, published, events, now_micros)
+        }
+        Visible::Recompute => Err(ArrowError::InvalidArgumentError(
+            "an SCD type 1 state keeps no values: its published rows are needed".into(),
+        )),
+    }
+}
+
+/// What [`apply_events`] did, and whether it decided every key again.
+pub(crate) struct Decided {
+    pub applied: Applied,
+    pub recomputed: bool,
+}
+
+/// [`apply`] on a state that keeps every event's values.
+pub(crate) fn apply_events(
+    rules: &Rules,
+    stored: &[RecordBatch],
+    visible: Visible<'_>,
+    events: &RecordBatch,
+    now_micros: i64,
+) -> Result<Decided, ArrowError> {
     let mut inputs: Vec<&RecordBatch> = stored.iter().filter(|b| b.num_rows() > 0).collect();
     let event_chunk = inputs.len() as u32;
     inputs.push(events);
@@ -238,24 +290,7 @@ pub fn apply(
     state.extend(view.state_batches(&kept, new_gc.or(markers.gc), markers.truncate)?);
 
     let mut public = Vec::new();
-    let n = rules.columns.fields().len();
-    let value_columns: Vec<usize> = (0..n).collect();
-    if !rules.needs_visible_rows() {
-        for (c, keep) in probe.keep.iter().enumerate() {
-            let ops = &view.chunks[c].ops;
-            let upserts: Vec<bool> = keep
-                .iter()
-                .zip(ops.values().iter())
-                .map(|(&k, &op)| k && op == Op::Upsert as i8)
-                .collect();
-            if let Some(b) = filtered(&inputs[c].project(&value_columns)?, &upserts)? {
-                public.push(RecordBatch::try_new(
-                    rules.public_schema(),
-                    b.columns().to_vec(),
-                )?);
-            }
-        }
-    } else if let (Visible::Rows(rows), false) = (visible, recompute) {
+    if let (Visible::Rows(rows), false) = (visible, recompute) {
         for batch in rows.iter().filter(|b| b.num_rows() > 0) {
             let keys = view.convert_keys(batch)?;
             let keep: Vec<bool> = (0..batch.num_rows())
@@ -265,16 +300,22 @@ pub fn apply(
         }
     }
     public.extend(out.build(&view)?);
-    Ok(Applied {
-        state,
-        public,
-        metrics,
+    Ok(Decided {
+        applied: Applied {
+            state,
+            public,
+            metrics,
+        },
+        recomputed: recompute,
     })
 }
 
 /// `batch` without the rows whose `keep` is false; `None` when none is left. A batch
 /// kept whole is not copied.
-fn filtered(batch: &RecordBatch, keep: &[bool]) -> Result<Option<RecordBatch>, ArrowError> {
+pub(crate) fn filtered(
+    batch: &RecordBatch,
+    keep: &[bool],
+) -> Result<Option<RecordBatch>, ArrowError> {
     if keep.iter().all(|&k| k) {
         return Ok(Some(batch.clone()));
     }
@@ -336,7 +377,7 @@ impl<'a> View<'a> {
         inputs: &[&'a RecordBatch],
         event_chunk: u32,
     ) -> Result<Self, ArrowError> {
-        let schema = rules.state_schema();
+        let schema = rules.event_schema();
         let key_fields: Vec<&Field> = rules.keys.iter().map(|&k| schema.field(k)).collect();
         // One converter each, so rows of different chunks compare.
         let key_conv = converter(&key_fields)?;
@@ -429,12 +470,17 @@ impl<'a> View<'a> {
     }
 
     /// The order of two events of one key: sequence, then a delete before an upsert,
-    /// then the greater row (docs/semantics.md rule 4). Equal means the same event.
+    /// then, between upserts, the greater row (docs/semantics.md rule 4). Equal means
+    /// the same event: a delete is its key and sequence (its other columns are never
+    /// shown, and a narrow state does not keep them).
     fn rank(&self, p: P, q: P) -> Ordering {
         let upsert = |x: P| self.op(x) == Some(Op::Upsert);
         self.seq_cmp(p, q)
             .then_with(|| upsert(p).cmp(&upsert(q)))
             .then_with(|| {
+                if !upsert(p) {
+                    return Ordering::Equal;
+                }
                 (0..self.rules.columns.fields().len())
                     .map(|c| self.cell_cmp(c, p, q))
                     .find(|o| o.is_ne())
@@ -518,7 +564,7 @@ impl<'a> View<'a> {
                 rows.push((m, op as i8));
             }
         }
-        let schema = self.rules.state_schema();
+        let schema = self.rules.event_schema();
         let n = self.rules.columns.fields().len();
         let nulls: Vec<ArrayRef> = schema
             .fields()
@@ -614,20 +660,20 @@ struct Probe<'a> {
 impl<'v, 'a> Walk<'v, 'a> {
     fn run(&mut self, recompute: bool) -> Probe<'v> {
         let view: &'v View<'a> = self.view;
-        let mut incoming = view.keyed(view.event_chunk as usize..view.event_chunk as usize + 1);
-        incoming.sort_unstable_by(|&p, &q| view.event_order(p, q));
-        // One group per touched key: its incoming events, then its stored ones.
-        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
-        let mut touched: HashMap<&'v [u8], u32> = HashMap::new();
-        let mut i = 0;
-        while i < incoming.len() {
-            let key = view.key(incoming[i]);
-            let start = i;
-            while i < incoming.len() && view.key(incoming[i]) == key {
-                i += 1;
-            }
-            touched.insert(key, groups.len() as u32);
-            groups.push(start..i);
+        let incoming = view.keyed(view.event_chunk as usize..view.event_chunk as usize + 1);
+        // One group per touched key, in order of first arrival: its incoming events
+        // (`incoming[groups[g]]`, in rank order), then its stored ones.
+        let mut touched: HashMap<&'v [u8], u32> = HashMap::with_capacity(incoming.len());
+        let group_of: Vec<u32> = incoming
+            .iter()
+            .map(|&p| {
+                let next = touched.len() as u32;
+                *touched.entry(view.key(p)).or_insert(next)
+            })
+            .collect();
+        let (mut incoming, mut groups) = bucket(&incoming, &group_of, touched.len());
+        for range in &groups {
+            incoming[range.clone()].sort_unstable_by(|&p, &q| view.event_order(p, q));
         }
         let mut members: Vec<(u32, P)> = Vec::new();
         let mut keep = Vec::with_capacity(view.event_chunk as usize);
@@ -665,28 +711,32 @@ impl<'v, 'a> Walk<'v, 'a> {
             keep.push(mask);
         }
         members.sort_unstable();
+        // Buffers reused from key to key: most keys have one or two events.
+        let mut scratch = Scratch::default();
         let mut m = 0;
         for (g, range) in groups.iter().enumerate() {
             let from = m;
             while m < members.len() && members[m].0 == g as u32 {
                 m += 1;
             }
-            let mut stored: Vec<P> = members[from..m].iter().map(|&(_, p)| p).collect();
+            let stored = &mut scratch.stored;
+            stored.clear();
+            stored.extend(members[from..m].iter().map(|&(_, p)| p));
             if !stored.windows(2).all(|w| view.rank(w[0], w[1]).is_le()) {
                 stored.sort_by(|&p, &q| view.rank(p, q).then_with(|| p.cmp(&q)));
             }
-            let merged = merge_sorted(view, &stored, &incoming[range.clone()]);
-            self.decide(&merged);
+            merge_sorted(view, stored, &incoming[range.clone()], &mut scratch.merged);
+            self.distinct(&scratch.merged, &mut scratch.distinct);
+            self.admit(&scratch.distinct, &mut scratch.admitted);
+            self.decide(&scratch.admitted);
         }
         Probe { keep, touched }
     }
 
-    /// A key with incoming events: one event per sequence value and kind, the late and
-    /// obsolete ones dropped, then compacted and published.
-    fn decide(&mut self, merged: &[P]) {
+    /// A key with incoming events, given its distinct and admitted events in rank
+    /// order: compacted and published.
+    fn decide(&mut self, events: &[P]) {
         let view = self.view;
-        let events = self.distinct(merged);
-        let events = self.admit(events);
         let Some(&last) = events.last() else {
             return;
         };
@@ -697,7 +747,7 @@ impl<'v, 'a> Walk<'v, 'a> {
             }
         }
         let keep: &[P] = if view.rules.scd2 {
-            &events
+            events
         } else if view.rules.ignore_null.is_empty() {
             &events[events.len() - 1..]
         } else {
@@ -721,10 +771,10 @@ impl<'v, 'a> Walk<'v, 'a> {
     }
 
     /// Per sequence value, the greatest delete and the greatest upsert (a delete first:
-    /// at equal sequence the row exists afterwards but starts afresh).
-    fn distinct(&mut self, sorted: &[P]) -> Vec<P> {
+    /// at equal sequence the row exists afterwards but starts afresh), into `out`.
+    fn distinct(&mut self, sorted: &[P], out: &mut Vec<P>) {
         let view = self.view;
-        let mut out = Vec::with_capacity(sorted.len());
+        out.clear();
         let mut start = 0;
         while start < sorted.len() {
             let first = sorted[start];
@@ -747,16 +797,16 @@ impl<'v, 'a> Walk<'v, 'a> {
             }
             out.push(chosen);
         }
-        out
     }
 
-    /// Drops events a TRUNCATE or a collected tombstone made obsolete; counts the late.
-    fn admit(&mut self, events: Vec<P>) -> Vec<P> {
+    /// `events` without those a TRUNCATE or a collected tombstone made obsolete, into
+    /// `out`; counts the late.
+    fn admit(&mut self, events: &[P], out: &mut Vec<P>) {
         let view = self.view;
         let newest_stored = events.iter().rev().find(|&&p| !view.is_new(p)).copied();
         let no_state = newest_stored.is_none();
-        let mut out = Vec::with_capacity(events.len());
-        for p in events {
+        out.clear();
+        for &p in events {
             if view.older_than(p, self.markers.truncate) {
                 if view.is_new(p) {
                     self.metrics.late += 1;
@@ -777,7 +827,6 @@ impl<'v, 'a> Walk<'v, 'a> {
             }
             out.push(p);
         }
-        out
     }
 
     fn collect(&mut self, p: P) {
@@ -855,9 +904,38 @@ impl<'v, 'a> Walk<'v, 'a> {
     }
 }
 
-/// Two sorted event lists of one key as one, in rank order (stored first on ties).
-fn merge_sorted(view: &View, stored: &[P], incoming: &[P]) -> Vec<P> {
-    let mut out = Vec::with_capacity(stored.len() + incoming.len());
+/// `items` grouped by `group_of` (a counting sort, stable): the items, and the range of
+/// each of the `groups` groups in them.
+fn bucket(items: &[P], group_of: &[u32], groups: usize) -> (Vec<P>, Vec<std::ops::Range<usize>>) {
+    let mut starts = vec![0usize; groups + 1];
+    for &g in group_of {
+        starts[g as usize + 1] += 1;
+    }
+    for g in 0..groups {
+        starts[g + 1] += starts[g];
+    }
+    let ranges = (0..groups).map(|g| starts[g]..starts[g + 1]).collect();
+    let mut out = vec![NONE; items.len()];
+    for (&p, &g) in items.iter().zip(group_of) {
+        out[starts[g as usize]] = p;
+        starts[g as usize] += 1;
+    }
+    (out, ranges)
+}
+
+/// Event lists reused from key to key by [`Walk::run`].
+#[derive(Default)]
+struct Scratch {
+    stored: Vec<P>,
+    merged: Vec<P>,
+    distinct: Vec<P>,
+    admitted: Vec<P>,
+}
+
+/// Two sorted event lists of one key as one, in rank order (stored first on ties), into
+/// `out`.
+fn merge_sorted(view: &View, stored: &[P], incoming: &[P], out: &mut Vec<P>) {
+    out.clear();
     let (mut i, mut j) = (0, 0);
     while i < stored.len() && j < incoming.len() {
         // Of equal events the stored one goes last, as in `event_order`.
@@ -871,7 +949,6 @@ fn merge_sorted(view: &View, stored: &[P], incoming: &[P]) -> Vec<P> {
     }
     out.extend_from_slice(&stored[i..]);
     out.extend_from_slice(&incoming[j..]);
-    out
 }
 
 /// Visible rows under construction: the source of each row's cells and, for SCD type
@@ -903,7 +980,7 @@ impl Output {
         let schema = rules.public_schema();
         let n = rules.columns.fields().len();
         let nulls: Vec<ArrayRef> = rules
-            .state_schema()
+            .event_schema()
             .fields()
             .iter()
             .map(|f| new_null_array(f.data_type(), 1))

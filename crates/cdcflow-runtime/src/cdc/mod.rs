@@ -4,6 +4,8 @@
 pub mod events;
 pub(crate) mod flow;
 pub mod kernel;
+mod keyset;
+mod narrow;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -50,7 +50,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let second = apply(
         &rules,
         &first.state,
-        Visible::Rows(&[]),
+        Visible::Rows(&first.public),
         &to_batch(&rules, &[up(1, 7, 2)], 5),
         5,
     )
@@ -62,7 +62,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let third = apply(
         &rules,
         &second.state,
-        Visible::Rows(&[]),
+        Visible::Rows(&second.public),
         &to_batch(&rules, &[up(2, 1, 1)], 100),
         100,
     )
@@ -74,7 +74,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let fourth = apply(
         &rules,
         &third.state,
-        Visible::Rows(&[]),
+        Visible::Rows(&third.public),
         &to_batch(&rules, &[up(1, 6, 3), up(3, 2, 1)], 101),
         101,
     )
@@ -87,7 +87,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     let fifth = apply(
         &rules,
         &fourth.state,
-        Visible::Rows(&[]),
+        Visible::Rows(&fourth.public),
         &to_batch(&rules, &[up(1, 9, 4)], 102),
         102,
     )
@@ -118,7 +118,7 @@ fn counters_name_what_happened_to_each_incoming_event() {
     let second = apply(
         &rules,
         &first.state,
-        Visible::Rows(&[]),
+        Visible::Rows(&first.public),
         &to_batch(&rules, &batch, 0),
         0,
     )

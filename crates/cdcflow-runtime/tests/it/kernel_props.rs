@@ -3,6 +3,7 @@
 
 use cdcflow_runtime::cdc::kernel::{Applied, Visible, apply};
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
 use proptest::prelude::*;
 
 use crate::model::{Config, Event, ModelOp, expected, rows_of, to_batch};
@@ -63,6 +64,20 @@ fn run_batches(config: &Config, batches: &[Vec<Event>]) -> Applied {
     for batch in batches {
         let events = to_batch(&rules, batch, 0);
         let applied = apply(&rules, &state, Visible::Rows(&public), &events, 0).expect("apply");
+        // A crash between the two commits: the published table is one batch ahead of the
+        // state, and the batch is applied again; nothing changes.
+        let redo =
+            apply(&rules, &state, Visible::Rows(&applied.public), &events, 0).expect("apply again");
+        assert_eq!(
+            rows_of(&redo.public),
+            rows_of(&applied.public),
+            "redo of {batch:?}"
+        );
+        assert_eq!(
+            state_rows(&redo.state),
+            state_rows(&applied.state),
+            "redo of {batch:?}"
+        );
         state = applied.state.clone();
         public = applied.public.clone();
         last = Some(applied);
@@ -79,6 +94,18 @@ fn run_batches(config: &Config, batches: &[Vec<Event>]) -> Applied {
     })
 }
 
+/// State rows as sorted text: the state's batches differ in order, not in content.
+fn state_rows(batches: &[RecordBatch]) -> Vec<String> {
+    let text = pretty_format_batches(batches).expect("format").to_string();
+    let mut rows: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .map(String::from)
+        .collect();
+    rows.sort();
+    rows
+}
+
 fn check(config: &Config, events: &[Event], batches: &[Vec<Event>]) -> Result<(), TestCaseError> {
     let applied = run_batches(config, batches);
     let want = expected(config, events);
@@ -89,16 +116,18 @@ fn check(config: &Config, events: &[Event], batches: &[Vec<Event>]) -> Result<()
         batches
     );
     let rules = config.rules(FOREVER);
-    // The visible table is a function of the state alone.
-    let derived = apply(
-        &rules,
-        &applied.state,
-        Visible::Recompute,
-        &to_batch(&rules, &[], 0),
-        0,
-    )
-    .expect("apply");
-    prop_assert_eq!(rows_of(&derived.public), want.clone());
+    // Where the state keeps values, the visible table is a function of the state alone.
+    if !rules.narrow_state() {
+        let derived = apply(
+            &rules,
+            &applied.state,
+            Visible::Recompute,
+            &to_batch(&rules, &[], 0),
+            0,
+        )
+        .expect("apply");
+        prop_assert_eq!(rows_of(&derived.public), want.clone());
+    }
     // Applying everything again changes nothing.
     let again = apply(
         &rules,

@@ -164,7 +164,7 @@ pub fn to_batch(rules: &Rules, events: &[Event], now: i64) -> RecordBatch {
         .collect();
     let recorded = Int64Array::from(vec![now; events.len()]);
     RecordBatch::try_new(
-        rules.state_schema(),
+        rules.event_schema(),
         vec![
             Arc::new(id),
             Arc::new(a),

@@ -1,12 +1,14 @@
 //! A run stopped between the steps of a batch (offsets written, one of the two commits
 //! landed) is resumed by the next run without skipping or repeating input: the tables
-//! equal those of uninterrupted runs.
+//! equal those of uninterrupted runs. AUTO CDC commits the published table, then the
+//! state; a published table behind its state is what an older version, committing both
+//! at once, could leave.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use cdcflow_runtime::{RunOptions, catalog, run};
+use cdcflow_runtime::{FlowOutcome, RunOptions, catalog, run};
 
 const FLOWS: &str = "CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, v STRING, op STRING, seq BIGINT');
 CREATE OR REFRESH STREAMING TABLE cur;
@@ -100,7 +102,7 @@ async fn a_batch_whose_commits_never_landed_is_read_again() {
     // The second batch of `cur` stops after its offsets: neither commit landed.
     drop_last_commit(&storage.join("state/cur"));
     drop_last_commit(&storage.join("tables/cur"));
-    // The second batch of `hist` stops after the state commit.
+    // The second batch of `hist` landed in the state only (an older version's crash).
     drop_last_commit(&storage.join("tables/hist"));
     // The append of the third file stops after its offsets.
     land(dir.path(), 2);
@@ -112,7 +114,7 @@ async fn a_batch_whose_commits_never_landed_is_read_again() {
 }
 
 #[tokio::test]
-async fn a_published_commit_without_its_state_commit_is_redone_from_the_state() {
+async fn a_published_commit_without_its_state_commit_is_applied_again() {
     let want = uninterrupted().await;
     let dir = pipeline_dir();
     let storage = dir.path().join("_storage");
@@ -125,5 +127,40 @@ async fn a_published_commit_without_its_state_commit_is_redone_from_the_state() 
     drop_last_commit(&storage.join("state/cur"));
     drop_last_commit(&storage.join("state/hist"));
     run_once(dir.path()).await;
+    assert_eq!(tables(dir.path()).await, want);
+}
+
+#[tokio::test]
+async fn an_scd1_table_behind_its_state_fails_naming_the_full_refresh_that_rebuilds_it() {
+    let want = uninterrupted().await;
+    let dir = pipeline_dir();
+    let storage = dir.path().join("_storage");
+    land(dir.path(), 0);
+    run_once(dir.path()).await;
+    land(dir.path(), 1);
+    run_once(dir.path()).await;
+    // Only the state commit of the second batch landed: the state keeps no values to
+    // derive the lost rows from.
+    drop_last_commit(&storage.join("tables/cur"));
+    land(dir.path(), 2);
+    let loaded = cdcflow_plan::load(dir.path(), &BTreeMap::new());
+    let pipeline = loaded.pipeline.expect("pipeline");
+    let report = run(&pipeline, &RunOptions::default()).await.expect("run");
+    let failed: Vec<String> = report
+        .flows
+        .iter()
+        .filter_map(|f| match &f.outcome {
+            FlowOutcome::Failed { error, help } => Some(format!("{error} {help:?}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{report:?}");
+    assert!(failed[0].contains("--full-refresh cur"), "{}", failed[0]);
+    let refresh = RunOptions {
+        full_refresh: Some(vec!["cur".into()]),
+        ..RunOptions::default()
+    };
+    let report = run(&pipeline, &refresh).await.expect("run");
+    assert!(!report.failed(), "{report:?}");
     assert_eq!(tables(dir.path()).await, want);
 }

@@ -2,14 +2,14 @@
 //! with application-transaction ids (the exactly-once marker of each flow batch).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, new_null_array};
 use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::basic::Compression;
+use datafusion::parquet::file::properties::WriterProperties;
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::operations::write::SchemaMode;
@@ -18,6 +18,11 @@ use deltalake::{DeltaTable, DeltaTableError};
 use url::Url;
 
 use crate::RunError;
+
+mod parallel;
+mod read;
+
+pub use read::read_parquet;
 
 /// A Delta table location and, when it exists, the table.
 pub struct Table {
@@ -98,11 +103,7 @@ impl Table {
     /// Every row of the current version, in the columns of `schema` (cast by name; a
     /// column the files lack is null), in file order.
     pub fn read_batches(&self, schema: &SchemaRef) -> Result<Vec<RecordBatch>, RunError> {
-        let mut batches = Vec::new();
-        for path in self.data_files()? {
-            batches.extend(read_parquet(&path, schema)?);
-        }
-        Ok(batches)
+        read::read_files(&self.data_files()?, schema)
     }
 
     /// Every row of the current version as one batch.
@@ -213,53 +214,76 @@ pub async fn write(
     batches: Vec<RecordBatch>,
     mode: Mode,
     commit: &Commit,
-) -> Result<DeltaTable, RunError> {
+) -> Result<(), RunError> {
     std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
     let table = DeltaTable::try_from_url(url_of(dir)?)
         .await
         .map_err(|e| RunError::delta(dir, e))?;
+    if parallel::applies(&table, schema) {
+        return parallel::write(table, schema, batches, mode, commit)
+            .await
+            .map_err(|e| RunError::delta(dir, e));
+    }
     let batches = if batches.is_empty() {
         vec![RecordBatch::new_empty(Arc::clone(schema))]
     } else {
         batches
     };
-    let props = CommitProperties::default().with_application_transactions(
-        commit
-            .txns
-            .iter()
-            .map(|(app, v)| deltalake::kernel::Transaction::new(app, *v))
-            .collect(),
-    );
     let mut builder = table
         .write(batches)
         .with_save_mode(match mode {
             Mode::Append => SaveMode::Append,
             Mode::Overwrite => SaveMode::Overwrite,
         })
-        .with_commit_properties(props)
+        .with_commit_properties(commit.properties())
         // Columns may be added (schema drift in landing files, `COLUMNS *`): appends
         // merge them in, rewrites take the new schema.
         .with_schema_mode(match mode {
             Mode::Append => SchemaMode::Merge,
             Mode::Overwrite => SchemaMode::Overwrite,
         })
-        .with_table_name(&commit.name);
+        .with_table_name(&commit.name)
+        .with_writer_properties(writer_properties());
     if let Some(d) = &commit.description {
         builder = builder.with_description(d);
     }
-    let delta_props: Vec<(String, Option<String>)> = commit
-        .configuration
-        .iter()
-        .filter(|(k, _)| k.starts_with("delta."))
-        .map(|(k, v)| (k.clone(), Some(v.clone())))
-        .collect();
+    let delta_props = commit.delta_properties();
     if !delta_props.is_empty() {
         builder = builder.with_configuration(delta_props);
     }
     crate::failpoint::hit(&format!("before-commit:{}", commit.name));
-    let table = builder.await.map_err(|e| RunError::delta(dir, e))?;
+    builder.await.map_err(|e| RunError::delta(dir, e))?;
     crate::failpoint::hit(&format!("committed:{}", commit.name));
-    Ok(table)
+    Ok(())
+}
+
+impl Commit {
+    /// The table properties Delta itself reads (`delta.*`), for a new table.
+    fn delta_properties(&self) -> Vec<(String, Option<String>)> {
+        self.configuration
+            .iter()
+            .filter(|(k, _)| k.starts_with("delta."))
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect()
+    }
+
+    /// The application transactions to record, as Delta commit properties.
+    fn properties(&self) -> CommitProperties {
+        CommitProperties::default().with_application_transactions(
+            self.txns
+                .iter()
+                .map(|(app, v)| deltalake::kernel::Transaction::new(app, *v))
+                .collect(),
+        )
+    }
+}
+
+/// Snappy-compressed Parquet, the default of Spark and of delta-rs's own writers
+/// (DataFusion's default, zstd level 3, encodes several times slower).
+pub(crate) fn writer_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .build()
 }
 
 /// A data file location as a local path: delta-rs gives plain paths for local tables
@@ -276,26 +300,6 @@ fn local_path(dir: &Path, uri: &str) -> Result<PathBuf, RunError> {
             path: dir.to_path_buf(),
             message: format!("data file {uri} is not on the local disk"),
         })
-}
-
-/// Reads a Parquet file into batches of `schema`, matching columns by name.
-pub fn read_parquet(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, RunError> {
-    let file = File::open(path).map_err(|e| RunError::io(path, e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|b| b.with_batch_size(64 * 1024).build())
-        .map_err(|e| RunError::File {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-    let mut out = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| RunError::File {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        out.push(conform(&batch, schema)?);
-    }
-    Ok(out)
 }
 
 /// `batch` in the columns of `schema`: matched by name, cast, and null where missing.

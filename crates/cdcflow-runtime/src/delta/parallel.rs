@@ -1,0 +1,204 @@
+//! Writing a large batch set to an existing table as one Parquet file per core, encoded
+//! at the same time, and committing them together. deltalake's write operation encodes
+//! one file at a time, which leaves all but one core idle while a table is rewritten.
+//!
+//! The files and their statistics come from deltalake's `RecordBatchWriter`; the commit
+//! (adds, the removes of an overwrite, the application transactions) from its
+//! `CommitBuilder` (or, for a new table, its `CreateBuilder`), so the log is what the
+//! write operation would have produced. Writes that change an existing table's columns
+//! take the write operation instead.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
+use deltalake::kernel::transaction::CommitBuilder;
+use deltalake::kernel::{Action, StructType, normalize_for_delta};
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
+use futures::TryStreamExt;
+
+use super::{Commit, Mode, writer_properties};
+
+/// Rows below which one file is written: small writes are not worth splitting.
+const MIN_ROWS_PER_FILE: usize = 256 * 1024;
+
+/// Whether [`write`] can take this write: the table is new, or keeps its columns.
+pub(super) fn applies(table: &DeltaTable, schema: &SchemaRef) -> bool {
+    if table.version().is_none() {
+        return true;
+    }
+    let Some(current) = table.snapshot().ok().map(|s| s.snapshot().arrow_schema()) else {
+        return false;
+    };
+    current.fields().len() == schema.fields().len()
+        && current
+            .fields()
+            .iter()
+            .zip(schema.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+}
+
+pub(super) async fn write(
+    table: DeltaTable,
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+    mode: Mode,
+    commit: &Commit,
+) -> DeltaResult<()> {
+    let exists = table.version().is_some();
+    let mut handles = Vec::new();
+    for part in split(batches) {
+        let writer = match exists {
+            true => RecordBatchWriter::for_table(&table)?,
+            false => RecordBatchWriter::try_new(
+                table.table_url().as_str(),
+                Arc::clone(schema),
+                None,
+                None,
+            )?,
+        };
+        let mut writer = writer.with_writer_properties(writer_properties());
+        handles.push(tokio::spawn(async move {
+            for batch in part {
+                writer.write(batch).await?;
+            }
+            writer.flush().await
+        }));
+    }
+    let mut adds = Vec::new();
+    for handle in handles {
+        let written = handle
+            .await
+            .map_err(|e| DeltaTableError::Generic(format!("file writer task: {e}")))??;
+        adds.extend(written.into_iter().map(Action::Add));
+    }
+    crate::failpoint::hit(&format!("before-commit:{}", commit.name));
+    match exists {
+        true => commit_to(&table, adds, mode, commit).await?,
+        false => create(&table, schema, adds, commit).await?,
+    }
+    crate::failpoint::hit(&format!("committed:{}", commit.name));
+    Ok(())
+}
+
+/// Creates the table with its first files in one commit.
+async fn create(
+    table: &DeltaTable,
+    schema: &SchemaRef,
+    adds: Vec<Action>,
+    commit: &Commit,
+) -> DeltaResult<()> {
+    let columns: StructType = normalize_for_delta(schema).as_ref().try_into_kernel()?;
+    let mut builder = table
+        .create()
+        .with_columns(columns.fields().cloned())
+        .with_table_name(&commit.name)
+        .with_configuration(commit.delta_properties())
+        .with_commit_properties(commit.properties())
+        .with_actions(adds);
+    if let Some(d) = &commit.description {
+        builder = builder.with_comment(d);
+    }
+    builder.await?;
+    Ok(())
+}
+
+/// Commits `adds` to an existing table (replacing every current file on overwrite).
+async fn commit_to(
+    table: &DeltaTable,
+    mut actions: Vec<Action>,
+    mode: Mode,
+    commit: &Commit,
+) -> DeltaResult<()> {
+    let snapshot = table.snapshot()?;
+    let log_store = table.log_store();
+    if mode == Mode::Overwrite {
+        let removes: Vec<Action> = snapshot
+            .snapshot()
+            .file_views(&log_store, None)
+            .map_ok(|f| Action::Remove(f.remove_action(true)))
+            .try_collect()
+            .await?;
+        actions.extend(removes);
+    }
+    let operation = DeltaOperation::Write {
+        mode: match mode {
+            Mode::Append => SaveMode::Append,
+            Mode::Overwrite => SaveMode::Overwrite,
+        },
+        partition_by: None,
+        predicate: None,
+    };
+    CommitBuilder::from(commit.properties())
+        .with_actions(actions)
+        .build(Some(snapshot), Arc::clone(&log_store), operation)
+        .await?;
+    Ok(())
+}
+
+/// The batches in as many runs of about equal rows as there are cores (fewer when the
+/// rows are few), in order; at least one run, so that an empty write commits too.
+fn split(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parts = (rows / MIN_ROWS_PER_FILE).clamp(1, cores);
+    let per_part = rows.div_ceil(parts).max(1);
+    let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new()];
+    let mut filled = 0;
+    for mut batch in batches {
+        while batch.num_rows() > 0 {
+            if filled == per_part {
+                out.push(Vec::new());
+                filled = 0;
+            }
+            let take = batch.num_rows().min(per_part - filled);
+            if let Some(run) = out.last_mut() {
+                run.push(batch.slice(0, take));
+            }
+            filled += take;
+            batch = batch.slice(take, batch.num_rows() - take);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    fn batch(rows: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+        )
+        .expect("batch")
+    }
+
+    #[test]
+    fn runs_keep_every_row_in_order_and_split_only_large_writes() {
+        let runs = split(vec![batch(10), batch(5)]);
+        assert_eq!(runs.len(), 1);
+        assert!(split(vec![]).len() == 1);
+        let big = 3 * MIN_ROWS_PER_FILE as i64;
+        let runs = split(vec![batch(big / 2), batch(big - big / 2)]);
+        let cores = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(3);
+        assert_eq!(runs.len(), cores);
+        let sizes: Vec<usize> = runs
+            .iter()
+            .map(|r| r.iter().map(RecordBatch::num_rows).sum())
+            .collect();
+        assert_eq!(sizes.iter().sum::<usize>(), big as usize);
+        assert!(
+            sizes.iter().all(|&s| s.abs_diff(big as usize / cores) <= 1),
+            "{sizes:?}"
+        );
+    }
+}
