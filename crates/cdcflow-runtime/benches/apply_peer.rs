@@ -219,8 +219,7 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     .map_err(|e| e.to_string())?;
     let t = phase("events", t);
     let applied =
-        apply(&rules, &stored, Visible::Rows(&published), &events, 1).map_err(|e| e.to_string())?;
-    drop((stored, published));
+        apply(&rules, stored, Visible::Rows(published), &events, 1).map_err(|e| e.to_string())?;
     let t = phase("apply", t);
     let rows = applied.public_rows();
     let state_dir = a.out.with_extension("cdcflow_state");

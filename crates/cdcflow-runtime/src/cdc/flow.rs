@@ -97,10 +97,10 @@ pub(crate) async fn run(
     let visible = match state.exists() && !public.exists() {
         true if rules.narrow_state() => return Err(lost_published(target)),
         true => Visible::Recompute,
-        false => Visible::Rows(&published),
+        false => Visible::Rows(published),
     };
     report.oldest_change_micros = oldest_commit_time(&events);
-    let applied = kernel::apply(&rules, &stored, visible, &events, rc.now_micros)?;
+    let applied = kernel::apply(&rules, stored, visible, &events, rc.now_micros)?;
     let m = applied.metrics;
     if m.late_after_gc > 0 {
         report.warnings.push(format!(
@@ -210,7 +210,7 @@ async fn sync_published(
     tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
     let stored = state.read_batches(&rules.state_schema())?;
     let empty = RecordBatch::new_empty(rules.event_schema());
-    let applied = kernel::apply(rules, &stored, Visible::Recompute, &empty, rc.now_micros)?;
+    let applied = kernel::apply(rules, stored, Visible::Recompute, &empty, rc.now_micros)?;
     let commit = Commit {
         txns,
         configuration: target.properties.clone(),

@@ -199,12 +199,12 @@ impl Applied {
 const OUT_ROWS: usize = 64 * 1024;
 
 /// The visible table as it stands, when the caller has it.
-#[derive(Debug, Clone, Copy)]
-pub enum Visible<'a> {
+#[derive(Debug, Clone)]
+pub enum Visible {
     /// The published rows, consistent with the stored state (or, after a crash between
     /// the two commits of a batch, one batch ahead of it): rows of keys without incoming
     /// events are kept from here.
-    Rows(&'a [RecordBatch]),
+    Rows(Vec<RecordBatch>),
     /// Not at hand, or not trusted: every key is derived from the state again. A
     /// [narrow state](Rules::narrow_state) cannot do this.
     Recompute,
@@ -217,22 +217,26 @@ pub enum Visible<'a> {
 /// arrived or `visible` is [`Visible::Recompute`]): their stored events are found by a
 /// hash probe, merged with the incoming ones and folded. All other rows are kept by
 /// bulk filters, zero-copy for batches without a touched key, so the cost follows the
-/// size of the change more than the size of the table.
+/// size of the change more than the size of the table. The inputs are taken so that a
+/// narrow state's apply can let each input batch go once it is filtered.
 pub fn apply(
     rules: &Rules,
-    stored: &[RecordBatch],
-    visible: Visible<'_>,
+    stored: Vec<RecordBatch>,
+    visible: Visible,
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
-    if !rules.narrow_state() {
-        return Ok(apply_events(rules, stored, visible, events, now_micros)?.applied);
-    }
-    match visible {
-        Visible::Rows(published) => {
+    match (rules.narrow_state(), visible) {
+        (false, Visible::Rows(rows)) => {
+            Ok(apply_events(rules, &stored, Some(&rows), events, now_micros)?.applied)
+        }
+        (false, Visible::Recompute) => {
+            Ok(apply_events(rules, &stored, None, events, now_micros)?.applied)
+        }
+        (true, Visible::Rows(published)) => {
             super::narrow::apply(rules, stored, published, events, now_micros)
         }
-        Visible::Recompute => Err(ArrowError::InvalidArgumentError(
+        (true, Visible::Recompute) => Err(ArrowError::InvalidArgumentError(
             "an SCD type 1 state keeps no values: its published rows are needed".into(),
         )),
     }
@@ -244,11 +248,12 @@ pub(crate) struct Decided {
     pub recomputed: bool,
 }
 
-/// [`apply`] on a state that keeps every event's values.
+/// [`apply`] on a state that keeps every event's values; `visible` as in
+/// [`Visible::Rows`], `None` to recompute every key.
 pub(crate) fn apply_events(
     rules: &Rules,
     stored: &[RecordBatch],
-    visible: Visible<'_>,
+    visible: Option<&[RecordBatch]>,
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Decided, ArrowError> {
@@ -262,8 +267,7 @@ pub(crate) fn apply_events(
     };
     let markers = view.markers();
     // A TRUNCATE newer than the stored one concerns every key.
-    let recompute =
-        matches!(visible, Visible::Recompute) || markers.truncate.is_some_and(|t| view.is_new(t));
+    let recompute = visible.is_none() || markers.truncate.is_some_and(|t| view.is_new(t));
     let mut walk = Walk {
         view: &view,
         markers,
@@ -290,7 +294,7 @@ pub(crate) fn apply_events(
     state.extend(view.state_batches(&kept, new_gc.or(markers.gc), markers.truncate)?);
 
     let mut public = Vec::new();
-    if let (Visible::Rows(rows), false) = (visible, recompute) {
+    if let (Some(rows), false) = (visible, recompute) {
         for batch in rows.iter().filter(|b| b.num_rows() > 0) {
             let keys = view.convert_keys(batch)?;
             let keep: Vec<bool> = (0..batch.num_rows())

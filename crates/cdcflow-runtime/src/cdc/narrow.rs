@@ -13,19 +13,21 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, new_null_array};
-use datafusion::arrow::compute::{concat_batches, interleave};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, RecordBatch, UInt32Array, new_null_array,
+};
+use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
 
-use super::kernel::{Applied, Op, Rules, Visible, apply_events, filtered};
+use super::kernel::{Applied, Op, Rules, apply_events, filtered};
 use super::keyset::{KeySet, NONE, hashes};
 use crate::par;
 
 pub(super) fn apply(
     rules: &Rules,
-    stored: &[RecordBatch],
-    published: &[RecordBatch],
+    stored: Vec<RecordBatch>,
+    published: Vec<RecordBatch>,
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
@@ -39,8 +41,8 @@ pub(super) fn apply(
 
     let split = Split::of(rules, stored, &touched, truncating, horizon)?;
     let found = Found::scan(rules, &split.members, published, &touched, truncating)?;
-    let wide = widen(rules, &split.members, published, &found.at)?;
-    let decided = apply_events(rules, &[wide], Visible::Rows(&[]), events, now_micros)?;
+    let wide = widen(rules, &split.members, &found.values, &found.at)?;
+    let decided = apply_events(rules, &[wide], Some(&[]), events, now_micros)?;
     let Applied {
         state: decided_state,
         public: changed,
@@ -85,7 +87,7 @@ impl Split {
     /// collected) and, when a TRUNCATE arrives, every row.
     fn of(
         rules: &Rules,
-        stored: &[RecordBatch],
+        stored: Vec<RecordBatch>,
         touched: &KeySet,
         truncating: bool,
         horizon: i64,
@@ -93,7 +95,7 @@ impl Split {
         let narrow_keys: Vec<usize> = (0..rules.keys.len()).collect();
         let (op_col, recorded_col) = (rules.keys.len() + 1, rules.keys.len() + 2);
         let parts = par::map(stored, |batch| {
-            let keys = key_columns(batch, &narrow_keys);
+            let keys = key_columns(&batch, &narrow_keys);
             let found = touched.find(&keys, &hashes(&keys)?)?;
             let ops = batch.column(op_col).as_primitive::<Int8Type>();
             let recorded = batch.column(recorded_col).as_primitive::<Int64Type>();
@@ -107,7 +109,7 @@ impl Split {
                 })
                 .collect();
             let keep: Vec<bool> = member.iter().map(|m| !m).collect();
-            Ok::<_, ArrowError>((filtered(batch, &member)?, filtered(batch, &keep)?))
+            Ok::<_, ArrowError>((filtered(&batch, &member)?, filtered(&batch, &keep)?))
         })?;
         let mut members = Vec::new();
         let mut kept = Vec::new();
@@ -122,10 +124,12 @@ impl Split {
     }
 }
 
-/// What one pass over the published rows found: where each member upsert's row is,
-/// and the rows of untouched keys.
+/// What one pass over the published rows found: the values of the member upserts, and
+/// the rows of untouched keys.
 struct Found {
-    /// Per member row: (published batch, row) of its key's published row.
+    /// The published rows of member upserts, a batch per published batch with any.
+    values: Vec<RecordBatch>,
+    /// Per member row: (batch, row) of `values` holding its key's published row.
     at: Vec<Option<(usize, usize)>>,
     untouched: Vec<RecordBatch>,
 }
@@ -134,7 +138,7 @@ impl Found {
     fn scan(
         rules: &Rules,
         members: &RecordBatch,
-        published: &[RecordBatch],
+        published: Vec<RecordBatch>,
         touched: &KeySet,
         truncating: bool,
     ) -> Result<Self, ArrowError> {
@@ -146,9 +150,8 @@ impl Found {
             key_columns(members, &narrow_keys),
             (0..members.num_rows()).filter(|&r| ops.value(r) == Op::Upsert as i8),
         )?;
-        let batches: Vec<(usize, &RecordBatch)> = published.iter().enumerate().collect();
-        let parts = par::map(&batches, |&(b, batch)| {
-            let keys = key_columns(batch, &rules.keys);
+        let parts = par::map(published, |batch| {
+            let keys = key_columns(&batch, &rules.keys);
             let hashes = hashes(&keys)?;
             let keep: Vec<bool> = touched
                 .find(&keys, &hashes)?
@@ -157,22 +160,29 @@ impl Found {
                 .collect();
             // Upsert members are of touched keys, unless a TRUNCATE made every row one.
             let candidates = (0..batch.num_rows()).filter(|&r| truncating || !keep[r]);
-            let hits: Vec<(u32, (usize, usize))> = wanted
-                .find_rows(&keys, &hashes, candidates)?
-                .into_iter()
-                .map(|(r, m)| (m, (b, r)))
-                .collect();
-            Ok::<_, ArrowError>((filtered(batch, &keep)?, hits))
+            let hits = wanted.find_rows(&keys, &hashes, candidates)?;
+            let rows = UInt32Array::from_iter_values(hits.iter().map(|&(r, _)| r as u32));
+            let values = take_record_batch(&batch, &rows)?;
+            let members: Vec<u32> = hits.into_iter().map(|(_, m)| m).collect();
+            Ok::<_, ArrowError>((filtered(&batch, &keep)?, values, members))
         })?;
-        let mut at = vec![None; members.num_rows()];
-        let mut untouched = Vec::new();
-        for (kept, hits) in parts {
-            untouched.extend(kept);
-            for (m, place) in hits {
-                at[m as usize].get_or_insert(place);
+        let mut found = Self {
+            values: Vec::new(),
+            at: vec![None; members.num_rows()],
+            untouched: Vec::new(),
+        };
+        for (kept, values, hit_members) in parts {
+            found.untouched.extend(kept);
+            if hit_members.is_empty() {
+                continue;
             }
+            let b = found.values.len();
+            for (r, m) in hit_members.into_iter().enumerate() {
+                found.at[m as usize].get_or_insert((b, r));
+            }
+            found.values.push(values);
         }
-        Ok(Self { at, untouched })
+        Ok(found)
     }
 
     /// Fails when a stored upsert without a published row stayed its key's winner:
@@ -221,17 +231,17 @@ impl Found {
 }
 
 /// The members as events with values: keys, sequence and operation from the state, the
-/// other columns from the published rows at `at` (null where there is none: deletes
-/// and markers).
+/// other columns from the published rows at `at` in `values` (null where there is none:
+/// deletes and markers).
 fn widen(
     rules: &Rules,
     members: &RecordBatch,
-    published: &[RecordBatch],
+    values: &[RecordBatch],
     at: &[Option<(usize, usize)>],
 ) -> Result<RecordBatch, ArrowError> {
     let schema = rules.event_schema();
     let narrow = rules.narrow_columns();
-    let none = published.len();
+    let none = values.len();
     let indices: Vec<(usize, usize)> = at.iter().map(|a| a.unwrap_or((none, 0))).collect();
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for (c, field) in schema.fields().iter().enumerate() {
@@ -240,7 +250,7 @@ fn widen(
             continue;
         }
         let null = new_null_array(field.data_type(), 1);
-        let mut sources: Vec<&dyn Array> = published.iter().map(|b| b.column(c).as_ref()).collect();
+        let mut sources: Vec<&dyn Array> = values.iter().map(|b| b.column(c).as_ref()).collect();
         sources.push(null.as_ref());
         columns.push(interleave(&sources, &indices)?);
     }

@@ -38,8 +38,8 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     // t=0: key 1 inserted at seq 5 and deleted at seq 8.
     let first = apply(
         &rules,
-        &empty,
-        Visible::Rows(&[]),
+        empty.clone(),
+        Visible::Rows(vec![]),
         &to_batch(&rules, &[up(1, 5, 1), del(1, 8)], 0),
         0,
     )
@@ -49,8 +49,8 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     // t=5: a late upsert (seq 7) meets the tombstone and is dropped as late.
     let second = apply(
         &rules,
-        &first.state,
-        Visible::Rows(&first.public),
+        first.state.clone(),
+        Visible::Rows(first.public.clone()),
         &to_batch(&rules, &[up(1, 7, 2)], 5),
         5,
     )
@@ -61,8 +61,8 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     // t=100: the tombstone is past its retention and collected.
     let third = apply(
         &rules,
-        &second.state,
-        Visible::Rows(&second.public),
+        second.state.clone(),
+        Visible::Rows(second.public.clone()),
         &to_batch(&rules, &[up(2, 1, 1)], 100),
         100,
     )
@@ -73,8 +73,8 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     // newer one revives the key.
     let fourth = apply(
         &rules,
-        &third.state,
-        Visible::Rows(&third.public),
+        third.state.clone(),
+        Visible::Rows(third.public.clone()),
         &to_batch(&rules, &[up(1, 6, 3), up(3, 2, 1)], 101),
         101,
     )
@@ -86,8 +86,8 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     );
     let fifth = apply(
         &rules,
-        &fourth.state,
-        Visible::Rows(&fourth.public),
+        fourth.state.clone(),
+        Visible::Rows(fourth.public.clone()),
         &to_batch(&rules, &[up(1, 9, 4)], 102),
         102,
     )
@@ -108,8 +108,8 @@ fn counters_name_what_happened_to_each_incoming_event() {
     let empty: Vec<RecordBatch> = vec![];
     let first = apply(
         &rules,
-        &empty,
-        Visible::Rows(&[]),
+        empty.clone(),
+        Visible::Rows(vec![]),
         &to_batch(&rules, &[up(1, 5, 1), up(2, 5, 1)], 0),
         0,
     )
@@ -117,8 +117,8 @@ fn counters_name_what_happened_to_each_incoming_event() {
     let batch = [up(1, 4, 9), up(1, 5, 1), up(2, 6, 2), del(3, 1)];
     let second = apply(
         &rules,
-        &first.state,
-        Visible::Rows(&first.public),
+        first.state.clone(),
+        Visible::Rows(first.public.clone()),
         &to_batch(&rules, &batch, 0),
         0,
     )

@@ -63,11 +63,24 @@ fn run_batches(config: &Config, batches: &[Vec<Event>]) -> Applied {
     let mut last = None;
     for batch in batches {
         let events = to_batch(&rules, batch, 0);
-        let applied = apply(&rules, &state, Visible::Rows(&public), &events, 0).expect("apply");
+        let applied = apply(
+            &rules,
+            state.clone(),
+            Visible::Rows(public.clone()),
+            &events,
+            0,
+        )
+        .expect("apply");
         // A crash between the two commits: the published table is one batch ahead of the
         // state, and the batch is applied again; nothing changes.
-        let redo =
-            apply(&rules, &state, Visible::Rows(&applied.public), &events, 0).expect("apply again");
+        let redo = apply(
+            &rules,
+            state.clone(),
+            Visible::Rows(applied.public.clone()),
+            &events,
+            0,
+        )
+        .expect("apply again");
         assert_eq!(
             rows_of(&redo.public),
             rows_of(&applied.public),
@@ -85,8 +98,8 @@ fn run_batches(config: &Config, batches: &[Vec<Event>]) -> Applied {
     last.unwrap_or_else(|| {
         apply(
             &rules,
-            &state,
-            Visible::Rows(&public),
+            state.clone(),
+            Visible::Rows(public.clone()),
             &to_batch(&rules, &[], 0),
             0,
         )
@@ -120,7 +133,7 @@ fn check(config: &Config, events: &[Event], batches: &[Vec<Event>]) -> Result<()
     if !rules.narrow_state() {
         let derived = apply(
             &rules,
-            &applied.state,
+            applied.state.clone(),
             Visible::Recompute,
             &to_batch(&rules, &[], 0),
             0,
@@ -131,8 +144,8 @@ fn check(config: &Config, events: &[Event], batches: &[Vec<Event>]) -> Result<()
     // Applying everything again changes nothing.
     let again = apply(
         &rules,
-        &applied.state,
-        Visible::Rows(&applied.public),
+        applied.state.clone(),
+        Visible::Rows(applied.public.clone()),
         &to_batch(&rules, events, 0),
         0,
     )
