@@ -4,7 +4,7 @@
 //! Both commits carry the flow's transaction id and batch number, and the state's is the
 //! one the checkpoint trusts. A crash between the two commits leaves the published table
 //! one batch ahead: the batch is applied again to the older state, which gives the same
-//! rows (see `narrow.rs` for plain SCD type 1). A published table behind its state (left
+//! rows (see `touched.rs`). A published table behind its state (left
 //! by a version that committed both at once) is derived from the state again where the
 //! state keeps values.
 

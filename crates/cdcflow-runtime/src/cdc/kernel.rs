@@ -226,20 +226,12 @@ pub fn apply(
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
-    match (rules.narrow_state(), visible) {
-        (false, Visible::Rows(rows)) => {
-            Ok(apply_events(rules, &stored, Some(&rows), events, now_micros)?.applied)
-        }
-        (false, Visible::Recompute) => {
-            Ok(apply_events(rules, &stored, None, events, now_micros)?.applied)
-        }
-        (true, Visible::Rows(published)) => {
-            super::narrow::apply(rules, stored, published, events, now_micros)
-        }
-        (true, Visible::Recompute) => Err(ArrowError::InvalidArgumentError(
+    if rules.narrow_state() && matches!(visible, Visible::Recompute) {
+        return Err(ArrowError::InvalidArgumentError(
             "an SCD type 1 state keeps no values: its published rows are needed".into(),
-        )),
+        ));
     }
+    super::touched::apply(rules, stored, visible, events, now_micros)
 }
 
 /// What [`apply_events`] did, and whether it decided every key again.
@@ -248,12 +240,13 @@ pub(crate) struct Decided {
     pub recomputed: bool,
 }
 
-/// [`apply`] on a state that keeps every event's values; `visible` as in
-/// [`Visible::Rows`], `None` to recompute every key.
+/// The kernel proper, on a state that keeps every event's values: the new state rows
+/// of `stored` and the visible rows of the keys with incoming events (of every key when
+/// `recompute` or a new TRUNCATE arrived).
 pub(crate) fn apply_events(
     rules: &Rules,
     stored: &[RecordBatch],
-    visible: Option<&[RecordBatch]>,
+    recompute: bool,
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Decided, ArrowError> {
@@ -267,7 +260,7 @@ pub(crate) fn apply_events(
     };
     let markers = view.markers();
     // A TRUNCATE newer than the stored one concerns every key.
-    let recompute = visible.is_none() || markers.truncate.is_some_and(|t| view.is_new(t));
+    let recompute = recompute || markers.truncate.is_some_and(|t| view.is_new(t));
     let mut walk = Walk {
         view: &view,
         markers,
@@ -293,17 +286,7 @@ pub(crate) fn apply_events(
     }
     state.extend(view.state_batches(&kept, new_gc.or(markers.gc), markers.truncate)?);
 
-    let mut public = Vec::new();
-    if let (Some(rows), false) = (visible, recompute) {
-        for batch in rows.iter().filter(|b| b.num_rows() > 0) {
-            let keys = view.convert_keys(batch)?;
-            let keep: Vec<bool> = (0..batch.num_rows())
-                .map(|r| !probe.touched.contains_key(keys.row(r).data()))
-                .collect();
-            public.extend(filtered(batch, &keep)?);
-        }
-    }
-    public.extend(out.build(&view)?);
+    let public = out.build(&view)?;
     Ok(Decided {
         applied: Applied {
             state,
@@ -357,7 +340,6 @@ struct View<'a> {
     rules: &'a Rules,
     chunks: Vec<Chunk<'a>>,
     event_chunk: u32,
-    key_conv: RowConverter,
 }
 
 /// The newest TRUNCATE and collected-tombstone horizon.
@@ -419,20 +401,7 @@ impl<'a> View<'a> {
             rules,
             chunks,
             event_chunk,
-            key_conv,
         })
-    }
-
-    /// The keys of `batch` (target columns first, as in the state and visible table)
-    /// as comparable bytes, like the chunks'.
-    fn convert_keys(&self, batch: &RecordBatch) -> Result<Rows, ArrowError> {
-        let cols: Vec<ArrayRef> = self
-            .rules
-            .keys
-            .iter()
-            .map(|&k| Arc::clone(batch.column(k)))
-            .collect();
-        self.key_conv.convert_columns(&cols)
     }
 
     fn chunk(&self, p: P) -> &Chunk<'a> {
@@ -654,15 +623,13 @@ struct Walk<'v, 'a> {
     new_gc: Option<P>,
 }
 
-/// What the stored scan found: per stored batch which rows stay as they are, and the
-/// keys decided again.
-struct Probe<'a> {
+/// What the stored scan found: per stored batch, which rows stay as they are.
+struct Probe {
     keep: Vec<Vec<bool>>,
-    touched: HashMap<&'a [u8], u32>,
 }
 
 impl<'v, 'a> Walk<'v, 'a> {
-    fn run(&mut self, recompute: bool) -> Probe<'v> {
+    fn run(&mut self, recompute: bool) -> Probe {
         let view: &'v View<'a> = self.view;
         let incoming = view.keyed(view.event_chunk as usize..view.event_chunk as usize + 1);
         // One group per touched key, in order of first arrival: its incoming events
@@ -734,7 +701,7 @@ impl<'v, 'a> Walk<'v, 'a> {
             self.admit(&scratch.distinct, &mut scratch.admitted);
             self.decide(&scratch.admitted);
         }
-        Probe { keep, touched }
+        Probe { keep }
     }
 
     /// A key with incoming events, given its distinct and admitted events in rank

@@ -5,7 +5,7 @@ pub mod events;
 pub(crate) mod flow;
 pub mod kernel;
 mod keyset;
-mod narrow;
+mod touched;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

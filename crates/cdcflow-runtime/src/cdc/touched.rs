@@ -1,11 +1,11 @@
-//! Plain SCD type 1 with a narrow state: per key only the winning event's sequence and
-//! operation are stored, the values of a live key being its published row.
+//! One batch applied to the keys it touches. A batch touches few keys, so the state rows
+//! of those keys (the members) are taken out of the stored state by a hash probe,
+//! decided with the batch's events by the kernel, and put back; all other state rows are
+//! kept by bulk filters, and the published rows of untouched keys as they are. Each input
+//! batch is let go once it is filtered, and the filtering runs on every core.
 //!
-//! A batch touches few keys, so their stored rows are taken out of the state, given
-//! their values back from the published table (one hash probe over it, which also
-//! drops the published rows of the touched keys) and decided by the general kernel.
-//! Everything else is kept by bulk filters.
-//!
+//! A narrow state (plain SCD type 1) keeps no values: the members get theirs back from
+//! the published table in the same pass that drops the touched keys' published rows.
 //! Commits go published table first, state second. A crash between them leaves the
 //! published table one batch ahead; the batch is then applied again to the older
 //! state, which gives the same rows: a stored upsert only keeps its published row when
@@ -20,14 +20,14 @@ use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
 
-use super::kernel::{Applied, Op, Rules, apply_events, filtered};
+use super::kernel::{Applied, Op, Rules, Visible, apply_events, filtered};
 use super::keyset::{KeySet, NONE, hashes};
 use crate::par;
 
 pub(super) fn apply(
     rules: &Rules,
     stored: Vec<RecordBatch>,
-    published: Vec<RecordBatch>,
+    visible: Visible,
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
@@ -36,29 +36,51 @@ pub(super) fn apply(
         key_columns(events, &rules.keys),
         (0..events.num_rows()).filter(|&r| is_keyed(event_ops.value(r))),
     )?;
-    let truncating = event_ops.values().contains(&(Op::Truncate as i8));
-    let horizon = now_micros.saturating_sub(rules.tombstone_retention_micros);
-
-    let split = Split::of(rules, stored, &touched, truncating, horizon)?;
-    let found = Found::scan(rules, &split.members, published, &touched, truncating)?;
-    let wide = widen(rules, &split.members, &found.values, &found.at)?;
-    let decided = apply_events(rules, &[wide], Some(&[]), events, now_micros)?;
+    let recompute = matches!(visible, Visible::Recompute);
+    // A TRUNCATE may concern every key.
+    let every_key = recompute || event_ops.values().contains(&(Op::Truncate as i8));
+    let layout = Layout::of(rules);
+    let split = Split::of(rules, &layout, stored, &touched, every_key, now_micros)?;
+    let (members, untouched, found) = match visible {
+        Visible::Rows(published) if rules.narrow_state() => {
+            let mut found = Found::scan(
+                rules,
+                &layout,
+                &split.members,
+                published,
+                &touched,
+                every_key,
+            )?;
+            let wide = widen(rules, &split.members, &found.values, &found.at)?;
+            let untouched = std::mem::take(&mut found.untouched);
+            (wide, untouched, Some(found))
+        }
+        Visible::Rows(published) => {
+            let untouched = untouched_rows(rules, published, &touched)?;
+            (split.members, untouched, None)
+        }
+        Visible::Recompute => (split.members, vec![], None),
+    };
+    let decided = apply_events(rules, &[members], recompute, events, now_micros)?;
     let Applied {
         state: decided_state,
         public: changed,
         metrics,
     } = decided.applied;
-    found.check_missing(rules, &split.members, &decided_state)?;
-
-    let narrow = rules.narrow_columns();
     let mut state = split.kept;
-    for batch in &decided_state {
-        state.push(batch.project(&narrow)?);
+    if let Some(found) = &found {
+        found.check_missing(rules, &layout, &decided_state)?;
+        let narrow = rules.narrow_columns();
+        for batch in &decided_state {
+            state.push(batch.project(&narrow)?);
+        }
+    } else {
+        state.extend(decided_state);
     }
-    // A new TRUNCATE decided every key again, from the state alone.
+    // Every key decided again (a new TRUNCATE, or a recompute): from the state alone.
     let mut public = match decided.recomputed {
         true => vec![],
-        false => found.untouched,
+        false => untouched,
     };
     public.extend(changed);
     Ok(Applied {
@@ -66,6 +88,52 @@ pub(super) fn apply(
         public,
         metrics,
     })
+}
+
+/// Where a stored state row keeps its key, operation and recording time.
+struct Layout {
+    keys: Vec<usize>,
+    seq: usize,
+    op: usize,
+    recorded: usize,
+}
+
+impl Layout {
+    fn of(rules: &Rules) -> Self {
+        if rules.narrow_state() {
+            let k = rules.keys.len();
+            return Self {
+                keys: (0..k).collect(),
+                seq: k,
+                op: k + 1,
+                recorded: k + 2,
+            };
+        }
+        Self {
+            keys: rules.keys.clone(),
+            seq: rules.seq_col(),
+            op: rules.op_col(),
+            recorded: rules.recorded_col(),
+        }
+    }
+}
+
+/// The published rows whose key no incoming event touches.
+fn untouched_rows(
+    rules: &Rules,
+    published: Vec<RecordBatch>,
+    touched: &KeySet,
+) -> Result<Vec<RecordBatch>, ArrowError> {
+    let parts = par::map(published, |batch| {
+        let keys = key_columns(&batch, &rules.keys);
+        let keep: Vec<bool> = touched
+            .find(&keys, &hashes(&keys)?)?
+            .iter()
+            .map(|&t| t == NONE)
+            .collect();
+        filtered(&batch, &keep)
+    })?;
+    Ok(parts.into_iter().flatten().collect())
 }
 
 fn is_keyed(op: i8) -> bool {
@@ -83,27 +151,30 @@ struct Split {
 }
 
 impl Split {
-    /// Members: rows of touched keys, markers, tombstones past their retention (to be
-    /// collected) and, when a TRUNCATE arrives, every row.
+    /// Members: rows of touched keys (of every key when `every_key`), markers, and SCD
+    /// type 1 tombstones past their retention (to be collected).
     fn of(
         rules: &Rules,
+        layout: &Layout,
         stored: Vec<RecordBatch>,
         touched: &KeySet,
-        truncating: bool,
-        horizon: i64,
+        every_key: bool,
+        now_micros: i64,
     ) -> Result<Self, ArrowError> {
-        let narrow_keys: Vec<usize> = (0..rules.keys.len()).collect();
-        let (op_col, recorded_col) = (rules.keys.len() + 1, rules.keys.len() + 2);
+        let horizon = match rules.scd2 {
+            true => i64::MIN,
+            false => now_micros.saturating_sub(rules.tombstone_retention_micros),
+        };
         let parts = par::map(stored, |batch| {
-            let keys = key_columns(&batch, &narrow_keys);
+            let keys = key_columns(&batch, &layout.keys);
             let found = touched.find(&keys, &hashes(&keys)?)?;
-            let ops = batch.column(op_col).as_primitive::<Int8Type>();
-            let recorded = batch.column(recorded_col).as_primitive::<Int64Type>();
+            let ops = batch.column(layout.op).as_primitive::<Int8Type>();
+            let recorded = batch.column(layout.recorded).as_primitive::<Int64Type>();
             let member: Vec<bool> = (0..batch.num_rows())
                 .map(|r| {
                     let op = ops.value(r);
                     !is_keyed(op)
-                        || truncating
+                        || every_key
                         || found[r] != NONE
                         || (op == Op::Delete as i8 && recorded.value(r) < horizon)
                 })
@@ -127,6 +198,8 @@ impl Split {
 /// What one pass over the published rows found: the values of the member upserts, and
 /// the rows of untouched keys.
 struct Found {
+    /// The stored rows decided again.
+    members: RecordBatch,
     /// The published rows of member upserts, a batch per published batch with any.
     values: Vec<RecordBatch>,
     /// Per member row: (batch, row) of `values` holding its key's published row.
@@ -137,17 +210,15 @@ struct Found {
 impl Found {
     fn scan(
         rules: &Rules,
+        layout: &Layout,
         members: &RecordBatch,
         published: Vec<RecordBatch>,
         touched: &KeySet,
-        truncating: bool,
+        every_key: bool,
     ) -> Result<Self, ArrowError> {
-        let narrow_keys: Vec<usize> = (0..rules.keys.len()).collect();
-        let ops = members
-            .column(rules.keys.len() + 1)
-            .as_primitive::<Int8Type>();
+        let ops = members.column(layout.op).as_primitive::<Int8Type>();
         let wanted = KeySet::new(
-            key_columns(members, &narrow_keys),
+            key_columns(members, &layout.keys),
             (0..members.num_rows()).filter(|&r| ops.value(r) == Op::Upsert as i8),
         )?;
         let parts = par::map(published, |batch| {
@@ -158,8 +229,8 @@ impl Found {
                 .iter()
                 .map(|&t| t == NONE)
                 .collect();
-            // Upsert members are of touched keys, unless a TRUNCATE made every row one.
-            let candidates = (0..batch.num_rows()).filter(|&r| truncating || !keep[r]);
+            // Upsert members are of touched keys, unless every row is one.
+            let candidates = (0..batch.num_rows()).filter(|&r| every_key || !keep[r]);
             let hits = wanted.find_rows(&keys, &hashes, candidates)?;
             let rows = UInt32Array::from_iter_values(hits.iter().map(|&(r, _)| r as u32));
             let values = take_record_batch(&batch, &rows)?;
@@ -167,6 +238,7 @@ impl Found {
             Ok::<_, ArrowError>((filtered(&batch, &keep)?, values, members))
         })?;
         let mut found = Self {
+            members: members.clone(),
             values: Vec::new(),
             at: vec![None; members.num_rows()],
             untouched: Vec::new(),
@@ -191,22 +263,19 @@ impl Found {
     fn check_missing(
         &self,
         rules: &Rules,
-        members: &RecordBatch,
+        layout: &Layout,
         decided_state: &[RecordBatch],
     ) -> Result<(), ArrowError> {
-        let ops = members
-            .column(rules.keys.len() + 1)
-            .as_primitive::<Int8Type>();
-        let missing: Vec<usize> = (0..members.num_rows())
+        let ops = self.members.column(layout.op).as_primitive::<Int8Type>();
+        let missing: Vec<usize> = (0..self.members.num_rows())
             .filter(|&r| ops.value(r) == Op::Upsert as i8 && self.at[r].is_none())
             .collect();
         if missing.is_empty() {
             return Ok(());
         }
         // A lost row is its key and sequence among the upserts the apply kept.
-        let mut lost_columns: Vec<ArrayRef> =
-            key_columns(members, &(0..rules.keys.len()).collect::<Vec<_>>());
-        lost_columns.push(Arc::clone(members.column(rules.keys.len())));
+        let mut lost_columns: Vec<ArrayRef> = key_columns(&self.members, &layout.keys);
+        lost_columns.push(Arc::clone(self.members.column(layout.seq)));
         let lost = KeySet::new(lost_columns, missing)?;
         let mut columns = rules.keys.clone();
         columns.push(rules.seq_col());
