@@ -9,7 +9,7 @@ use datafusion::arrow::array::{RecordBatch, new_null_array};
 use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::basic::Compression;
-use datafusion::parquet::file::properties::WriterProperties;
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::operations::write::SchemaMode;
@@ -283,6 +283,9 @@ impl Commit {
 pub(crate) fn writer_properties() -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
+        // Min/max per row group is what Delta's file statistics and readers' pruning
+        // use; page-level statistics and indexes cost encode time and are not read.
+        .set_statistics_enabled(EnabledStatistics::Chunk)
         .build()
 }
 
