@@ -22,7 +22,7 @@ use cdcflow_plan::autocdc::{AutoCdcSpec, SequenceField};
 use cdcflow_runtime::cdc::events::to_events;
 use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules, Visible, apply};
 use cdcflow_runtime::cdc::rules_for;
-use cdcflow_runtime::delta::{Commit, Mode, conform, read_parquet, write};
+use cdcflow_runtime::delta::{Commit, Mode, Table, conform, read_parquet, write};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
@@ -127,24 +127,24 @@ fn as_state(rules: &Rules, stored: &RecordBatch, scd2: bool) -> Result<RecordBat
     }
 }
 
-/// SCD type 1 keeps its state in a table of its own: written here, untimed, and read
-/// back in the timed part like a run would.
-fn seed_state(rules: &Rules, stored_file: &Path, out: &Path) -> Result<PathBuf, String> {
-    let path = out.with_extension("cdcflow_seed.parquet");
+/// SCD type 1 keeps its state in a Delta table of its own: written here, untimed, as a
+/// run commits it, and read back in the timed part like a run would.
+async fn seed_state(rules: &Rules, stored_file: &Path, out: &Path) -> Result<PathBuf, String> {
+    let dir = out.with_extension("cdcflow_seed");
     let schema = file_schema(stored_file)?;
     let state = read(stored_file, &schema)?
         .iter()
         .map(|b| as_state(rules, b, false))
         .collect::<Result<Vec<_>, _>>()?;
-    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut writer =
-        datafusion::parquet::arrow::ArrowWriter::try_new(file, rules.state_schema(), None)
-            .map_err(|e| e.to_string())?;
-    for b in &state {
-        writer.write(b).map_err(|e| e.to_string())?;
-    }
-    writer.close().map_err(|e| e.to_string())?;
-    Ok(path)
+    let commit = Commit {
+        name: "customers__state".into(),
+        distinct_values: true,
+        ..Commit::default()
+    };
+    write(&dir, &rules.state_schema(), state, Mode::Overwrite, &commit)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(dir)
 }
 
 fn read(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
@@ -177,7 +177,7 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     let stored_schema = file_schema(&stored_file)?;
     let seed = match a.scd2 {
         true => None,
-        false => Some(seed_state(&rules, &stored_file, &a.out)?),
+        false => Some(seed_state(&rules, &stored_file, &a.out).await?),
     };
 
     let started = Instant::now();
@@ -191,7 +191,10 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     // The kit's table is the published table; the state is the seed (SCD1) or, for
     // SCD2, events derived from the history.
     let stored = match &seed {
-        Some(path) => read(path, &rules.state_schema())?,
+        Some(dir) => Table::open(dir)
+            .await
+            .and_then(|t| t.read_batches(&rules.state_schema()))
+            .map_err(|e| e.to_string())?,
         None => stored_rows
             .iter()
             .map(|b| as_state(&rules, b, true))
@@ -228,6 +231,11 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         name: "customers".into(),
         ..Commit::default()
     };
+    let state_commit = Commit {
+        name: "customers__state".into(),
+        distinct_values: true,
+        ..commit.clone()
+    };
     // Published table first, then the state, as a run commits them.
     write(
         &a.out,
@@ -244,7 +252,7 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         &rules.state_schema(),
         applied.state,
         Mode::Overwrite,
-        &commit,
+        &state_commit,
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -263,7 +271,7 @@ fn main() {
     for p in [
         a.out.clone(),
         a.out.with_extension("cdcflow_state"),
-        a.out.with_extension("cdcflow_seed.parquet"),
+        a.out.with_extension("cdcflow_seed"),
     ] {
         let _ = std::fs::remove_dir_all(&p);
         let _ = std::fs::remove_file(&p);

@@ -180,12 +180,14 @@ pub(crate) async fn materialize(
 }
 
 fn commit_for(rc: &RunContext<'_>, flow: &Flow, app: &str, batch: i64) -> Commit {
-    let dataset = rc.pipeline.dataset(&flow.target);
-    Commit {
-        txns: vec![(app.to_string(), batch)],
-        configuration: dataset.map(|d| d.properties.clone()).unwrap_or_default(),
-        name: flow.target.clone(),
-        description: dataset.and_then(|d| d.def.comment.clone()),
+    let txns = vec![(app.to_string(), batch)];
+    match rc.pipeline.dataset(&flow.target) {
+        Some(dataset) => Commit::to_published(dataset, txns),
+        None => Commit {
+            txns,
+            name: flow.target.clone(),
+            ..Commit::default()
+        },
     }
 }
 

@@ -139,14 +139,10 @@ async fn commit_both(
             "cdcflow internal AUTO CDC state of `{}`; query the table instead",
             target.name
         )),
+        distinct_values: rules.narrow_state(),
         ..Commit::default()
     };
-    let public_commit = Commit {
-        txns,
-        configuration: target.properties.clone(),
-        name: target.name.clone(),
-        description: target.def.comment.clone(),
-    };
+    let public_commit = Commit::to_published(target, txns);
     // Published first: a crash before the state's commit repeats the batch, which
     // changes nothing in the published table (module docs).
     delta::write(
@@ -211,12 +207,7 @@ async fn sync_published(
     let stored = state.read_batches(&rules.state_schema())?;
     let empty = RecordBatch::new_empty(rules.event_schema());
     let applied = kernel::apply(rules, stored, Visible::Recompute, &empty, rc.now_micros)?;
-    let commit = Commit {
-        txns,
-        configuration: target.properties.clone(),
-        name: target.name.clone(),
-        description: target.def.comment.clone(),
-    };
+    let commit = Commit::to_published(target, txns);
     delta::write(
         &public.dir,
         &rules.public_schema(),

@@ -204,6 +204,9 @@ pub struct Commit {
     pub configuration: BTreeMap<String, String>,
     pub name: String,
     pub description: Option<String>,
+    /// The columns hold mostly distinct values (keys and sequence values of an AUTO CDC
+    /// state): dictionary encoding would be tried and abandoned in every file.
+    pub distinct_values: bool,
 }
 
 /// Writes `batches` to the table at `dir` (created with `schema` when missing) in one
@@ -243,7 +246,7 @@ pub async fn write(
             Mode::Overwrite => SchemaMode::Overwrite,
         })
         .with_table_name(&commit.name)
-        .with_writer_properties(writer_properties());
+        .with_writer_properties(commit.writer_properties());
     if let Some(d) = &commit.description {
         builder = builder.with_description(d);
     }
@@ -278,15 +281,29 @@ impl Commit {
     }
 }
 
-/// Snappy-compressed Parquet, the default of Spark and of delta-rs's own writers
-/// (DataFusion's default, zstd level 3, encodes several times slower).
-pub(crate) fn writer_properties() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        // Min/max per row group is what Delta's file statistics and readers' pruning
-        // use; page-level statistics and indexes cost encode time and are not read.
-        .set_statistics_enabled(EnabledStatistics::Chunk)
-        .build()
+impl Commit {
+    /// A commit to the published table of `dataset`: its properties, name and comment.
+    pub(crate) fn to_published(dataset: &cdcflow_plan::Dataset, txns: Vec<(String, i64)>) -> Self {
+        Self {
+            txns,
+            configuration: dataset.properties.clone(),
+            name: dataset.name.clone(),
+            description: dataset.def.comment.clone(),
+            distinct_values: false,
+        }
+    }
+
+    /// Snappy-compressed Parquet, the default of Spark and of delta-rs's own writers
+    /// (DataFusion's default, zstd level 3, encodes several times slower).
+    pub(crate) fn writer_properties(&self) -> WriterProperties {
+        WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            // Min/max per row group is what Delta's file statistics and readers' pruning
+            // use; page-level statistics and indexes cost encode time and are not read.
+            .set_statistics_enabled(EnabledStatistics::Chunk)
+            .set_dictionary_enabled(!self.distinct_values)
+            .build()
+    }
 }
 
 /// A data file location as a local path: delta-rs gives plain paths for local tables

@@ -20,7 +20,7 @@ use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
 use futures::TryStreamExt;
 
-use super::{Commit, Mode, writer_properties};
+use super::{Commit, Mode};
 
 /// Rows below which one file is written: small writes are not worth splitting.
 const MIN_ROWS_PER_FILE: usize = 256 * 1024;
@@ -60,7 +60,7 @@ pub(super) async fn write(
                 None,
             )?,
         };
-        let mut writer = writer.with_writer_properties(writer_properties());
+        let mut writer = writer.with_writer_properties(commit.writer_properties());
         handles.push(tokio::spawn(async move {
             for batch in part {
                 writer.write(batch).await?;
