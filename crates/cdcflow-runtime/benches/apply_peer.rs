@@ -191,10 +191,12 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     // The kit's table is the published table; the state is the seed (SCD1) or, for
     // SCD2, events derived from the history.
     let stored = match &seed {
-        Some(dir) => Table::open(dir)
-            .await
-            .and_then(|t| t.read_batches(&rules.state_schema()))
-            .map_err(|e| e.to_string())?,
+        Some(dir) => {
+            let table = Table::open(dir).await.map_err(|e| e.to_string())?;
+            table
+                .read_batches(&rules.state_schema())
+                .map_err(|e| e.to_string())?
+        }
         None => stored_rows
             .iter()
             .map(|b| as_state(&rules, b, true))
