@@ -31,6 +31,8 @@ where
             .collect();
         let mut out = Vec::new();
         for handle in handles {
+            // A panic in `f` goes on to the caller, as it would without threads (the
+            // landing-file reader catches the parquet reader's).
             let results = handle
                 .join()
                 .unwrap_or_else(|p| std::panic::resume_unwind(p))?;

@@ -12,7 +12,7 @@ use datafusion::parquet::arrow::arrow_reader::{
 };
 
 use super::conform;
-use crate::RunError;
+use crate::{RunError, par};
 
 /// Rows per batch read.
 const BATCH_ROWS: usize = 64 * 1024;
@@ -48,26 +48,8 @@ pub(crate) fn read_files(
         }
         metadata.push(meta);
     }
-    let runs = runs(&groups);
-    if runs.len() <= 1 {
-        return read_run(paths, &metadata, &groups, schema);
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = runs
-            .iter()
-            .map(|run| scope.spawn(|| read_run(paths, &metadata, run, schema)))
-            .collect();
-        let mut out = Vec::new();
-        for handle in handles {
-            // A reader panic (a corrupt file can cause one) goes on to the caller, as
-            // it would without threads.
-            let batches = handle
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
-            out.extend(batches);
-        }
-        Ok(out)
-    })
+    let parts = par::map(runs(&groups), |run| read_run(paths, &metadata, run, schema))?;
+    Ok(parts.into_iter().flatten().collect())
 }
 
 /// `groups` in contiguous runs of about equal rows, one per core.

@@ -90,15 +90,21 @@ async fn uninterrupted() -> Vec<String> {
     tables(dir.path()).await
 }
 
+/// A pipeline after two runs, one file each, and its storage folder.
+async fn after_two_batches() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = pipeline_dir();
+    for n in 0..2 {
+        land(dir.path(), n);
+        run_once(dir.path()).await;
+    }
+    let storage = dir.path().join("_storage");
+    (dir, storage)
+}
+
 #[tokio::test]
 async fn a_batch_whose_commits_never_landed_is_read_again() {
     let want = uninterrupted().await;
-    let dir = pipeline_dir();
-    let storage = dir.path().join("_storage");
-    land(dir.path(), 0);
-    run_once(dir.path()).await;
-    land(dir.path(), 1);
-    run_once(dir.path()).await;
+    let (dir, storage) = after_two_batches().await;
     // The second batch of `cur` stops after its offsets: neither commit landed.
     drop_last_commit(&storage.join("state/cur"));
     drop_last_commit(&storage.join("tables/cur"));
@@ -133,12 +139,7 @@ async fn a_published_commit_without_its_state_commit_is_applied_again() {
 #[tokio::test]
 async fn an_scd1_table_behind_its_state_fails_naming_the_full_refresh_that_rebuilds_it() {
     let want = uninterrupted().await;
-    let dir = pipeline_dir();
-    let storage = dir.path().join("_storage");
-    land(dir.path(), 0);
-    run_once(dir.path()).await;
-    land(dir.path(), 1);
-    run_once(dir.path()).await;
+    let (dir, storage) = after_two_batches().await;
     // Only the state commit of the second batch landed: the state keeps no values to
     // derive the lost rows from.
     drop_last_commit(&storage.join("tables/cur"));
