@@ -7,6 +7,11 @@
 //! of a batch's time (docs/benchmarks.md). Serving large blocks from the heap and
 //! keeping freed memory lets each step reuse what the previous one freed. The cost: the
 //! process keeps the memory of its largest batch until it exits.
+//!
+//! glibc also gives each new thread an arena of its own (up to eight per core), and the
+//! engine's steps run on short-lived threads: memory freed in one arena is not reused by
+//! a thread on another. One arena per core keeps reuse high: at N = 1e7 the SCD1 apply
+//! peaks at 1,461 MiB instead of 2,019 MiB, and runs faster (docs/benchmarks.md).
 
 /// Keeps freed memory for reuse (glibc on Linux; elsewhere nothing to do). Call once,
 /// before the first batch.
@@ -15,8 +20,10 @@ pub fn keep_freed_memory() {
     // SAFETY: mallopt only changes allocator parameters; called before the engine's
     // threads allocate, and glibc serialises it with allocations anyway.
     unsafe {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ok = libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30) == 1
-            && libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX) == 1;
+            && libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX) == 1
+            && libc::mallopt(libc::M_ARENA_MAX, i32::try_from(cores).unwrap_or(8)) == 1;
         if !ok {
             tracing::debug!("glibc refused the allocator settings; keeping its defaults");
         }

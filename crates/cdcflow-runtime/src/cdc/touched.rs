@@ -41,35 +41,35 @@ pub(super) fn apply(
     let every_key = recompute || event_ops.values().contains(&(Op::Truncate as i8));
     let layout = Layout::of(rules);
     let split = Split::of(rules, &layout, stored, &touched, every_key, now_micros)?;
-    let (members, untouched, found) = match visible {
-        Visible::Rows(published) if rules.narrow_state() => {
-            let mut found = Found::scan(
-                rules,
-                &layout,
-                &split.members,
-                published,
-                &touched,
-                every_key,
-            )?;
-            let wide = widen(rules, &split.members, &found.values, &found.at)?;
-            let untouched = std::mem::take(&mut found.untouched);
-            (wide, untouched, Some(found))
-        }
-        Visible::Rows(published) => {
-            let untouched = untouched_rows(rules, published, &touched)?;
-            (split.members, untouched, None)
-        }
-        Visible::Recompute => (split.members, vec![], None),
+    let published = match visible {
+        Visible::Rows(published) => published,
+        Visible::Recompute => vec![],
     };
-    let decided = apply_events(rules, &[members], recompute, events, now_micros)?;
+    let narrow = rules.narrow_state().then_some(&split.members);
+    let Probe { keep, values } =
+        Probe::of(rules, &layout, narrow, &published, &touched, every_key)?;
+    let members = match &values {
+        Some(v) => widen(rules, &split.members, &v.values, &v.at)?,
+        None => split.members.clone(),
+    };
+    // The published rows of untouched keys are set apart while the kernel decides.
+    let (decided, untouched) = std::thread::scope(|scope| {
+        let filtering = scope.spawn(move || keep_rows(published, keep));
+        let decided = apply_events(rules, &[members], recompute, events, now_micros);
+        let untouched = filtering
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (decided, untouched)
+    });
+    let (decided, untouched) = (decided?, untouched?);
     let Applied {
         state: decided_state,
         public: changed,
         metrics,
     } = decided.applied;
     let mut state = split.kept;
-    if let Some(found) = &found {
-        found.check_missing(rules, &layout, &decided_state)?;
+    if let Some(values) = &values {
+        values.check_missing(&layout, &decided_state, rules)?;
         let narrow = rules.narrow_columns();
         for batch in &decided_state {
             state.push(batch.project(&narrow)?);
@@ -118,21 +118,15 @@ impl Layout {
     }
 }
 
-/// The published rows whose key no incoming event touches.
-fn untouched_rows(
-    rules: &Rules,
+/// The `published` rows whose `keep` is set.
+fn keep_rows(
     published: Vec<RecordBatch>,
-    touched: &KeySet,
+    keep: Vec<Vec<bool>>,
 ) -> Result<Vec<RecordBatch>, ArrowError> {
-    let parts = par::map(published, |batch| {
-        let keys = key_columns(&batch, &rules.keys);
-        let keep: Vec<bool> = touched
-            .find(&keys, &hashes(&keys)?)?
-            .iter()
-            .map(|&t| t == NONE)
-            .collect();
-        filtered(&batch, &keep)
-    })?;
+    let parts = par::map(
+        published.into_iter().zip(keep).collect(),
+        |(batch, keep)| filtered(&batch, &keep),
+    )?;
     Ok(parts.into_iter().flatten().collect())
 }
 
@@ -195,56 +189,72 @@ impl Split {
     }
 }
 
-/// What one pass over the published rows found: the values of the member upserts, and
-/// the rows of untouched keys.
-struct Found {
+/// What one pass over the published rows found: per batch, the rows whose key no
+/// incoming event touches, and for a narrow state the values of the member upserts.
+struct Probe {
+    keep: Vec<Vec<bool>>,
+    values: Option<Values>,
+}
+
+/// The published rows of a narrow state's member upserts.
+struct Values {
     /// The stored rows decided again.
     members: RecordBatch,
     /// The published rows of member upserts, a batch per published batch with any.
     values: Vec<RecordBatch>,
     /// Per member row: (batch, row) of `values` holding its key's published row.
     at: Vec<Option<(usize, usize)>>,
-    untouched: Vec<RecordBatch>,
 }
 
-impl Found {
-    fn scan(
+impl Probe {
+    fn of(
         rules: &Rules,
         layout: &Layout,
-        members: &RecordBatch,
-        published: Vec<RecordBatch>,
+        narrow_members: Option<&RecordBatch>,
+        published: &[RecordBatch],
         touched: &KeySet,
         every_key: bool,
     ) -> Result<Self, ArrowError> {
-        let ops = members.column(layout.op).as_primitive::<Int8Type>();
-        let wanted = KeySet::new(
-            key_columns(members, &layout.keys),
-            (0..members.num_rows()).filter(|&r| ops.value(r) == Op::Upsert as i8),
-        )?;
-        let parts = par::map(published, |batch| {
-            let keys = key_columns(&batch, &rules.keys);
+        let wanted = match narrow_members {
+            Some(members) => {
+                let ops = members.column(layout.op).as_primitive::<Int8Type>();
+                Some(KeySet::new(
+                    key_columns(members, &layout.keys),
+                    (0..members.num_rows()).filter(|&r| ops.value(r) == Op::Upsert as i8),
+                )?)
+            }
+            None => None,
+        };
+        let parts = par::map(published.iter().collect(), |batch: &RecordBatch| {
+            let keys = key_columns(batch, &rules.keys);
             let hashes = hashes(&keys)?;
             let keep: Vec<bool> = touched
                 .find(&keys, &hashes)?
                 .iter()
                 .map(|&t| t == NONE)
                 .collect();
+            let Some(wanted) = &wanted else {
+                return Ok::<_, ArrowError>((keep, None));
+            };
             // Upsert members are of touched keys, unless every row is one.
             let candidates = (0..batch.num_rows()).filter(|&r| every_key || !keep[r]);
             let hits = wanted.find_rows(&keys, &hashes, candidates)?;
             let rows = UInt32Array::from_iter_values(hits.iter().map(|&(r, _)| r as u32));
-            let values = take_record_batch(&batch, &rows)?;
+            let values = take_record_batch(batch, &rows)?;
             let members: Vec<u32> = hits.into_iter().map(|(_, m)| m).collect();
-            Ok::<_, ArrowError>((filtered(&batch, &keep)?, values, members))
+            Ok((keep, Some((values, members))))
         })?;
-        let mut found = Self {
+        let mut values = narrow_members.map(|members| Values {
             members: members.clone(),
             values: Vec::new(),
             at: vec![None; members.num_rows()],
-            untouched: Vec::new(),
-        };
-        for (kept, values, hit_members) in parts {
-            found.untouched.extend(kept);
+        });
+        let mut keep = Vec::with_capacity(parts.len());
+        for (kept, hits) in parts {
+            keep.push(kept);
+            let (Some(found), Some((batch, hit_members))) = (values.as_mut(), hits) else {
+                continue;
+            };
             if hit_members.is_empty() {
                 continue;
             }
@@ -252,19 +262,21 @@ impl Found {
             for (r, m) in hit_members.into_iter().enumerate() {
                 found.at[m as usize].get_or_insert((b, r));
             }
-            found.values.push(values);
+            found.values.push(batch);
         }
-        Ok(found)
+        Ok(Self { keep, values })
     }
+}
 
+impl Values {
     /// Fails when a stored upsert without a published row stayed its key's winner:
     /// its values are lost (the published table was changed behind the pipeline's
     /// back), and publishing nulls in their place would be silent damage.
     fn check_missing(
         &self,
-        rules: &Rules,
         layout: &Layout,
         decided_state: &[RecordBatch],
+        rules: &Rules,
     ) -> Result<(), ArrowError> {
         let ops = self.members.column(layout.op).as_primitive::<Int8Type>();
         let missing: Vec<usize> = (0..self.members.num_rows())
