@@ -143,24 +143,16 @@ async fn commit_both(
         ..Commit::default()
     };
     let public_commit = Commit::to_published(target, txns);
-    // Published first: a crash before the state's commit repeats the batch, which
-    // changes nothing in the published table (module docs).
-    delta::write(
-        public_dir,
-        &rules.public_schema(),
-        applied.public,
-        Mode::Overwrite,
-        &public_commit,
-    )
-    .await?;
-    delta::write(
-        state_dir,
-        &rules.state_schema(),
-        applied.state,
-        Mode::Overwrite,
-        &state_commit,
-    )
-    .await?;
+    // Both tables' files are encoded together; the published table is committed first:
+    // a crash before the state's commit repeats the batch, which changes nothing in the
+    // published table (module docs).
+    let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
+    let (public, state) = tokio::try_join!(
+        delta::stage(public_dir, &public_schema, applied.public, &public_commit),
+        delta::stage(state_dir, &state_schema, applied.state, &state_commit),
+    )?;
+    public.commit(Mode::Overwrite, &public_commit).await?;
+    state.commit(Mode::Overwrite, &state_commit).await?;
     Ok(())
 }
 

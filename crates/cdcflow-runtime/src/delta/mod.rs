@@ -218,46 +218,102 @@ pub async fn write(
     mode: Mode,
     commit: &Commit,
 ) -> Result<(), RunError> {
+    stage(dir, schema, batches, commit)
+        .await?
+        .commit(mode, commit)
+        .await
+}
+
+/// A write whose data files may be written already, awaiting its commit: two tables'
+/// files can be encoded together and committed in the order their consistency needs.
+pub struct Staged {
+    dir: PathBuf,
+    table: DeltaTable,
+    schema: SchemaRef,
+    data: StagedData,
+}
+
+enum StagedData {
+    /// Data files written, to be committed with these actions.
+    Files(Vec<Action>),
+    /// A write that changes the table's columns: deltalake's write operation writes
+    /// and commits at once.
+    Batches(Vec<RecordBatch>),
+}
+
+/// Writes the data files of a [`write`] of `batches` to the table at `dir`, without
+/// committing them (a crash leaves them unreferenced, as a failed write would).
+pub async fn stage(
+    dir: &Path,
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+    commit: &Commit,
+) -> Result<Staged, RunError> {
     std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
     let table = DeltaTable::try_from_url(url_of(dir)?)
         .await
         .map_err(|e| RunError::delta(dir, e))?;
-    if parallel::applies(&table, schema) {
-        return parallel::write(table, schema, batches, mode, commit)
-            .await
-            .map_err(|e| RunError::delta(dir, e));
-    }
-    let batches = if batches.is_empty() {
-        vec![RecordBatch::new_empty(Arc::clone(schema))]
-    } else {
-        batches
+    let data = match parallel::applies(&table, schema) {
+        true => StagedData::Files(
+            parallel::stage(&table, schema, batches, commit)
+                .await
+                .map_err(|e| RunError::delta(dir, e))?,
+        ),
+        false => StagedData::Batches(batches),
     };
-    let mut builder = table
-        .write(batches)
-        .with_save_mode(match mode {
-            Mode::Append => SaveMode::Append,
-            Mode::Overwrite => SaveMode::Overwrite,
-        })
-        .with_commit_properties(commit.properties())
-        // Columns may be added (schema drift in landing files, `COLUMNS *`): appends
-        // merge them in, rewrites take the new schema.
-        .with_schema_mode(match mode {
-            Mode::Append => SchemaMode::Merge,
-            Mode::Overwrite => SchemaMode::Overwrite,
-        })
-        .with_table_name(&commit.name)
-        .with_writer_properties(commit.writer_properties());
-    if let Some(d) = &commit.description {
-        builder = builder.with_description(d);
+    Ok(Staged {
+        dir: dir.to_path_buf(),
+        table,
+        schema: Arc::clone(schema),
+        data,
+    })
+}
+
+impl Staged {
+    /// Commits the staged write, carrying `commit.txns`.
+    pub async fn commit(self, mode: Mode, commit: &Commit) -> Result<(), RunError> {
+        let Self {
+            dir,
+            table,
+            schema,
+            data,
+        } = self;
+        let batches = match data {
+            StagedData::Files(adds) => {
+                return parallel::commit_staged(&table, &schema, adds, mode, commit)
+                    .await
+                    .map_err(|e| RunError::delta(&dir, e));
+            }
+            StagedData::Batches(b) if b.is_empty() => vec![RecordBatch::new_empty(schema)],
+            StagedData::Batches(b) => b,
+        };
+        let mut builder = table
+            .write(batches)
+            .with_save_mode(match mode {
+                Mode::Append => SaveMode::Append,
+                Mode::Overwrite => SaveMode::Overwrite,
+            })
+            .with_commit_properties(commit.properties())
+            // Columns may be added (schema drift in landing files, `COLUMNS *`): appends
+            // merge them in, rewrites take the new schema.
+            .with_schema_mode(match mode {
+                Mode::Append => SchemaMode::Merge,
+                Mode::Overwrite => SchemaMode::Overwrite,
+            })
+            .with_table_name(&commit.name)
+            .with_writer_properties(commit.writer_properties());
+        if let Some(d) = &commit.description {
+            builder = builder.with_description(d);
+        }
+        let delta_props = commit.delta_properties();
+        if !delta_props.is_empty() {
+            builder = builder.with_configuration(delta_props);
+        }
+        crate::failpoint::hit(&format!("before-commit:{}", commit.name));
+        builder.await.map_err(|e| RunError::delta(&dir, e))?;
+        crate::failpoint::hit(&format!("committed:{}", commit.name));
+        Ok(())
     }
-    let delta_props = commit.delta_properties();
-    if !delta_props.is_empty() {
-        builder = builder.with_configuration(delta_props);
-    }
-    crate::failpoint::hit(&format!("before-commit:{}", commit.name));
-    builder.await.map_err(|e| RunError::delta(dir, e))?;
-    crate::failpoint::hit(&format!("committed:{}", commit.name));
-    Ok(())
 }
 
 impl Commit {
@@ -279,9 +335,7 @@ impl Commit {
                 .collect(),
         )
     }
-}
 
-impl Commit {
     /// A commit to the published table of `dataset`: its properties, name and comment.
     pub(crate) fn to_published(dataset: &cdcflow_plan::Dataset, txns: Vec<(String, i64)>) -> Self {
         Self {

@@ -41,18 +41,18 @@ pub(super) fn applies(table: &DeltaTable, schema: &SchemaRef) -> bool {
             .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
 }
 
-pub(super) async fn write(
-    table: DeltaTable,
+/// Writes the data files of `batches` (one per core), not yet committed.
+pub(super) async fn stage(
+    table: &DeltaTable,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
-    mode: Mode,
     commit: &Commit,
-) -> DeltaResult<()> {
+) -> DeltaResult<Vec<Action>> {
     let exists = table.version().is_some();
     let mut handles = Vec::new();
     for part in split(batches) {
         let writer = match exists {
-            true => RecordBatchWriter::for_table(&table)?,
+            true => RecordBatchWriter::for_table(table)?,
             false => RecordBatchWriter::try_new(
                 table.table_url().as_str(),
                 Arc::clone(schema),
@@ -75,10 +75,21 @@ pub(super) async fn write(
             .map_err(|e| DeltaTableError::Generic(format!("file writer task: {e}")))??;
         adds.extend(written.into_iter().map(Action::Add));
     }
+    Ok(adds)
+}
+
+/// Commits staged files: creating the table, or adding them to it.
+pub(super) async fn commit_staged(
+    table: &DeltaTable,
+    schema: &SchemaRef,
+    adds: Vec<Action>,
+    mode: Mode,
+    commit: &Commit,
+) -> DeltaResult<()> {
     crate::failpoint::hit(&format!("before-commit:{}", commit.name));
-    match exists {
-        true => commit_to(&table, adds, mode, commit).await?,
-        false => create(&table, schema, adds, commit).await?,
+    match table.version().is_some() {
+        true => commit_to(table, adds, mode, commit).await?,
+        false => create(table, schema, adds, commit).await?,
     }
     crate::failpoint::hit(&format!("committed:{}", commit.name));
     Ok(())
