@@ -253,7 +253,7 @@ pub async fn stage(
     let table = DeltaTable::try_from_url(url_of(dir)?)
         .await
         .map_err(|e| RunError::delta(dir, e))?;
-    let data = match parallel::applies(&table, schema) {
+    let data = match parallel::applies(&table, schema, commit) {
         true => StagedData::Files(
             parallel::stage(&table, schema, batches, commit)
                 .await
@@ -318,7 +318,7 @@ impl Staged {
 
 impl Commit {
     /// The table properties Delta itself reads (`delta.*`), for a new table.
-    fn delta_properties(&self) -> Vec<(String, Option<String>)> {
+    pub(crate) fn delta_properties(&self) -> Vec<(String, Option<String>)> {
         self.configuration
             .iter()
             .filter(|(k, _)| k.starts_with("delta."))

@@ -25,20 +25,60 @@ use super::{Commit, Mode};
 /// Rows below which one file is written: small writes are not worth splitting.
 const MIN_ROWS_PER_FILE: usize = 256 * 1024;
 
-/// Whether [`write`] can take this write: the table is new, or keeps its columns.
-pub(super) fn applies(table: &DeltaTable, schema: &SchemaRef) -> bool {
+/// Whether [`stage`] can take this write: a plain table (see [`is_plain`]) that is new,
+/// or keeps its columns.
+pub(super) fn applies(table: &DeltaTable, schema: &SchemaRef, commit: &Commit) -> bool {
     if table.version().is_none() {
-        return true;
+        let properties = commit.delta_properties();
+        return is_plain(
+            properties
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_deref().unwrap_or(""))),
+            schema,
+        );
     }
-    let Some(current) = table.snapshot().ok().map(|s| s.snapshot().arrow_schema()) else {
+    let Ok(snapshot) = table.snapshot() else {
         return false;
     };
-    current.fields().len() == schema.fields().len()
+    let current = snapshot.snapshot().arrow_schema();
+    let configuration = snapshot.metadata().configuration();
+    is_plain(
+        configuration.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        &current,
+    ) && current.fields().len() == schema.fields().len()
         && current
             .fields()
             .iter()
             .zip(schema.fields())
             .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+}
+
+/// A table whose writes need nothing but data files: no CHECK constraints, invariants,
+/// generated or identity columns to enforce, no column mapping, row tracking or change
+/// data feed to maintain. deltalake's write operation handles those; the file writer
+/// does not.
+fn is_plain<'a>(
+    mut properties: impl Iterator<Item = (&'a str, &'a str)>,
+    schema: &SchemaRef,
+) -> bool {
+    let enabled = |v: &str| !v.eq_ignore_ascii_case("false") && !v.eq_ignore_ascii_case("none");
+    let special_property = properties.any(|(k, v)| {
+        k.starts_with("delta.constraints.")
+            || (matches!(
+                k,
+                "delta.columnMapping.mode"
+                    | "delta.enableRowTracking"
+                    | "delta.enableChangeDataFeed"
+            ) && enabled(v))
+    });
+    let special_column = schema.fields().iter().any(|f| {
+        f.metadata().keys().any(|k| {
+            k.starts_with("delta.generationExpression")
+                || k.starts_with("delta.invariants")
+                || k.starts_with("delta.identity")
+        })
+    });
+    !special_property && !special_column
 }
 
 /// Writes the data files of `batches` (one per core), not yet committed.
