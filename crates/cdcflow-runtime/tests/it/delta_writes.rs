@@ -32,8 +32,8 @@ async fn values(dir: &std::path::Path) -> Vec<i64> {
     out
 }
 
-#[tokio::test]
-async fn a_large_overwrite_is_one_commit_of_several_files_holding_every_row() {
+/// A new table `t` holding `values`, and the commit that wrote it.
+async fn table_with(values: impl IntoIterator<Item = i64>) -> (tempfile::TempDir, Commit) {
     let dir = tempfile::tempdir().expect("tempdir");
     let commit = Commit {
         name: "t".into(),
@@ -42,12 +42,18 @@ async fn a_large_overwrite_is_one_commit_of_several_files_holding_every_row() {
     write(
         dir.path(),
         &schema(),
-        vec![batch(0..10)],
+        vec![batch(values)],
         Mode::Overwrite,
         &commit,
     )
     .await
     .expect("create");
+    (dir, commit)
+}
+
+#[tokio::test]
+async fn a_large_overwrite_is_one_commit_of_several_files_holding_every_row() {
+    let (dir, commit) = table_with(0..10).await;
     let rows = 600_000;
     let batches = (0..6)
         .map(|i| batch(i * 100_000..(i + 1) * 100_000))
@@ -72,20 +78,7 @@ async fn a_large_overwrite_is_one_commit_of_several_files_holding_every_row() {
 
 #[tokio::test]
 async fn a_check_constraint_on_the_table_is_enforced() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let commit = Commit {
-        name: "t".into(),
-        ..Commit::default()
-    };
-    write(
-        dir.path(),
-        &schema(),
-        vec![batch([1])],
-        Mode::Append,
-        &commit,
-    )
-    .await
-    .expect("create");
+    let (dir, commit) = table_with([1]).await;
     let url =
         url::Url::from_directory_path(std::path::absolute(dir.path()).expect("path")).expect("url");
     deltalake::DeltaTable::try_from_url(url)
