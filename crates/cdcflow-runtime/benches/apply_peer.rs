@@ -138,7 +138,6 @@ async fn seed_state(rules: &Rules, stored_file: &Path, out: &Path) -> Result<Pat
         .collect::<Result<Vec<_>, _>>()?;
     let commit = Commit {
         name: "customers__state".into(),
-        distinct_values: true,
         ..Commit::default()
     };
     write(&dir, &rules.state_schema(), state, Mode::Overwrite, &commit)
@@ -235,7 +234,6 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     };
     let state_commit = Commit {
         name: "customers__state".into(),
-        distinct_values: true,
         ..commit.clone()
     };
     // As a run commits them: both tables' files encoded together, then the published

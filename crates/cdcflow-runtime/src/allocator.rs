@@ -20,7 +20,7 @@ pub fn keep_freed_memory() {
     // SAFETY: mallopt only changes allocator parameters; called before the engine's
     // threads allocate, and glibc serialises it with allocations anyway.
     unsafe {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::par::cores();
         let ok = libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30) == 1
             && libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX) == 1
             && libc::mallopt(libc::M_ARENA_MAX, i32::try_from(cores).unwrap_or(8)) == 1;

@@ -1,5 +1,10 @@
 //! CPU-bound work over many batches, spread over the cores.
 
+/// The cores this process may use.
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// `f` of every item, in order, computed by one thread per core over contiguous runs of
 /// the items; the first error wins. Items are taken, so each can be let go as soon as
 /// it is done with.
@@ -9,7 +14,7 @@ where
     R: Send,
     E: Send,
 {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = cores();
     if cores <= 1 || items.len() <= 1 {
         return items.into_iter().map(&f).collect();
     }

@@ -139,7 +139,6 @@ async fn commit_both(
             "cdcflow internal AUTO CDC state of `{}`; query the table instead",
             target.name
         )),
-        distinct_values: rules.narrow_state(),
         ..Commit::default()
     };
     let public_commit = Commit::to_published(target, txns);

@@ -8,8 +8,6 @@ use std::sync::Arc;
 use datafusion::arrow::array::{RecordBatch, new_null_array};
 use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::parquet::basic::Compression;
-use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::operations::write::SchemaMode;
@@ -19,6 +17,7 @@ use url::Url;
 
 use crate::RunError;
 
+mod encoding;
 mod parallel;
 mod read;
 
@@ -204,9 +203,6 @@ pub struct Commit {
     pub configuration: BTreeMap<String, String>,
     pub name: String,
     pub description: Option<String>,
-    /// The columns hold mostly distinct values (keys and sequence values of an AUTO CDC
-    /// state): dictionary encoding would be tried and abandoned in every file.
-    pub distinct_values: bool,
 }
 
 /// Writes `batches` to the table at `dir` (created with `schema` when missing) in one
@@ -255,7 +251,7 @@ pub async fn stage(
         .map_err(|e| RunError::delta(dir, e))?;
     let data = match parallel::applies(&table, schema, commit) {
         true => StagedData::Files(
-            parallel::stage(&table, schema, batches, commit)
+            parallel::stage(&table, schema, batches)
                 .await
                 .map_err(|e| RunError::delta(dir, e))?,
         ),
@@ -284,9 +280,12 @@ impl Staged {
                     .await
                     .map_err(|e| RunError::delta(&dir, e));
             }
-            StagedData::Batches(b) if b.is_empty() => vec![RecordBatch::new_empty(schema)],
+            StagedData::Batches(b) if b.is_empty() => {
+                vec![RecordBatch::new_empty(Arc::clone(&schema))]
+            }
             StagedData::Batches(b) => b,
         };
+        let properties = encoding::writer_properties(&schema, &batches);
         let mut builder = table
             .write(batches)
             .with_save_mode(match mode {
@@ -301,7 +300,7 @@ impl Staged {
                 Mode::Overwrite => SchemaMode::Overwrite,
             })
             .with_table_name(&commit.name)
-            .with_writer_properties(commit.writer_properties());
+            .with_writer_properties(properties);
         if let Some(d) = &commit.description {
             builder = builder.with_description(d);
         }
@@ -343,20 +342,7 @@ impl Commit {
             configuration: dataset.properties.clone(),
             name: dataset.name.clone(),
             description: dataset.def.comment.clone(),
-            distinct_values: false,
         }
-    }
-
-    /// Snappy-compressed Parquet, the default of Spark and of delta-rs's own writers
-    /// (DataFusion's default, zstd level 3, encodes several times slower).
-    pub(crate) fn writer_properties(&self) -> WriterProperties {
-        WriterProperties::builder()
-            .set_compression(Compression::SNAPPY)
-            // Min/max per row group is what Delta's file statistics and readers' pruning
-            // use; page-level statistics and indexes cost encode time and are not read.
-            .set_statistics_enabled(EnabledStatistics::Chunk)
-            .set_dictionary_enabled(!self.distinct_values)
-            .build()
     }
 }
 

@@ -86,9 +86,9 @@ pub(super) async fn stage(
     table: &DeltaTable,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
-    commit: &Commit,
 ) -> DeltaResult<Vec<Action>> {
     let exists = table.version().is_some();
+    let properties = super::encoding::writer_properties(schema, &batches);
     let mut handles = Vec::new();
     for part in split(batches) {
         let writer = match exists {
@@ -100,7 +100,7 @@ pub(super) async fn stage(
                 None,
             )?,
         };
-        let mut writer = writer.with_writer_properties(commit.writer_properties());
+        let mut writer = writer.with_writer_properties(properties.clone());
         handles.push(tokio::spawn(async move {
             for batch in part {
                 writer.write(batch).await?;
@@ -194,7 +194,7 @@ async fn commit_to(
 /// rows are few), in order; at least one run, so that an empty write commits too.
 fn split(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::par::cores();
     let parts = (rows / MIN_ROWS_PER_FILE).clamp(1, cores);
     let per_part = rows.div_ceil(parts).max(1);
     let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new()];
@@ -238,9 +238,7 @@ mod tests {
         assert!(split(vec![]).len() == 1);
         let big = 3 * MIN_ROWS_PER_FILE as i64;
         let runs = split(vec![batch(big / 2), batch(big - big / 2)]);
-        let cores = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(3);
+        let cores = crate::par::cores().min(3);
         assert_eq!(runs.len(), cores);
         let sizes: Vec<usize> = runs
             .iter()

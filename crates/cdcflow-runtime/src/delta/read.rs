@@ -54,7 +54,7 @@ pub(crate) fn read_files(
 
 /// `groups` in contiguous runs of about equal rows, one per core.
 fn runs(groups: &[Group]) -> Vec<&[Group]> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = par::cores();
     let total: usize = groups.iter().map(|g| g.rows).sum();
     let per_run = total.div_ceil(cores.min(groups.len()).max(1)).max(1);
     let mut out = Vec::new();
