@@ -80,7 +80,13 @@ pub struct Rules {
     pub sequence_type: DataType,
     /// How long a tombstone is kept (SCD type 1).
     pub tombstone_retention_micros: i64,
+    /// Batches with fewer member and event rows are decided on one thread, larger ones
+    /// on every core ([`SHARED_ROWS`] unless a test wants every batch split).
+    pub min_shared_rows: usize,
 }
+
+/// The default [`Rules::min_shared_rows`]: below it, splitting costs more than it saves.
+pub const SHARED_ROWS: usize = 32 * 1024;
 
 impl Rules {
     /// An event, and a row of the state when it keeps values: the target's columns (all
@@ -178,6 +184,20 @@ pub struct ApplyMetrics {
     pub truncated: u64,
     /// Tombstones collected after their retention.
     pub tombstones_collected: u64,
+}
+
+impl ApplyMetrics {
+    /// Counts of another part of the same batch added in.
+    pub(crate) fn add(&mut self, other: &Self) {
+        self.events += other.events;
+        self.upserted += other.upserted;
+        self.deleted += other.deleted;
+        self.late += other.late;
+        self.duplicates += other.duplicates;
+        self.late_after_gc += other.late_after_gc;
+        self.truncated += other.truncated;
+        self.tombstones_collected += other.tombstones_collected;
+    }
 }
 
 /// The result of [`apply`]: the new state and visible table, in batches.

@@ -5,6 +5,7 @@ pub mod events;
 pub(crate) mod flow;
 pub mod kernel;
 mod keyset;
+mod shares;
 mod touched;
 
 use std::collections::BTreeMap;
@@ -71,6 +72,7 @@ pub fn rules_for(
             .collect::<Result<_, _>>()?,
         sequence_type: spec.sequence_type(),
         tombstone_retention_micros: retention_secs.saturating_mul(1_000_000),
+        min_shared_rows: kernel::SHARED_ROWS,
         columns,
     })
 }

@@ -20,7 +20,7 @@ use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
 
-use super::kernel::{Applied, Op, Rules, Visible, apply_events, filtered};
+use super::kernel::{Applied, Op, Rules, Visible, filtered};
 use super::keyset::{KeySet, NONE, hashes};
 use crate::par;
 
@@ -55,7 +55,8 @@ pub(super) fn apply(
     // The published rows of untouched keys are set apart while the kernel decides.
     let (decided, untouched) = std::thread::scope(|scope| {
         let filtering = scope.spawn(move || keep_rows(published, keep));
-        let decided = apply_events(rules, &[members], recompute, events, now_micros);
+        let decided =
+            super::shares::decide(rules, members, recompute, every_key, events, now_micros);
         let untouched = filtering
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -130,11 +131,11 @@ fn keep_rows(
     Ok(parts.into_iter().flatten().collect())
 }
 
-fn is_keyed(op: i8) -> bool {
+pub(super) fn is_keyed(op: i8) -> bool {
     op == Op::Upsert as i8 || op == Op::Delete as i8
 }
 
-fn key_columns(batch: &RecordBatch, keys: &[usize]) -> Vec<ArrayRef> {
+pub(super) fn key_columns(batch: &RecordBatch, keys: &[usize]) -> Vec<ArrayRef> {
     keys.iter().map(|&k| Arc::clone(batch.column(k))).collect()
 }
 

@@ -1,7 +1,8 @@
 //! Kernel behaviour the model does not cover: tombstone retention, and the counters.
 
-use cdcflow_runtime::cdc::kernel::{Visible, apply};
-use datafusion::arrow::array::RecordBatch;
+use cdcflow_runtime::cdc::kernel::{OP, Op, Visible, apply};
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::Int8Type;
 
 use crate::model::{Config, Event, ModelOp, rows_of, to_batch};
 
@@ -26,6 +27,7 @@ fn del(id: i64, seq: i64) -> Event {
 }
 
 const SCD1: Config = Config {
+    shared: false,
     scd2: false,
     tracked: vec![],
     ignore_null: vec![],
@@ -33,7 +35,16 @@ const SCD1: Config = Config {
 
 #[test]
 fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_reported() {
-    let rules = SCD1.rules(10);
+    tombstone_lifecycle(&SCD1);
+    // The GC horizon marker concerns every key: decided in shares, each share sees it.
+    tombstone_lifecycle(&Config {
+        shared: true,
+        ..SCD1
+    });
+}
+
+fn tombstone_lifecycle(config: &Config) {
+    let rules = config.rules(10);
     let empty: Vec<RecordBatch> = vec![];
     // t=0: key 1 inserted at seq 5 and deleted at seq 8.
     let first = apply(
@@ -93,6 +104,7 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
     )
     .expect("apply");
     assert_eq!(fifth.metrics.late_after_gc, 0);
+    assert_eq!(markers(&fifth.state), 1, "one GC horizon, however decided");
     assert_eq!(
         rows_of(&fifth.public),
         vec![
@@ -100,6 +112,21 @@ fn a_tombstone_blocks_a_late_upsert_until_it_is_collected_then_the_upsert_is_rep
             (2, Some(1), None, None, None)
         ]
     );
+}
+
+/// The marker rows (no key) of a state.
+fn markers(state: &[RecordBatch]) -> usize {
+    state
+        .iter()
+        .map(|b| {
+            let ops = b.column_by_name(OP).expect("op column");
+            let ops = ops.as_primitive::<Int8Type>();
+            ops.values()
+                .iter()
+                .filter(|&&op| op == Op::GcHorizon as i8 || op == Op::Truncate as i8)
+                .count()
+        })
+        .sum()
 }
 
 #[test]

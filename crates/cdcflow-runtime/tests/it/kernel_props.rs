@@ -155,16 +155,18 @@ fn check(config: &Config, events: &[Event], batches: &[Vec<Event>]) -> Result<()
     Ok(())
 }
 
-fn scd1(ignore_null: Vec<&'static str>) -> Config {
+fn scd1(ignore_null: Vec<&'static str>, shared: bool) -> Config {
     Config {
+        shared,
         scd2: false,
         tracked: vec![],
         ignore_null,
     }
 }
 
-fn scd2(tracked: Vec<&'static str>, ignore_null: Vec<&'static str>) -> Config {
+fn scd2(tracked: Vec<&'static str>, ignore_null: Vec<&'static str>, shared: bool) -> Config {
     Config {
+        shared,
         scd2: true,
         tracked,
         ignore_null,
@@ -175,27 +177,27 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(384))]
 
     #[test]
-    fn scd1_depends_only_on_the_event_set((events, batches) in delivery(true)) {
-        check(&scd1(vec![]), &events, &batches)?;
+    fn scd1_depends_only_on_the_event_set((events, batches) in delivery(true), shared in any::<bool>()) {
+        check(&scd1(vec![], shared), &events, &batches)?;
     }
 
     #[test]
-    fn scd1_ignore_null_updates_depends_only_on_the_event_set((events, batches) in delivery(true)) {
-        check(&scd1(vec!["a"]), &events, &batches)?;
+    fn scd1_ignore_null_updates_depends_only_on_the_event_set((events, batches) in delivery(true), shared in any::<bool>()) {
+        check(&scd1(vec!["a"], shared), &events, &batches)?;
     }
 
     #[test]
-    fn scd2_depends_only_on_the_event_set((events, batches) in delivery(false)) {
-        check(&scd2(vec!["a", "b"], vec![]), &events, &batches)?;
+    fn scd2_depends_only_on_the_event_set((events, batches) in delivery(false), shared in any::<bool>()) {
+        check(&scd2(vec!["a", "b"], vec![], shared), &events, &batches)?;
     }
 
     #[test]
-    fn scd2_track_history_depends_only_on_the_event_set((events, batches) in delivery(false)) {
-        check(&scd2(vec!["a"], vec![]), &events, &batches)?;
+    fn scd2_track_history_depends_only_on_the_event_set((events, batches) in delivery(false), shared in any::<bool>()) {
+        check(&scd2(vec!["a"], vec![], shared), &events, &batches)?;
     }
 
     #[test]
-    fn scd2_ignore_null_updates_depends_only_on_the_event_set((events, batches) in delivery(false)) {
-        check(&scd2(vec!["a", "b"], vec!["b"]), &events, &batches)?;
+    fn scd2_ignore_null_updates_depends_only_on_the_event_set((events, batches) in delivery(false), shared in any::<bool>()) {
+        check(&scd2(vec!["a", "b"], vec!["b"], shared), &events, &batches)?;
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use std::sync::Arc;
 
-use cdcflow_runtime::cdc::kernel::{Op, Rules};
+use cdcflow_runtime::cdc::kernel::{Op, Rules, SHARED_ROWS};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 
@@ -40,6 +40,8 @@ pub struct Config {
     /// Tracked columns for SCD type 2, by name (`a`, `b`).
     pub tracked: Vec<&'static str>,
     pub ignore_null: Vec<&'static str>,
+    /// Every batch decided in shares, one per core (else only large ones are).
+    pub shared: bool,
 }
 
 impl Config {
@@ -58,6 +60,7 @@ impl Config {
             ignore_null: self.ignore_null.iter().map(index).collect(),
             sequence_type: DataType::Int64,
             tombstone_retention_micros: retention_micros,
+            min_shared_rows: if self.shared { 0 } else { SHARED_ROWS },
         }
     }
 }

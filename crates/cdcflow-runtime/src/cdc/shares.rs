@@ -1,0 +1,126 @@
+//! A batch decided on every core. Keys are independent of each other, so the members
+//! and events of the touched keys are split into one share per core by key hash and each
+//! share is decided by the kernel on its own thread.
+//!
+//! The TRUNCATE and GC-horizon markers concern every key: every share sees them, and of
+//! the markers the shares write back, the newest of each kind is kept, as one decide
+//! would have written it. A batch bringing a new TRUNCATE decides every key again, on
+//! one thread.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::arrow::datatypes::Int8Type;
+use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::row::{RowConverter, SortField};
+
+use super::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, apply_events, filtered};
+use super::keyset::hashes;
+use super::touched::{is_keyed, key_columns};
+use crate::par;
+
+/// The kernel's decision on `members` (state rows of the touched keys and the markers)
+/// and `events`; `every_key` when every stored key is a member (a recompute or a new
+/// TRUNCATE), which stays on one thread.
+pub(super) fn decide(
+    rules: &Rules,
+    members: RecordBatch,
+    recompute: bool,
+    every_key: bool,
+    events: &RecordBatch,
+    now_micros: i64,
+) -> Result<Decided, ArrowError> {
+    let cores = par::cores();
+    if every_key || cores < 2 || members.num_rows() + events.num_rows() < rules.min_shared_rows {
+        return apply_events(rules, &[members], recompute, events, now_micros);
+    }
+    let shares: Vec<(RecordBatch, RecordBatch)> = split(rules, &members, cores)?
+        .into_iter()
+        .zip(split(rules, events, cores)?)
+        .collect();
+    drop(members);
+    let decided = par::map(shares, |(members, events)| {
+        apply_events(rules, &[members], false, &events, now_micros)
+    })?;
+    let mut state = Vec::new();
+    let mut public = Vec::new();
+    let mut markers = Vec::new();
+    let mut metrics = ApplyMetrics::default();
+    for d in decided {
+        metrics.add(&d.applied.metrics);
+        public.extend(d.applied.public);
+        for batch in d.applied.state {
+            let (keyed, marks) = without_markers(rules, &batch)?;
+            state.extend(keyed);
+            markers.extend(marks);
+        }
+    }
+    state.extend(newest_markers(rules, &markers)?);
+    Ok(Decided {
+        applied: Applied {
+            state,
+            public,
+            metrics,
+        },
+        recomputed: false,
+    })
+}
+
+/// `batch` in `n` shares: each keyed row in the share of its key's hash, each marker
+/// row in every share.
+fn split(rules: &Rules, batch: &RecordBatch, n: usize) -> Result<Vec<RecordBatch>, ArrowError> {
+    let hashes = hashes(&key_columns(batch, &rules.keys))?;
+    let ops = batch.column(rules.op_col()).as_primitive::<Int8Type>();
+    let mut rows: Vec<Vec<u32>> = vec![Vec::with_capacity(batch.num_rows() / n + 1); n];
+    for (r, (&op, &hash)) in ops.values().iter().zip(&hashes).enumerate() {
+        let r = u32::try_from(r).map_err(|_| overflow())?;
+        match is_keyed(op) {
+            true => rows[(hash % n as u64) as usize].push(r),
+            false => rows.iter_mut().for_each(|share| share.push(r)),
+        }
+    }
+    rows.into_iter()
+        .map(|r| take_record_batch(batch, &UInt32Array::from(r)))
+        .collect()
+}
+
+fn overflow() -> ArrowError {
+    ArrowError::InvalidArgumentError("more than 2^32 rows in one batch".into())
+}
+
+/// The keyed rows of a state batch, and its marker rows.
+fn without_markers(
+    rules: &Rules,
+    batch: &RecordBatch,
+) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ArrowError> {
+    let ops = batch.column(rules.op_col()).as_primitive::<Int8Type>();
+    let keyed: Vec<bool> = ops.values().iter().map(|&op| is_keyed(op)).collect();
+    if keyed.iter().all(|&k| k) {
+        return Ok((Some(batch.clone()), None));
+    }
+    let marker: Vec<bool> = keyed.iter().map(|k| !k).collect();
+    Ok((filtered(batch, &keyed)?, filtered(batch, &marker)?))
+}
+
+/// Of the marker rows, the newest GC horizon and the newest TRUNCATE, in that order.
+fn newest_markers(rules: &Rules, markers: &[RecordBatch]) -> Result<Vec<RecordBatch>, ArrowError> {
+    if markers.is_empty() {
+        return Ok(vec![]);
+    }
+    let all = concat_batches(&rules.event_schema(), markers)?;
+    let seq_field = rules.event_schema().field(rules.seq_col()).clone();
+    let seq = RowConverter::new(vec![SortField::new(seq_field.data_type().clone())])?
+        .convert_columns(&[Arc::clone(all.column(rules.seq_col()))])?;
+    let ops = all.column(rules.op_col()).as_primitive::<Int8Type>();
+    let mut picks = Vec::new();
+    for kind in [Op::GcHorizon, Op::Truncate] {
+        let newest = (0..all.num_rows())
+            .filter(|&r| ops.value(r) == kind as i8)
+            .max_by(|&a, &b| seq.row(a).cmp(&seq.row(b)));
+        if let Some(r) = newest {
+            picks.push(u32::try_from(r).map_err(|_| overflow())?);
+        }
+    }
+    Ok(vec![take_record_batch(&all, &UInt32Array::from(picks))?])
+}
