@@ -1,12 +1,17 @@
 //! Reading Parquet files on every core: the row groups of the files are shared out in
 //! contiguous runs of about equal rows, one thread each, and the batches come back in
-//! file and row-group order.
+//! file and row-group order. With fewer row groups than cores (a landing file is often
+//! one row group), the columns of a row group are shared out too, and put back together
+//! in file order.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{FieldRef, Schema, SchemaRef};
+use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
@@ -48,8 +53,89 @@ pub(crate) fn read_files(
         }
         metadata.push(meta);
     }
-    let parts = par::map(runs(&groups), |run| read_run(paths, &metadata, run, schema))?;
-    Ok(parts.into_iter().flatten().collect())
+    let runs = runs(&groups);
+    let shares_per_run = (par::cores() / runs.len().max(1)).max(1);
+    let mut units = Vec::new();
+    for (i, run) in runs.into_iter().enumerate() {
+        match run {
+            [group] if shares_per_run > 1 => {
+                let meta = &metadata[group.file];
+                for columns in column_shares(meta, group.index, shares_per_run) {
+                    units.push((i, run, Some(columns)));
+                }
+            }
+            _ => units.push((i, run, None)),
+        }
+    }
+    let parts = par::map(units, |(i, run, columns)| {
+        let batches = read_run(paths, &metadata, run, columns.as_deref())?;
+        Ok::<_, RunError>((i, batches))
+    })?;
+    let mut out = Vec::new();
+    for shares in parts.chunk_by(|a, b| a.0 == b.0) {
+        let batches: Vec<&[RecordBatch]> = shares.iter().map(|(_, b)| b.as_slice()).collect();
+        for batch in zip_columns(&batches)? {
+            out.push(conform(&batch, schema)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The root columns of row group `index`, in `n` sets of about equal bytes (each in
+/// file order); fewer when the columns are fewer.
+fn column_shares(meta: &ArrowReaderMetadata, index: usize, n: usize) -> Vec<Vec<usize>> {
+    let schema = meta.metadata().file_metadata().schema_descr();
+    let group = &meta.metadata().row_groups()[index];
+    let mut bytes = vec![0i64; schema.root_schema().get_fields().len()];
+    for (leaf, column) in group.columns().iter().enumerate() {
+        bytes[schema.get_column_root_idx(leaf)] += column.uncompressed_size();
+    }
+    let mut roots: Vec<usize> = (0..bytes.len()).collect();
+    roots.sort_by_key(|&r| std::cmp::Reverse(bytes[r]));
+    let mut shares: Vec<(i64, Vec<usize>)> = vec![(0, Vec::new()); n.min(roots.len()).max(1)];
+    for root in roots {
+        if let Some(lightest) = shares.iter_mut().min_by_key(|(load, _)| *load) {
+            lightest.0 += bytes[root];
+            lightest.1.push(root);
+        }
+    }
+    shares
+        .into_iter()
+        .map(|(_, mut roots)| {
+            roots.sort_unstable();
+            roots
+        })
+        .collect()
+}
+
+/// The batches of the column shares of one run, side by side: batch `i` of every share
+/// holds the same rows. Columns come back in file order.
+fn zip_columns(shares: &[&[RecordBatch]]) -> Result<Vec<RecordBatch>, RunError> {
+    let [first, rest @ ..] = shares else {
+        return Ok(vec![]);
+    };
+    if rest.is_empty() {
+        return Ok(first.to_vec());
+    }
+    let mut out = Vec::with_capacity(first.len());
+    for (i, batch) in first.iter().enumerate() {
+        let mut fields: Vec<FieldRef> = batch.schema().fields().iter().cloned().collect();
+        let mut columns = batch.columns().to_vec();
+        for share in rest {
+            let Some(part) = share.get(i) else {
+                return Err(RunError::input(
+                    "column shares of a row group differ in batches",
+                ));
+            };
+            fields.extend(part.schema().fields().iter().cloned());
+            columns.extend(part.columns().iter().cloned());
+        }
+        out.push(RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            columns,
+        )?);
+    }
+    Ok(out)
 }
 
 /// `groups` in contiguous runs of about equal rows, one per core.
@@ -72,26 +158,30 @@ fn runs(groups: &[Group]) -> Vec<&[Group]> {
     out
 }
 
+/// The rows of `run` (of the `columns` roots only, when given), as the file has them.
 fn read_run(
     paths: &[PathBuf],
     metadata: &[ArrowReaderMetadata],
     run: &[Group],
-    schema: &SchemaRef,
+    columns: Option<&[usize]>,
 ) -> Result<Vec<RecordBatch>, RunError> {
     let mut out = Vec::new();
     for file_groups in run.chunk_by(|a, b| a.file == b.file) {
         let file = file_groups[0].file;
         let path = &paths[file];
         let indexes: Vec<usize> = file_groups.iter().map(|g| g.index).collect();
-        let reader =
-            ParquetRecordBatchReaderBuilder::new_with_metadata(open(path)?, metadata[file].clone())
+        let meta = &metadata[file];
+        let mut builder =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(open(path)?, meta.clone())
                 .with_row_groups(indexes)
-                .with_batch_size(BATCH_ROWS)
-                .build()
-                .map_err(|e| file_error(path, e))?;
+                .with_batch_size(BATCH_ROWS);
+        if let Some(roots) = columns {
+            let schema = meta.metadata().file_metadata().schema_descr();
+            builder = builder.with_projection(ProjectionMask::roots(schema, roots.iter().copied()));
+        }
+        let reader = builder.build().map_err(|e| file_error(path, e))?;
         for batch in reader {
-            let batch = batch.map_err(|e| file_error(path, e))?;
-            out.push(conform(&batch, schema)?);
+            out.push(batch.map_err(|e| file_error(path, e))?);
         }
     }
     Ok(out)
@@ -105,5 +195,53 @@ fn file_error(path: &Path, e: impl std::fmt::Display) -> RunError {
     RunError::File {
         path: path.to_path_buf(),
         message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, StructArray};
+    use datafusion::arrow::datatypes::{DataType, Field};
+    use datafusion::parquet::arrow::ArrowWriter;
+
+    #[test]
+    fn a_row_group_read_by_column_shares_gives_the_written_rows() {
+        let rows = 3 * BATCH_ROWS as i64 / 2; // two batches per share
+        let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows));
+        let names: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| format!("name {i}")),
+        ));
+        let point: ArrayRef = Arc::new(StructArray::from(vec![
+            (
+                Arc::new(Field::new("x", DataType::Int64, false)),
+                Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i * 2))) as ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("y", DataType::Int64, false)),
+                Arc::new(Int64Array::from_iter_values((0..rows).map(|i| -i))) as ArrayRef,
+            ),
+        ]));
+        let written =
+            RecordBatch::try_from_iter(vec![("id", ids), ("point", point), ("name", names)])
+                .expect("batch");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("one_group.parquet");
+        let file = File::create(&path).expect("create");
+        let mut writer = ArrowWriter::try_new(file, written.schema(), None).expect("writer");
+        writer.write(&written).expect("write");
+        writer.close().expect("close");
+
+        // Asked in another column order, as a table schema may be.
+        let schema = Arc::new(Schema::new(vec![
+            written.schema().field(2).clone(),
+            written.schema().field(0).clone(),
+            written.schema().field(1).clone(),
+        ]));
+        let read = read_parquet(&path, &schema).expect("read");
+        let all = datafusion::arrow::compute::concat_batches(&schema, &read).expect("concat");
+        let want = written.project(&[2, 0, 1]).expect("project");
+        assert_eq!(all.num_rows(), want.num_rows());
+        assert_eq!(all.columns(), want.columns());
     }
 }
