@@ -6,10 +6,13 @@
 //! and interned, then abandoned, in every file. A sample of the rows tells which columns
 //! a dictionary would hold whole; only those get one.
 //!
-//! Likewise Snappy is spent only where it pays: dictionary indices of fixed-width
-//! columns are already packed to a few bits, and fixed-width values such as timestamps
-//! or amounts often do not compress; a run of the values is compressed to tell. Text
-//! keeps Snappy. Codecs are per column chunk in Parquet, so every reader handles the mix.
+//! Integer columns that mostly ascend (keys, counters, commit times) are delta encoded,
+//! which packs them to a few bits a value, far smaller than Snappy makes them and
+//! cheaper to write and read. Snappy is spent only where it pays: dictionary indices
+//! are packed to a few bits already, and fixed-width values such as amounts or times in
+//! no order often do not compress; a run of the values tells. Text keeps Snappy.
+//! Encodings and codecs are per column chunk in Parquet, so readers handle the mix;
+//! delta encoding needs Spark 3.3 or later (every other engine reads it).
 
 use std::collections::HashMap;
 
@@ -17,7 +20,7 @@ use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::hash_utils::{RandomState, create_hashes};
-use datafusion::parquet::basic::Compression;
+use datafusion::parquet::basic::{Compression, Encoding};
 use datafusion::parquet::file::properties::{
     DEFAULT_DICTIONARY_PAGE_SIZE_LIMIT, EnabledStatistics, WriterProperties,
 };
@@ -51,11 +54,20 @@ pub(crate) fn writer_properties(schema: &SchemaRef, batches: &[RecordBatch]) -> 
         if !dictionary {
             builder = builder.set_column_dictionary_enabled(path.clone(), false);
         }
-        let compress = match (value_bytes, dictionary) {
-            (None, _) => true,
-            (Some(_), true) => false,
-            (Some(_), false) => snappy_pays(batches, index),
+        let run = value_bytes.and_then(|_| values_run(batches, index));
+        let (encoding, compress) = match (&run, dictionary) {
+            // Text, and columns the run cannot be read of.
+            (None, _) => (None, true),
+            // Indices packed to a few bits already.
+            (Some(_), true) => (None, false),
+            (Some(run), false) if is_delta_type(field.data_type()) && deltas_pay(run) => {
+                (Some(Encoding::DELTA_BINARY_PACKED), false)
+            }
+            (Some(run), false) => (None, snappy_pays(&run.bytes)),
         };
+        if let Some(encoding) = encoding {
+            builder = builder.set_column_encoding(path.clone(), encoding);
+        }
         if !compress {
             builder = builder.set_column_compression(path, Compression::UNCOMPRESSED);
         }
@@ -107,37 +119,96 @@ fn sample_column(batches: &[RecordBatch], index: usize) -> Option<ArrayRef> {
     datafusion::arrow::compute::concat(&refs).ok()
 }
 
-/// Values compressed per column to judge Snappy: contiguous, since compression finds
-/// repeats between neighbours, which an evenly spaced sample would not show.
-const COMPRESSION_SAMPLE_ROWS: usize = 8192;
+/// Values of a fixed-width column read to judge its encoding: contiguous, since delta
+/// encoding and compression both work on neighbours, which an evenly spaced sample
+/// would not show.
+const RUN_ROWS: usize = 8192;
 
-/// Whether Snappy shrinks the plain values of fixed-width column `index` by at least a
-/// tenth, judged on a run of its values from the middle of the largest batch.
-fn snappy_pays(batches: &[RecordBatch], index: usize) -> bool {
-    let Some(batch) = batches.iter().max_by_key(|b| b.num_rows()) else {
-        return true;
-    };
-    let len = batch.num_rows().min(COMPRESSION_SAMPLE_ROWS);
-    let run = batch
+/// A run of plain-encoded values.
+struct Run {
+    bytes: Vec<u8>,
+    /// Bytes per value.
+    width: usize,
+}
+
+/// Up to [`RUN_ROWS`] contiguous values of fixed-width column `index`, from the middle
+/// of the largest batch.
+fn values_run(batches: &[RecordBatch], index: usize) -> Option<Run> {
+    let batch = batches.iter().max_by_key(|b| b.num_rows())?;
+    let len = batch.num_rows().min(RUN_ROWS);
+    let data = batch
         .column(index)
         .slice((batch.num_rows() - len) / 2, len)
         .to_data();
-    let Some(values) = run.buffers().first() else {
-        return true;
-    };
-    let Some(width) = run.data_type().primitive_width() else {
-        return true;
-    };
-    let Some(raw) = values
+    let width = data.data_type().primitive_width()?;
+    let bytes = data
+        .buffers()
+        .first()?
         .as_slice()
-        .get(run.offset() * width..(run.offset() + len) * width)
-    else {
-        return true;
-    };
-    match snap::raw::Encoder::new().compress_vec(raw) {
-        Ok(packed) => packed.len() * 10 <= raw.len() * 9,
+        .get(data.offset() * width..(data.offset() + len) * width)?;
+    Some(Run {
+        bytes: bytes.to_vec(),
+        width,
+    })
+}
+
+/// Whether Snappy shrinks `bytes` by at least a tenth.
+fn snappy_pays(bytes: &[u8]) -> bool {
+    match snap::raw::Encoder::new().compress_vec(bytes) {
+        Ok(packed) => packed.len() * 10 <= bytes.len() * 9,
         Err(_) => true,
     }
+}
+
+/// Integer types Parquet stores as INT32 or INT64, the ones delta encoding takes.
+fn is_delta_type(data_type: &DataType) -> bool {
+    data_type.is_integer()
+        || matches!(
+            data_type,
+            DataType::Date32
+                | DataType::Date64
+                | DataType::Timestamp(..)
+                | DataType::Time32(_)
+                | DataType::Time64(_)
+                | DataType::Duration(_)
+        )
+}
+
+/// Values per miniblock of Parquet's DELTA_BINARY_PACKED: each is packed to the bits
+/// its spread of deltas needs.
+const MINIBLOCK: usize = 32;
+
+/// Whether delta encoding packs the run into at most half the bits of plain values:
+/// keys, counters and times that mostly ascend do, values in no order do not.
+fn deltas_pay(run: &Run) -> bool {
+    let values: Vec<i128> = run
+        .bytes
+        .chunks_exact(run.width)
+        .map(|b| {
+            let mut le = [0u8; 16];
+            le[..b.len()].copy_from_slice(b);
+            // Sign-extend from the value's own width.
+            let shift = 128 - 8 * b.len() as u32;
+            (i128::from_le_bytes(le) << shift) >> shift
+        })
+        .collect();
+    let deltas: Vec<i128> = values.windows(2).map(|w| w[1] - w[0]).collect();
+    if deltas.is_empty() {
+        return false;
+    }
+    let packed_bits: u64 = deltas
+        .chunks(MINIBLOCK)
+        .map(|block| {
+            let (lo, hi) = block.iter().fold((i128::MAX, i128::MIN), |(lo, hi), &d| {
+                (lo.min(d), hi.max(d))
+            });
+            let spread = (hi - lo) as u128;
+            u64::from(128 - spread.leading_zeros()) * block.len() as u64
+        })
+        .sum();
+    // Parquet stores the narrow integer types as 32-bit values.
+    let plain_bits = 8 * run.width.max(4) as u64 * deltas.len() as u64;
+    packed_bits * 2 <= plain_bits
 }
 
 /// Mean plain-encoded bytes of the sampled values (Parquet adds a 4-byte length).
@@ -180,8 +251,10 @@ fn estimated_distinct(sample: &ArrayRef, total: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::arrow::array::{Float64Array, Int8Array, Int64Array, StringArray};
-    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::array::{
+        Float64Array, Int8Array, Int64Array, StringArray, TimestampMicrosecondArray,
+    };
+    use datafusion::arrow::datatypes::{Field, Schema, TimeUnit};
     use std::sync::Arc;
 
     /// `i` mapped pseudo-randomly onto `0..n` (`n` a power of two).
@@ -206,6 +279,12 @@ mod tests {
             Field::new("name", DataType::Utf8, false),
             Field::new("tier", DataType::Utf8, false),
             Field::new("op", DataType::Int8, false),
+            Field::new(
+                "at",
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                false,
+            ),
+            Field::new("whole", DataType::Float64, false),
         ]));
         // Two batches, so the sample spans a batch boundary.
         let batch = |range: std::ops::Range<i64>| {
@@ -223,7 +302,15 @@ mod tests {
                     Arc::new(StringArray::from_iter_values(
                         range.clone().map(|i| ["gold", "silver"][(i % 2) as usize]),
                     )),
-                    Arc::new(Int8Array::from_iter_values(range.map(|_| 1))),
+                    Arc::new(Int8Array::from_iter_values(range.clone().map(|_| 1))),
+                    // Times in no order.
+                    Arc::new(TimestampMicrosecondArray::from_iter_values(
+                        range.clone().map(|i| scatter(i, 1 << 50)),
+                    )),
+                    // Whole numbers as floats: their low bytes are zeros.
+                    Arc::new(Float64Array::from_iter_values(
+                        range.map(|i| scatter(i, 1 << 20) as f64),
+                    )),
                 ],
             )
             .expect("batch")
@@ -235,15 +322,23 @@ mod tests {
         assert!(dictionary(&properties, "name"));
         assert!(dictionary(&properties, "tier"));
         assert!(dictionary(&properties, "op"));
-        // Snappy where it shrinks the column: counting keys share their high bytes,
-        // scattered amounts share nothing, dictionary indices are packed already, and
-        // text keeps it.
+        // Ascending integers are delta encoded; times in no order are not.
+        let delta = |c: &str| {
+            properties.encoding(&ColumnPath::new(vec![c.into()]))
+                == Some(Encoding::DELTA_BINARY_PACKED)
+        };
+        assert!(delta("key"));
+        assert!(!delta("at"));
+        // Snappy where it shrinks the column: not on delta-packed keys, scattered
+        // amounts and times, or dictionary indices; on zero-padded floats and text.
         let compressed = |c: &str| {
             properties.compression(&ColumnPath::new(vec![c.into()])) != Compression::UNCOMPRESSED
         };
-        assert!(compressed("key"));
+        assert!(!compressed("key"));
         assert!(!compressed("amount"));
+        assert!(!compressed("at"));
         assert!(!compressed("op"));
+        assert!(compressed("whole"));
         assert!(compressed("name"));
         assert!(compressed("tier"));
         // A small write keeps every dictionary: its values fit whatever they are.
