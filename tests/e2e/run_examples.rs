@@ -115,8 +115,9 @@ fn query_json_writes_iso_timestamps_and_explicit_nulls() {
     );
 }
 
-#[test]
-fn parquet_landing_files_are_read_incrementally() {
+/// A pipeline reading Parquet landing files into `raw`, applied by AUTO CDC to `items`
+/// keyed by `id` and sequenced by `seq`.
+fn parquet_items_pipeline() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     fs::write(dir.path().join("pipeline.yaml"), "name: pq\n").expect("write");
     fs::write(
@@ -126,27 +127,39 @@ fn parquet_landing_files_are_read_incrementally() {
          CREATE FLOW items_cdc AS AUTO CDC INTO items FROM STREAM(raw) KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq);\n",
     )
     .expect("write");
+    fs::create_dir_all(dir.path().join("landing")).expect("mkdir");
+    dir
+}
+
+/// A landing file of `parquet_items_pipeline` at `path`.
+fn land_items(path: &std::path::Path, ids: Int64Array, names: StringArray, seqs: Int64Array) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("seq", DataType::Int64, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![Arc::new(ids), Arc::new(names), Arc::new(seqs)],
+    )
+    .expect("batch");
+    let file = fs::File::create(path).expect("create");
+    let mut w = ArrowWriter::try_new(file, schema, None).expect("writer");
+    w.write(&batch).expect("write");
+    w.close().expect("close");
+}
+
+#[test]
+fn parquet_landing_files_are_read_incrementally() {
+    let dir = parquet_items_pipeline();
     let landing = dir.path().join("landing");
-    fs::create_dir_all(&landing).expect("mkdir");
     let write = |name: &str, ids: Vec<i64>, names: Vec<&str>, seqs: Vec<i64>| {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("name", DataType::Utf8, true),
-            Field::new("seq", DataType::Int64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![
-                Arc::new(Int64Array::from(ids)),
-                Arc::new(StringArray::from(names)),
-                Arc::new(Int64Array::from(seqs)),
-            ],
-        )
-        .expect("batch");
-        let file = fs::File::create(landing.join(name)).expect("create");
-        let mut w = ArrowWriter::try_new(file, schema, None).expect("writer");
-        w.write(&batch).expect("write");
-        w.close().expect("close");
+        land_items(
+            &landing.join(name),
+            Int64Array::from(ids),
+            StringArray::from(names),
+            Int64Array::from(seqs),
+        );
     };
     write("1.parquet", vec![1, 2], vec!["a", "b"], vec![1, 1]);
     let p = dir.path().to_str().expect("utf-8");
@@ -260,38 +273,14 @@ fn an_independent_delta_reader_reads_delta_encoded_keys() {
         eprintln!("skipped: no Python with `deltalake`");
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    fs::write(dir.path().join("pipeline.yaml"), "name: big\n").expect("write");
-    fs::write(
-        dir.path().join("flows.sql"),
-        "CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'parquet');\n\
-         CREATE OR REFRESH STREAMING TABLE items;\n\
-         CREATE FLOW items_cdc AS AUTO CDC INTO items FROM STREAM(raw) KEYS (id) SEQUENCE BY seq COLUMNS * EXCEPT (seq);\n",
-    )
-    .expect("write");
-    let landing = dir.path().join("landing");
-    fs::create_dir_all(&landing).expect("mkdir");
+    let dir = parquet_items_pipeline();
     let rows = 200_000i64;
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("name", DataType::Utf8, true),
-        Field::new("seq", DataType::Int64, false),
-    ]));
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
-        vec![
-            Arc::new(Int64Array::from_iter_values(0..rows)),
-            Arc::new(StringArray::from_iter_values(
-                (0..rows).map(|i| format!("n{}", i % 7)),
-            )),
-            Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i % 3))),
-        ],
-    )
-    .expect("batch");
-    let file = fs::File::create(landing.join("1.parquet")).expect("create");
-    let mut w = ArrowWriter::try_new(file, schema, None).expect("writer");
-    w.write(&batch).expect("write");
-    w.close().expect("close");
+    land_items(
+        &dir.path().join("landing/1.parquet"),
+        Int64Array::from_iter_values(0..rows),
+        StringArray::from_iter_values((0..rows).map(|i| format!("n{}", i % 7))),
+        Int64Array::from_iter_values((0..rows).map(|i| i % 3)),
+    );
     let p = dir.path().to_str().expect("utf-8");
     let out = cdcflow(&["run", "-p", p]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));

@@ -29,9 +29,10 @@ use datafusion::parquet::schema::types::ColumnPath;
 /// Rows sampled to estimate each column's distinct values.
 const SAMPLE_ROWS: usize = 4096;
 
-/// Writer settings for `batches` of `schema`: Snappy (the default of Spark and of
-/// delta-rs's own writers; DataFusion's zstd level 3 encodes several times slower),
-/// row-group statistics only, and a dictionary for the columns it would hold whole.
+/// Writer settings for `batches` of `schema`: row-group statistics only, and per column a
+/// dictionary, delta encoding and Snappy as the module docs say (Snappy is the default
+/// of Spark and of delta-rs's own writers; DataFusion's zstd level 3 encodes several
+/// times slower).
 pub(crate) fn writer_properties(schema: &SchemaRef, batches: &[RecordBatch]) -> WriterProperties {
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
@@ -39,14 +40,14 @@ pub(crate) fn writer_properties(schema: &SchemaRef, batches: &[RecordBatch]) -> 
         // use; page-level statistics and indexes cost encode time and are not read.
         .set_statistics_enabled(EnabledStatistics::Chunk)
         .set_dictionary_enabled(true);
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
     for (index, field) in schema.fields().iter().enumerate() {
         let Some(value_bytes) = plain_width(field.data_type()) else {
             continue;
         };
-        let Some(sample) = sample_column(batches, index) else {
+        let Some(sample) = sample_column(batches, index, total) else {
             continue;
         };
-        let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
         let width = value_bytes.unwrap_or_else(|| mean_bytes(&sample));
         let distinct = estimated_distinct(&sample, total);
         let dictionary = distinct * width as f64 <= DEFAULT_DICTIONARY_PAGE_SIZE_LIMIT as f64;
@@ -93,9 +94,8 @@ fn plain_width(data_type: &DataType) -> Option<Option<usize>> {
     }
 }
 
-/// Up to [`SAMPLE_ROWS`] rows of column `index`, evenly spaced over all batches.
-fn sample_column(batches: &[RecordBatch], index: usize) -> Option<ArrayRef> {
-    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+/// Up to [`SAMPLE_ROWS`] rows of column `index`, evenly spaced over all `total` rows.
+fn sample_column(batches: &[RecordBatch], index: usize, total: usize) -> Option<ArrayRef> {
     if total == 0 {
         return None;
     }
