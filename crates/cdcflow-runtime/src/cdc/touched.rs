@@ -20,7 +20,7 @@ use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
 
-use super::kernel::{Applied, Op, Rules, Visible, filtered};
+use super::kernel::{Applied, ApplyMetrics, Op, Rules, Visible, filtered};
 use super::keyset::{KeySet, NONE, hashes};
 use crate::par;
 
@@ -31,64 +31,235 @@ pub(super) fn apply(
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
-    let event_ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
-    let touched = KeySet::new(
-        key_columns(events, &rules.keys),
-        (0..events.num_rows()).filter(|&r| is_keyed(event_ops.value(r))),
-    )?;
     let recompute = matches!(visible, Visible::Recompute);
-    // A TRUNCATE may concern every key.
-    let every_key = recompute || event_ops.values().contains(&(Op::Truncate as i8));
-    let layout = Layout::of(rules);
-    let split = Split::of(rules, &layout, stored, &touched, every_key, now_micros)?;
+    let touch = Touch::new(rules, events, recompute, now_micros)?;
+    let mut members = Vec::new();
+    let mut kept = Vec::new();
+    for (m, k) in par::map(stored, |batch| touch.split(&batch))? {
+        members.extend(m);
+        kept.extend(k);
+    }
+    let members = concat_batches(&rules.state_schema(), &members)?;
     let published = match visible {
         Visible::Rows(published) => published,
         Visible::Recompute => vec![],
     };
-    let narrow = rules.narrow_state().then_some(&split.members);
-    let Probe { keep, values } =
-        Probe::of(rules, &layout, narrow, &published, &touched, every_key)?;
-    let members = match &values {
-        Some(v) => widen(rules, &split.members, &v.values, &v.at)?,
-        None => split.members.clone(),
-    };
+    let wanted = touch.wanted(&members)?;
+    let mut keep = Vec::with_capacity(published.len());
+    let mut hits = Vec::with_capacity(published.len());
+    for probed in par::map(published.iter().collect(), |batch: &RecordBatch| {
+        touch.probe(batch, wanted.as_ref())
+    })? {
+        keep.push(probed.keep);
+        hits.push(probed.hits);
+    }
     // The published rows of untouched keys are set apart while the kernel decides.
     let (decided, untouched) = std::thread::scope(|scope| {
         let filtering = scope.spawn(move || keep_rows(published, keep));
-        let decided =
-            super::shares::decide(rules, members, recompute, every_key, events, now_micros);
+        let decided = touch.decide(members, hits, events);
         let untouched = filtering
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         (decided, untouched)
     });
     let (decided, untouched) = (decided?, untouched?);
-    let Applied {
-        state: decided_state,
-        public: changed,
-        metrics,
-    } = decided.applied;
-    let mut state = split.kept;
-    if let Some(values) = &values {
-        values.check_missing(&layout, &decided_state, rules)?;
-        let narrow = rules.narrow_columns();
-        for batch in &decided_state {
-            state.push(batch.project(&narrow)?);
-        }
-    } else {
-        state.extend(decided_state);
-    }
+    let mut state = kept;
+    state.extend(decided.state);
     // Every key decided again (a new TRUNCATE, or a recompute): from the state alone.
     let mut public = match decided.recomputed {
         true => vec![],
         false => untouched,
     };
-    public.extend(changed);
+    public.extend(decided.public);
     Ok(Applied {
         state,
         public,
-        metrics,
+        metrics: decided.metrics,
     })
+}
+
+/// What a batch's events decide about the stored rows, row by row: whether a state row
+/// is a member (decided again) or kept as it is, whether a published row is kept, and
+/// for a narrow state the values of the member upserts. Batches of the stored tables
+/// can be given to it in any order, on any thread, as they are read.
+pub(crate) struct Touch {
+    rules: Rules,
+    layout: Layout,
+    touched: KeySet,
+    recompute: bool,
+    /// Every stored key is a member: a recompute, or a new TRUNCATE.
+    every_key: bool,
+    /// SCD type 1 tombstones recorded before it are collected.
+    horizon: i64,
+    now_micros: i64,
+}
+
+/// A published batch probed by [`Touch::probe`].
+pub(crate) struct Probed {
+    /// The rows no incoming event touches.
+    pub keep: Vec<bool>,
+    /// Narrow state: the rows holding member upserts' values, and each one's member.
+    pub hits: Option<(RecordBatch, Vec<u32>)>,
+}
+
+/// What the kernel decided for the members: the new state rows of the touched keys
+/// (in the state's columns) and their published rows.
+pub(crate) struct TouchedDecided {
+    pub state: Vec<RecordBatch>,
+    pub public: Vec<RecordBatch>,
+    pub metrics: ApplyMetrics,
+    /// Every key was decided again: the published table is `public` alone.
+    pub recomputed: bool,
+}
+
+impl Touch {
+    pub(crate) fn new(
+        rules: &Rules,
+        events: &RecordBatch,
+        recompute: bool,
+        now_micros: i64,
+    ) -> Result<Self, ArrowError> {
+        let event_ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
+        let touched = KeySet::new(
+            key_columns(events, &rules.keys),
+            (0..events.num_rows()).filter(|&r| is_keyed(event_ops.value(r))),
+        )?;
+        // A TRUNCATE may concern every key.
+        let every_key = recompute || event_ops.values().contains(&(Op::Truncate as i8));
+        Ok(Self {
+            rules: rules.clone(),
+            layout: Layout::of(rules),
+            touched,
+            recompute,
+            every_key,
+            horizon: match rules.scd2 {
+                true => i64::MIN,
+                false => now_micros.saturating_sub(rules.tombstone_retention_micros),
+            },
+            now_micros,
+        })
+    }
+
+    /// Every stored row is a member: nothing is kept as it is.
+    pub(crate) fn every_key(&self) -> bool {
+        self.every_key
+    }
+
+    /// A stored batch as its members (rows of touched keys, of every key when
+    /// `every_key`, markers, and SCD type 1 tombstones past their retention, to be
+    /// collected) and the rows it keeps.
+    pub(crate) fn split(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ArrowError> {
+        let layout = &self.layout;
+        let keys = key_columns(batch, &layout.keys);
+        let found = self.touched.find(&keys, &hashes(&keys)?)?;
+        let ops = batch.column(layout.op).as_primitive::<Int8Type>();
+        let recorded = batch.column(layout.recorded).as_primitive::<Int64Type>();
+        let member: Vec<bool> = (0..batch.num_rows())
+            .map(|r| {
+                let op = ops.value(r);
+                !is_keyed(op)
+                    || self.every_key
+                    || found[r] != NONE
+                    || (op == Op::Delete as i8 && recorded.value(r) < self.horizon)
+            })
+            .collect();
+        let keep: Vec<bool> = member.iter().map(|m| !m).collect();
+        Ok((filtered(batch, &member)?, filtered(batch, &keep)?))
+    }
+
+    /// A narrow state's member upserts, whose values the published rows hold.
+    pub(crate) fn wanted(&self, members: &RecordBatch) -> Result<Option<KeySet>, ArrowError> {
+        if !self.rules.narrow_state() {
+            return Ok(None);
+        }
+        let ops = members.column(self.layout.op).as_primitive::<Int8Type>();
+        KeySet::new(
+            key_columns(members, &self.layout.keys),
+            (0..members.num_rows()).filter(|&r| ops.value(r) == Op::Upsert as i8),
+        )
+        .map(Some)
+    }
+
+    /// A published batch: the rows whose key no incoming event touches, and those
+    /// holding the values of the `wanted` member upserts.
+    pub(crate) fn probe(
+        &self,
+        batch: &RecordBatch,
+        wanted: Option<&KeySet>,
+    ) -> Result<Probed, ArrowError> {
+        let keys = key_columns(batch, &self.rules.keys);
+        let hashes = hashes(&keys)?;
+        let keep: Vec<bool> = self
+            .touched
+            .find(&keys, &hashes)?
+            .iter()
+            .map(|&t| t == NONE)
+            .collect();
+        let Some(wanted) = wanted else {
+            return Ok(Probed { keep, hits: None });
+        };
+        // Upsert members are of touched keys, unless every row is one.
+        let candidates = (0..batch.num_rows()).filter(|&r| self.every_key || !keep[r]);
+        let found = wanted.find_rows(&keys, &hashes, candidates)?;
+        let rows = UInt32Array::from_iter_values(found.iter().map(|&(r, _)| r as u32));
+        let values = take_record_batch(batch, &rows)?;
+        let members = found.into_iter().map(|(_, m)| m).collect();
+        Ok(Probed {
+            keep,
+            hits: Some((values, members)),
+        })
+    }
+
+    /// The kernel's decision on the `members` (all of them, in the state's columns)
+    /// and the batch's `events`, given the `hits` of every published batch probed.
+    pub(crate) fn decide(
+        &self,
+        members: RecordBatch,
+        hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
+        events: &RecordBatch,
+    ) -> Result<TouchedDecided, ArrowError> {
+        let rules = &self.rules;
+        let values = rules
+            .narrow_state()
+            .then(|| Values::of(members.clone(), hits));
+        let members = match &values {
+            Some(v) => widen(rules, &v.members, &v.values, &v.at)?,
+            None => members,
+        };
+        let decided = super::shares::decide(
+            rules,
+            members,
+            self.recompute,
+            self.every_key,
+            events,
+            self.now_micros,
+        )?;
+        let Applied {
+            state: decided_state,
+            public,
+            metrics,
+        } = decided.applied;
+        let state = match &values {
+            Some(values) => {
+                values.check_missing(&self.layout, &decided_state, rules)?;
+                let narrow = rules.narrow_columns();
+                decided_state
+                    .iter()
+                    .map(|batch| batch.project(&narrow))
+                    .collect::<Result<_, _>>()?
+            }
+            None => decided_state,
+        };
+        Ok(TouchedDecided {
+            state,
+            public,
+            metrics,
+            recomputed: decided.recomputed,
+        })
+    }
 }
 
 /// Where a stored state row keeps its key, operation and recording time.
@@ -139,64 +310,6 @@ pub(super) fn key_columns(batch: &RecordBatch, keys: &[usize]) -> Vec<ArrayRef> 
     keys.iter().map(|&k| Arc::clone(batch.column(k))).collect()
 }
 
-/// The stored rows a batch decides again (members) and those it keeps as they are.
-struct Split {
-    members: RecordBatch,
-    kept: Vec<RecordBatch>,
-}
-
-impl Split {
-    /// Members: rows of touched keys (of every key when `every_key`), markers, and SCD
-    /// type 1 tombstones past their retention (to be collected).
-    fn of(
-        rules: &Rules,
-        layout: &Layout,
-        stored: Vec<RecordBatch>,
-        touched: &KeySet,
-        every_key: bool,
-        now_micros: i64,
-    ) -> Result<Self, ArrowError> {
-        let horizon = match rules.scd2 {
-            true => i64::MIN,
-            false => now_micros.saturating_sub(rules.tombstone_retention_micros),
-        };
-        let parts = par::map(stored, |batch| {
-            let keys = key_columns(&batch, &layout.keys);
-            let found = touched.find(&keys, &hashes(&keys)?)?;
-            let ops = batch.column(layout.op).as_primitive::<Int8Type>();
-            let recorded = batch.column(layout.recorded).as_primitive::<Int64Type>();
-            let member: Vec<bool> = (0..batch.num_rows())
-                .map(|r| {
-                    let op = ops.value(r);
-                    !is_keyed(op)
-                        || every_key
-                        || found[r] != NONE
-                        || (op == Op::Delete as i8 && recorded.value(r) < horizon)
-                })
-                .collect();
-            let keep: Vec<bool> = member.iter().map(|m| !m).collect();
-            Ok::<_, ArrowError>((filtered(&batch, &member)?, filtered(&batch, &keep)?))
-        })?;
-        let mut members = Vec::new();
-        let mut kept = Vec::new();
-        for (m, k) in parts {
-            members.extend(m);
-            kept.extend(k);
-        }
-        Ok(Self {
-            members: concat_batches(&rules.state_schema(), &members)?,
-            kept,
-        })
-    }
-}
-
-/// What one pass over the published rows found: per batch, the rows whose key no
-/// incoming event touches, and for a narrow state the values of the member upserts.
-struct Probe {
-    keep: Vec<Vec<bool>>,
-    values: Option<Values>,
-}
-
 /// The published rows of a narrow state's member upserts.
 struct Values {
     /// The stored rows decided again.
@@ -207,55 +320,16 @@ struct Values {
     at: Vec<Option<(usize, usize)>>,
 }
 
-impl Probe {
-    fn of(
-        rules: &Rules,
-        layout: &Layout,
-        narrow_members: Option<&RecordBatch>,
-        published: &[RecordBatch],
-        touched: &KeySet,
-        every_key: bool,
-    ) -> Result<Self, ArrowError> {
-        let wanted = match narrow_members {
-            Some(members) => {
-                let ops = members.column(layout.op).as_primitive::<Int8Type>();
-                Some(KeySet::new(
-                    key_columns(members, &layout.keys),
-                    (0..members.num_rows()).filter(|&r| ops.value(r) == Op::Upsert as i8),
-                )?)
-            }
-            None => None,
-        };
-        let parts = par::map(published.iter().collect(), |batch: &RecordBatch| {
-            let keys = key_columns(batch, &rules.keys);
-            let hashes = hashes(&keys)?;
-            let keep: Vec<bool> = touched
-                .find(&keys, &hashes)?
-                .iter()
-                .map(|&t| t == NONE)
-                .collect();
-            let Some(wanted) = &wanted else {
-                return Ok::<_, ArrowError>((keep, None));
-            };
-            // Upsert members are of touched keys, unless every row is one.
-            let candidates = (0..batch.num_rows()).filter(|&r| every_key || !keep[r]);
-            let hits = wanted.find_rows(&keys, &hashes, candidates)?;
-            let rows = UInt32Array::from_iter_values(hits.iter().map(|&(r, _)| r as u32));
-            let values = take_record_batch(batch, &rows)?;
-            let members: Vec<u32> = hits.into_iter().map(|(_, m)| m).collect();
-            Ok((keep, Some((values, members))))
-        })?;
-        let mut values = narrow_members.map(|members| Values {
-            members: members.clone(),
-            values: Vec::new(),
+impl Values {
+    /// The values of the narrow `members`' upserts: the first published row found for
+    /// each, of the `hits` of every published batch.
+    fn of(members: RecordBatch, hits: Vec<Option<(RecordBatch, Vec<u32>)>>) -> Self {
+        let mut found = Self {
             at: vec![None; members.num_rows()],
-        });
-        let mut keep = Vec::with_capacity(parts.len());
-        for (kept, hits) in parts {
-            keep.push(kept);
-            let (Some(found), Some((batch, hit_members))) = (values.as_mut(), hits) else {
-                continue;
-            };
+            members,
+            values: Vec::new(),
+        };
+        for (batch, hit_members) in hits.into_iter().flatten() {
             if hit_members.is_empty() {
                 continue;
             }
@@ -265,7 +339,7 @@ impl Probe {
             }
             found.values.push(batch);
         }
-        Ok(Self { keep, values })
+        found
     }
 }
 
