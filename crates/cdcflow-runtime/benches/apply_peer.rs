@@ -20,12 +20,14 @@ use std::time::Instant;
 
 use cdcflow_plan::autocdc::{AutoCdcSpec, SequenceField};
 use cdcflow_runtime::cdc::events::to_events;
-use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules, Visible, apply};
+use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules};
 use cdcflow_runtime::cdc::rules_for;
-use cdcflow_runtime::delta::{Commit, Mode, Table, conform, read_parquet, stage, write};
+use cdcflow_runtime::cdc::streamed::{self, Targets};
+use cdcflow_runtime::delta::{Commit, Mode, Table, conform, read_parquet, rewrite};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use datafusion::arrow::error::ArrowError;
 use datafusion::logical_expr::{col, lit};
 
 const COLUMNS: [&str; 6] = [
@@ -127,23 +129,57 @@ fn as_state(rules: &Rules, stored: &RecordBatch, scd2: bool) -> Result<RecordBat
     }
 }
 
-/// SCD type 1 keeps its state in a Delta table of its own: written here, untimed, as a
-/// run commits it, and read back in the timed part like a run would.
-async fn seed_state(rules: &Rules, stored_file: &Path, out: &Path) -> Result<PathBuf, String> {
-    let dir = out.with_extension("cdcflow_seed");
-    let schema = file_schema(stored_file)?;
-    let state = read(stored_file, &schema)?
-        .iter()
-        .map(|b| as_state(rules, b, false))
-        .collect::<Result<Vec<_>, _>>()?;
+/// Writes the rows of `stored_file`, made by `make`, as the Delta table at `dir`, as a
+/// run leaves it (untimed). Streamed, so that seeding does not set the peak memory.
+async fn seed(
+    stored_file: &Path,
+    dir: &Path,
+    schema: &SchemaRef,
+    name: &str,
+    make: impl Fn(RecordBatch) -> Result<RecordBatch, String> + Send + Sync + 'static,
+) -> Result<(), String> {
+    let read_schema = file_schema(stored_file)?;
     let commit = Commit {
-        name: "customers__state".into(),
+        name: name.into(),
         ..Commit::default()
     };
-    write(&dir, &rules.state_schema(), state, Mode::Overwrite, &commit)
+    let (seeded, ()) = rewrite(
+        &[stored_file.to_path_buf()],
+        &read_schema,
+        dir,
+        schema,
+        &commit,
+        move |batch| {
+            let made = make(batch).map_err(ArrowError::ComputeError)?;
+            Ok((Some(made), ()))
+        },
+    )
+    .await
+    .map_err(|e| e.to_string())?
+    .map(|(rewrite, _)| (rewrite, ()))
+    .ok_or("the seed table cannot be written file by file")?;
+    seeded
+        .with(vec![])
         .await
-        .map_err(|e| e.to_string())?;
-    Ok(dir)
+        .map_err(|e| e.to_string())?
+        .commit(Mode::Overwrite, &commit)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Deletes the data files of `dir` that its current version does not hold (the seed's),
+/// so that the kit, which reads every Parquet file of the folder, sees the new rows only.
+async fn keep_current_files(dir: &Path) -> Result<(), String> {
+    let table = Table::open(dir).await.map_err(|e| e.to_string())?;
+    let current: Vec<PathBuf> = table.data_files().map_err(|e| e.to_string())?;
+    for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let is_parquet = path.extension().is_some_and(|x| x == "parquet");
+        if is_parquet && !current.iter().any(|c| c.file_name() == path.file_name()) {
+            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 fn read(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
@@ -173,11 +209,28 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     } else {
         "target.parquet"
     });
-    let stored_schema = file_schema(&stored_file)?;
-    let seed = match a.scd2 {
-        true => None,
-        false => Some(seed_state(&rules, &stored_file, &a.out).await?),
-    };
+    let state_dir = a.out.with_extension("cdcflow_state");
+    // The kit's table is the published table; its rows are the state: every row an
+    // upsert event (SCD2: sequenced by `__START_AT`), narrow for SCD type 1.
+    let public_schema = rules.public_schema();
+    let conformed = Arc::clone(&public_schema);
+    seed(
+        &stored_file,
+        &a.out,
+        &public_schema,
+        "customers",
+        move |b| conform(&b, &conformed).map_err(|e| e.to_string()),
+    )
+    .await?;
+    let (state_rules, scd2) = (rules.clone(), a.scd2);
+    seed(
+        &stored_file,
+        &state_dir,
+        &rules.state_schema(),
+        "customers__state",
+        move |b| as_state(&state_rules, &b, scd2),
+    )
+    .await?;
 
     let started = Instant::now();
     let phase = |name: &str, since: Instant| {
@@ -186,26 +239,8 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         }
         Instant::now()
     };
-    let stored_rows = read(&stored_file, &stored_schema)?;
-    // The kit's table is the published table; the state is the seed (SCD1) or, for
-    // SCD2, events derived from the history.
-    let stored = match &seed {
-        Some(dir) => {
-            let table = Table::open(dir).await.map_err(|e| e.to_string())?;
-            table
-                .read_batches(&rules.state_schema())
-                .map_err(|e| e.to_string())?
-        }
-        None => stored_rows
-            .iter()
-            .map(|b| as_state(&rules, b, true))
-            .collect::<Result<Vec<_>, _>>()?,
-    };
-    let published = stored_rows
-        .iter()
-        .map(|b| conform(b, &rules.public_schema()).map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
-    drop(stored_rows);
+    let state = Table::open(&state_dir).await.map_err(|e| e.to_string())?;
+    let public = Table::open(&a.out).await.map_err(|e| e.to_string())?;
     let changes = concat_batches(
         &changes_schema,
         &read(&a.data.join("changes.parquet"), &changes_schema)?,
@@ -222,39 +257,40 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     .await
     .map_err(|e| e.to_string())?;
     let t = phase("events", t);
-    let applied =
-        apply(&rules, stored, Visible::Rows(published), &events, 1).map_err(|e| e.to_string())?;
-    let t = phase("apply", t);
-    let rows = applied.public_rows();
-    let state_dir = a.out.with_extension("cdcflow_state");
-    let commit = Commit {
+    let public_commit = Commit {
         txns: vec![("cdcflow:bench".into(), 0)],
         name: "customers".into(),
         ..Commit::default()
     };
     let state_commit = Commit {
         name: "customers__state".into(),
-        ..commit.clone()
+        ..public_commit.clone()
     };
-    // As a run commits them: both tables' files encoded together, then the published
-    // table committed, then the state.
-    let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
-    let (public, state) = tokio::try_join!(
-        stage(&a.out, &public_schema, applied.public, &commit),
-        stage(&state_dir, &state_schema, applied.state, &state_commit),
-    )
-    .map_err(|e| e.to_string())?;
-    let t = phase("encode", t);
-    public
-        .commit(Mode::Overwrite, &commit)
+    let targets = Targets {
+        state: &state,
+        state_commit: &state_commit,
+        public: &public,
+        public_commit: &public_commit,
+    };
+    // As a run does it: both tables stream through the apply into new files, then the
+    // published table is committed, then the state.
+    let done = streamed::apply(&rules, &targets, &events, 1)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the batch was not applied streaming")?;
+    let t = phase("apply", t);
+    done.public
+        .commit(Mode::Overwrite, &public_commit)
         .await
         .map_err(|e| e.to_string())?;
-    state
+    done.state
         .commit(Mode::Overwrite, &state_commit)
         .await
         .map_err(|e| e.to_string())?;
     phase("commit", t);
-    Ok((started.elapsed().as_secs_f64(), rows))
+    let seconds = started.elapsed().as_secs_f64();
+    keep_current_files(&a.out).await?;
+    Ok((seconds, done.public_rows))
 }
 
 fn main() {

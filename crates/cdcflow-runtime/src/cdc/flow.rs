@@ -19,7 +19,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::events::{Sourced, to_events};
 use super::kernel::{self, Rules, Visible};
-use super::rules_for;
+use super::{rules_for, streamed};
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::{self, Commit, Mode, Table};
 use crate::inputs::BatchInputs;
@@ -92,6 +92,66 @@ pub(crate) async fn run(
     shape.record(&shape_file)?;
 
     let events = to_events(spec, &rules, &source_schema, rows, rc.now_micros).await?;
+    report.oldest_change_micros = oldest_commit_time(&events);
+    let (public_commit, state_commit) = commits(target, vec![(app, batch)]);
+    let targets = streamed::Targets {
+        state: &state,
+        state_commit: &state_commit,
+        public: &public,
+        public_commit: &public_commit,
+    };
+    let (staged_public, staged_state, metrics) =
+        match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
+            Some(done) => {
+                report.rows_written = done.public_rows as u64;
+                (done.public, done.state, done.metrics)
+            }
+            None => {
+                let applied = apply_in_memory(target, &rules, &state, &public, &events, rc)?;
+                if let Some(change) = delta::added_columns(
+                    public.arrow_schema().as_ref(),
+                    &rules.public_schema(),
+                    &target.name,
+                ) {
+                    report.warnings.push(change);
+                }
+                report.rows_written = applied.public_rows() as u64;
+                // Both tables' files are encoded together.
+                let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
+                let (p, s) = tokio::try_join!(
+                    delta::stage(&public_dir, &public_schema, applied.public, &public_commit),
+                    delta::stage(&state_dir, &state_schema, applied.state, &state_commit),
+                )?;
+                (p, s, applied.metrics)
+            }
+        };
+    if metrics.late_after_gc > 0 {
+        report.warnings.push(format!(
+            "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",
+            metrics.late_after_gc,
+            super::TOMBSTONE_RETENTION
+        ));
+    }
+    report.cdc = Some(metrics);
+    // The published table is committed first: a crash before the state's commit
+    // repeats the batch, which changes nothing in the published table (module docs).
+    staged_public
+        .commit(Mode::Overwrite, &public_commit)
+        .await?;
+    staged_state.commit(Mode::Overwrite, &state_commit).await?;
+    report.outcome = FlowOutcome::Committed { batch };
+    Ok(())
+}
+
+/// The batch applied with both tables read whole.
+fn apply_in_memory(
+    target: &Dataset,
+    rules: &Rules,
+    state: &Table,
+    public: &Table,
+    events: &RecordBatch,
+    rc: &RunContext<'_>,
+) -> Result<kernel::Applied, RunError> {
     let stored = state.read_batches(&rules.state_schema())?;
     let published = public.read_batches(&rules.public_schema())?;
     let visible = match state.exists() && !public.exists() {
@@ -99,39 +159,17 @@ pub(crate) async fn run(
         true => Visible::Recompute,
         false => Visible::Rows(published),
     };
-    report.oldest_change_micros = oldest_commit_time(&events);
-    let applied = kernel::apply(&rules, stored, visible, &events, rc.now_micros)?;
-    let m = applied.metrics;
-    if m.late_after_gc > 0 {
-        report.warnings.push(format!(
-            "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",
-            m.late_after_gc,
-            super::TOMBSTONE_RETENTION
-        ));
-    }
-    report.cdc = Some(m);
-    if let Some(change) = delta::added_columns(
-        public.arrow_schema().as_ref(),
-        &rules.public_schema(),
-        &target.name,
-    ) {
-        report.warnings.push(change);
-    }
-    report.rows_written = applied.public_rows() as u64;
-    let txns = vec![(app, batch)];
-    commit_both(target, &rules, &state_dir, &public_dir, applied, txns).await?;
-    report.outcome = FlowOutcome::Committed { batch };
-    Ok(())
+    Ok(kernel::apply(
+        rules,
+        stored,
+        visible,
+        events,
+        rc.now_micros,
+    )?)
 }
 
-async fn commit_both(
-    target: &Dataset,
-    rules: &Rules,
-    state_dir: &std::path::Path,
-    public_dir: &std::path::Path,
-    applied: kernel::Applied,
-    txns: Vec<(String, i64)>,
-) -> Result<(), RunError> {
+/// The commits of a batch to the published table and to the state.
+fn commits(target: &Dataset, txns: Vec<(String, i64)>) -> (Commit, Commit) {
     let state_commit = Commit {
         txns: txns.clone(),
         name: format!("{}__state", target.name),
@@ -141,18 +179,7 @@ async fn commit_both(
         )),
         ..Commit::default()
     };
-    let public_commit = Commit::to_published(target, txns);
-    // Both tables' files are encoded together; the published table is committed first:
-    // a crash before the state's commit repeats the batch, which changes nothing in the
-    // published table (module docs).
-    let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
-    let (public, state) = tokio::try_join!(
-        delta::stage(public_dir, &public_schema, applied.public, &public_commit),
-        delta::stage(state_dir, &state_schema, applied.state, &state_commit),
-    )?;
-    public.commit(Mode::Overwrite, &public_commit).await?;
-    state.commit(Mode::Overwrite, &state_commit).await?;
-    Ok(())
+    (Commit::to_published(target, txns), state_commit)
 }
 
 fn lost_published(target: &Dataset) -> RunError {

@@ -6,6 +6,7 @@ pub(crate) mod flow;
 pub mod kernel;
 mod keyset;
 mod shares;
+pub mod streamed;
 mod touched;
 
 use std::collections::BTreeMap;

@@ -34,18 +34,28 @@ const SAMPLE_ROWS: usize = 4096;
 /// of Spark and of delta-rs's own writers; DataFusion's zstd level 3 encodes several
 /// times slower).
 pub(crate) fn writer_properties(schema: &SchemaRef, batches: &[RecordBatch]) -> WriterProperties {
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    writer_properties_for(schema, batches, total)
+}
+
+/// [`writer_properties`] for a file of `total` rows judged by the first of them,
+/// `batches` (a file written as its rows are read).
+pub(crate) fn writer_properties_for(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    total: usize,
+) -> WriterProperties {
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         // Min/max per row group is what Delta's file statistics and readers' pruning
         // use; page-level statistics and indexes cost encode time and are not read.
         .set_statistics_enabled(EnabledStatistics::Chunk)
         .set_dictionary_enabled(true);
-    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
     for (index, field) in schema.fields().iter().enumerate() {
         let Some(value_bytes) = plain_width(field.data_type()) else {
             continue;
         };
-        let Some(sample) = sample_column(batches, index, total) else {
+        let Some(sample) = sample_column(batches, index) else {
             continue;
         };
         let width = value_bytes.unwrap_or_else(|| mean_bytes(&sample));
@@ -94,8 +104,9 @@ fn plain_width(data_type: &DataType) -> Option<Option<usize>> {
     }
 }
 
-/// Up to [`SAMPLE_ROWS`] rows of column `index`, evenly spaced over all `total` rows.
-fn sample_column(batches: &[RecordBatch], index: usize, total: usize) -> Option<ArrayRef> {
+/// Up to [`SAMPLE_ROWS`] rows of column `index`, evenly spaced over all batches.
+fn sample_column(batches: &[RecordBatch], index: usize) -> Option<ArrayRef> {
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
     if total == 0 {
         return None;
     }

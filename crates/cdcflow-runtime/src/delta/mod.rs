@@ -20,8 +20,10 @@ use crate::RunError;
 mod encoding;
 mod parallel;
 mod read;
+mod rewrite;
 
 pub use read::read_parquet;
+pub use rewrite::{Rewrite, rewrite};
 
 /// A Delta table location and, when it exists, the table.
 pub struct Table {
@@ -59,6 +61,14 @@ impl Table {
         self.table.is_some()
     }
 
+    /// Whether a write of `schema` can go file by file ([`rewrite`]): the table exists,
+    /// keeps these columns and has no rules of its own.
+    pub fn rewritable(&self, schema: &SchemaRef, commit: &Commit) -> bool {
+        self.table
+            .as_ref()
+            .is_some_and(|t| parallel::applies(t, schema, commit))
+    }
+
     /// The table's current schema.
     pub fn arrow_schema(&self) -> Option<SchemaRef> {
         let t = self.table.as_ref()?;
@@ -89,7 +99,7 @@ impl Table {
     }
 
     /// The data files of the current version, as local paths.
-    fn data_files(&self) -> Result<Vec<PathBuf>, RunError> {
+    pub fn data_files(&self) -> Result<Vec<PathBuf>, RunError> {
         let Some(t) = &self.table else {
             return Ok(vec![]);
         };

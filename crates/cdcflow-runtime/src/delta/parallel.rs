@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::file::properties::WriterProperties;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake::kernel::transaction::CommitBuilder;
 use deltalake::kernel::{Action, StructType, normalize_for_delta};
@@ -81,26 +82,31 @@ fn is_plain<'a>(
     !special_property && !special_column
 }
 
+/// A writer of new data files of `table` (which may not exist yet).
+pub(super) fn file_writer(
+    table: &DeltaTable,
+    schema: &SchemaRef,
+    properties: WriterProperties,
+) -> DeltaResult<RecordBatchWriter> {
+    let writer = match table.version().is_some() {
+        true => RecordBatchWriter::for_table(table)?,
+        false => {
+            RecordBatchWriter::try_new(table.table_url().as_str(), Arc::clone(schema), None, None)?
+        }
+    };
+    Ok(writer.with_writer_properties(properties))
+}
+
 /// Writes the data files of `batches` (one per core), not yet committed.
 pub(super) async fn stage(
     table: &DeltaTable,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> DeltaResult<Vec<Action>> {
-    let exists = table.version().is_some();
     let properties = super::encoding::writer_properties(schema, &batches);
     let mut handles = Vec::new();
     for part in split(batches) {
-        let writer = match exists {
-            true => RecordBatchWriter::for_table(table)?,
-            false => RecordBatchWriter::try_new(
-                table.table_url().as_str(),
-                Arc::clone(schema),
-                None,
-                None,
-            )?,
-        };
-        let mut writer = writer.with_writer_properties(properties.clone());
+        let mut writer = file_writer(table, schema, properties.clone())?;
         handles.push(tokio::spawn(async move {
             for batch in part {
                 writer.write(batch).await?;

@@ -39,20 +39,7 @@ pub(crate) fn read_files(
     paths: &[PathBuf],
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, RunError> {
-    let mut metadata = Vec::with_capacity(paths.len());
-    let mut groups = Vec::new();
-    for (file, path) in paths.iter().enumerate() {
-        let meta = ArrowReaderMetadata::load(&open(path)?, ArrowReaderOptions::default())
-            .map_err(|e| file_error(path, e))?;
-        for (index, g) in meta.metadata().row_groups().iter().enumerate() {
-            groups.push(Group {
-                file,
-                index,
-                rows: usize::try_from(g.num_rows()).unwrap_or(0),
-            });
-        }
-        metadata.push(meta);
-    }
+    let (metadata, groups) = load(paths)?;
     let runs = runs(&groups);
     let shares_per_run = (par::cores() / runs.len().max(1)).max(1);
     let mut units = Vec::new();
@@ -136,6 +123,79 @@ fn zip_columns(shares: &[&[RecordBatch]]) -> Result<Vec<RecordBatch>, RunError> 
         )?);
     }
     Ok(out)
+}
+
+/// The metadata of each file, and all their row groups in order.
+fn load(paths: &[PathBuf]) -> Result<(Vec<ArrowReaderMetadata>, Vec<Group>), RunError> {
+    let mut metadata = Vec::with_capacity(paths.len());
+    let mut groups = Vec::new();
+    for (file, path) in paths.iter().enumerate() {
+        let meta = ArrowReaderMetadata::load(&open(path)?, ArrowReaderOptions::default())
+            .map_err(|e| file_error(path, e))?;
+        for (index, g) in meta.metadata().row_groups().iter().enumerate() {
+            groups.push(Group {
+                file,
+                index,
+                rows: usize::try_from(g.num_rows()).unwrap_or(0),
+            });
+        }
+        metadata.push(meta);
+    }
+    Ok((metadata, groups))
+}
+
+/// A core's share of the row groups of some files, for a reader of its own.
+pub(super) struct Run {
+    /// Per file: its path, metadata and the row groups of it to read.
+    files: Vec<(PathBuf, ArrowReaderMetadata, Vec<usize>)>,
+    pub(super) rows: usize,
+}
+
+/// The row groups of `paths` in contiguous runs of about equal rows, one per core.
+pub(super) fn plan(paths: &[PathBuf]) -> Result<Vec<Run>, RunError> {
+    let (metadata, groups) = load(paths)?;
+    Ok(runs(&groups)
+        .into_iter()
+        .map(|run| Run {
+            files: run
+                .chunk_by(|a, b| a.file == b.file)
+                .map(|groups| {
+                    let file = groups[0].file;
+                    let indexes = groups.iter().map(|g| g.index).collect();
+                    (paths[file].clone(), metadata[file].clone(), indexes)
+                })
+                .collect(),
+            rows: run.iter().map(|g| g.rows).sum(),
+        })
+        .collect())
+}
+
+impl Run {
+    /// The run's rows in batches of `schema`, file after file.
+    pub(super) fn batches(
+        &self,
+        schema: &SchemaRef,
+    ) -> impl Iterator<Item = Result<RecordBatch, RunError>> {
+        self.files.iter().flat_map(move |(path, meta, indexes)| {
+            let reader = open(path).and_then(|file| {
+                ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
+                    .with_row_groups(indexes.clone())
+                    .with_batch_size(BATCH_ROWS)
+                    .build()
+                    .map_err(|e| file_error(path, e))
+            });
+            let (reader, failed) = match reader {
+                Ok(r) => (Some(r), None),
+                Err(e) => (None, Some(Err(e))),
+            };
+            failed.into_iter().chain(
+                reader
+                    .into_iter()
+                    .flatten()
+                    .map(move |batch| conform(&batch.map_err(|e| file_error(path, e))?, schema)),
+            )
+        })
+    }
 }
 
 /// `groups` in contiguous runs of about equal rows, one per core.

@@ -6,3 +6,4 @@ mod kernel_examples;
 mod kernel_props;
 mod model;
 mod recovery;
+mod streamed;

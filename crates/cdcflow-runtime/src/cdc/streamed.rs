@@ -1,0 +1,115 @@
+//! A batch applied while the stored tables stream through (`touched.rs` says what is
+//! decided): each core reads its share of the state's row groups, sets the members
+//! aside and writes the kept rows straight into a new state file; then the same for the
+//! published rows, where the untouched ones go to a new published file and the member
+//! upserts' values are set aside. The kernel decides the members, and its rows are
+//! added as files of their own. Neither table is ever held whole, so memory follows
+//! the batch and its touched keys, not the tables.
+//!
+//! Taken when both tables exist and can be written file by file (`delta::rewrite`),
+//! and the batch touches some keys only; otherwise `kernel::apply` works in memory.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
+
+use super::kernel::{ApplyMetrics, Rules, filtered};
+use super::touched::Touch;
+use crate::RunError;
+use crate::delta::{Commit, Staged, Table, rewrite};
+
+/// Both tables staged, and what the apply did.
+pub struct Streamed {
+    pub public: Staged,
+    pub state: Staged,
+    pub metrics: ApplyMetrics,
+    /// Rows of the new published table.
+    pub public_rows: usize,
+}
+
+/// The tables a batch rewrites: where they are and what their commits record.
+pub struct Targets<'a> {
+    pub state: &'a Table,
+    pub state_commit: &'a Commit,
+    pub public: &'a Table,
+    pub public_commit: &'a Commit,
+}
+
+/// Applies `events` with the tables streaming through; `None` (nothing written) when
+/// the batch must be applied in memory.
+pub async fn apply(
+    rules: &Rules,
+    targets: &Targets<'_>,
+    events: &RecordBatch,
+    now_micros: i64,
+) -> Result<Option<Streamed>, RunError> {
+    if !targets.state.exists() || !targets.public.exists() {
+        return Ok(None);
+    }
+    let touch = Arc::new(Touch::new(rules, events, false, now_micros)?);
+    if touch.every_key()
+        || !targets
+            .state
+            .rewritable(&rules.state_schema(), targets.state_commit)
+        || !targets
+            .public
+            .rewritable(&rules.public_schema(), targets.public_commit)
+    {
+        return Ok(None);
+    }
+    let splitter = Arc::clone(&touch);
+    let state_schema = rules.state_schema();
+    let Some((state, members)) = rewrite(
+        &targets.state.data_files()?,
+        &state_schema,
+        &targets.state.dir,
+        &state_schema,
+        targets.state_commit,
+        move |batch| {
+            let (members, kept) = splitter.split(&batch)?;
+            Ok((kept, members))
+        },
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let members: Vec<RecordBatch> = members.into_iter().flatten().collect();
+    let members = concat_batches(&rules.state_schema(), &members)?;
+    let wanted = Arc::new(touch.wanted(&members)?);
+    let prober = Arc::clone(&touch);
+    let public_schema = rules.public_schema();
+    let Some((public, probed)) = rewrite(
+        &targets.public.data_files()?,
+        &public_schema,
+        &targets.public.dir,
+        &public_schema,
+        targets.public_commit,
+        move |batch| {
+            let probed = prober.probe(&batch, wanted.as_ref().as_ref())?;
+            let untouched = filtered(&batch, &probed.keep)?;
+            let kept_rows = untouched.as_ref().map_or(0, RecordBatch::num_rows);
+            Ok((untouched, (probed.hits, kept_rows)))
+        },
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let (hits, kept): (Vec<_>, Vec<usize>) = probed.into_iter().unzip();
+    let decided = touch.decide(members, hits, events)?;
+    let public_rows = kept.iter().sum::<usize>()
+        + decided
+            .public
+            .iter()
+            .map(RecordBatch::num_rows)
+            .sum::<usize>();
+    let (public, state) = tokio::try_join!(public.with(decided.public), state.with(decided.state))?;
+    Ok(Some(Streamed {
+        public,
+        state,
+        metrics: decided.metrics,
+        public_rows,
+    }))
+}
