@@ -279,18 +279,12 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         .map_err(|e| e.to_string())?
         .ok_or("the batch was not applied streaming")?;
     let t = phase("apply", t);
-    done.public
-        .commit(Mode::Overwrite, &public_commit)
-        .await
-        .map_err(|e| e.to_string())?;
-    done.state
-        .commit(Mode::Overwrite, &state_commit)
-        .await
-        .map_err(|e| e.to_string())?;
+    let rows = done.public_rows;
+    done.commit(&targets).await.map_err(|e| e.to_string())?;
     phase("commit", t);
     let seconds = started.elapsed().as_secs_f64();
     keep_current_files(&a.out).await?;
-    Ok((seconds, done.public_rows))
+    Ok((seconds, rows))
 }
 
 fn main() {

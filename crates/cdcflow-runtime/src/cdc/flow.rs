@@ -100,45 +100,42 @@ pub(crate) async fn run(
         public: &public,
         public_commit: &public_commit,
     };
-    let (staged_public, staged_state, metrics) =
-        match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
-            Some(done) => {
-                report.rows_written = done.public_rows as u64;
-                (done.public, done.state, done.metrics)
+    let done = match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
+        Some(done) => done,
+        None => {
+            let applied = apply_in_memory(target, &rules, &state, &public, &events, rc)?;
+            if let Some(change) = delta::added_columns(
+                public.arrow_schema().as_ref(),
+                &rules.public_schema(),
+                &target.name,
+            ) {
+                report.warnings.push(change);
             }
-            None => {
-                let applied = apply_in_memory(target, &rules, &state, &public, &events, rc)?;
-                if let Some(change) = delta::added_columns(
-                    public.arrow_schema().as_ref(),
-                    &rules.public_schema(),
-                    &target.name,
-                ) {
-                    report.warnings.push(change);
-                }
-                report.rows_written = applied.public_rows() as u64;
-                // Both tables' files are encoded together.
-                let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
-                let (p, s) = tokio::try_join!(
-                    delta::stage(&public_dir, &public_schema, applied.public, &public_commit),
-                    delta::stage(&state_dir, &state_schema, applied.state, &state_commit),
-                )?;
-                (p, s, applied.metrics)
+            let public_rows = applied.public_rows();
+            // Both tables' files are encoded together.
+            let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
+            let (public, state) = tokio::try_join!(
+                delta::stage(&public_dir, &public_schema, applied.public, &public_commit),
+                delta::stage(&state_dir, &state_schema, applied.state, &state_commit),
+            )?;
+            streamed::Streamed {
+                public,
+                state,
+                metrics: applied.metrics,
+                public_rows,
             }
-        };
-    if metrics.late_after_gc > 0 {
+        }
+    };
+    if done.metrics.late_after_gc > 0 {
         report.warnings.push(format!(
             "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",
-            metrics.late_after_gc,
+            done.metrics.late_after_gc,
             super::TOMBSTONE_RETENTION
         ));
     }
-    report.cdc = Some(metrics);
-    // The published table is committed first: a crash before the state's commit
-    // repeats the batch, which changes nothing in the published table (module docs).
-    staged_public
-        .commit(Mode::Overwrite, &public_commit)
-        .await?;
-    staged_state.commit(Mode::Overwrite, &state_commit).await?;
+    report.cdc = Some(done.metrics);
+    report.rows_written = done.public_rows as u64;
+    done.commit(&targets).await?;
     report.outcome = FlowOutcome::Committed { batch };
     Ok(())
 }

@@ -17,7 +17,7 @@ use datafusion::arrow::compute::concat_batches;
 use super::kernel::{ApplyMetrics, Rules, filtered};
 use super::touched::Touch;
 use crate::RunError;
-use crate::delta::{Commit, Staged, Table, rewrite};
+use crate::delta::{Commit, Mode, Staged, Table, rewrite};
 
 /// Both tables staged, and what the apply did.
 pub struct Streamed {
@@ -26,6 +26,19 @@ pub struct Streamed {
     pub metrics: ApplyMetrics,
     /// Rows of the new published table.
     pub public_rows: usize,
+}
+
+impl Streamed {
+    /// Commits the published table, then the state: a crash between the two repeats
+    /// the batch, which changes nothing in the published table (`touched.rs`).
+    pub async fn commit(self, targets: &Targets<'_>) -> Result<(), RunError> {
+        self.public
+            .commit(Mode::Overwrite, targets.public_commit)
+            .await?;
+        self.state
+            .commit(Mode::Overwrite, targets.state_commit)
+            .await
+    }
 }
 
 /// The tables a batch rewrites: where they are and what their commits record.

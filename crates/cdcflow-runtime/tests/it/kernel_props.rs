@@ -3,10 +3,9 @@
 
 use cdcflow_runtime::cdc::kernel::{Applied, Visible, apply};
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use proptest::prelude::*;
 
-use crate::model::{Config, Event, ModelOp, expected, rows_of, to_batch};
+use crate::model::{Config, Event, ModelOp, expected, rows_of, state_rows, to_batch};
 
 const FOREVER: i64 = i64::MAX / 4;
 
@@ -105,18 +104,6 @@ fn run_batches(config: &Config, batches: &[Vec<Event>]) -> Applied {
         )
         .expect("apply")
     })
-}
-
-/// State rows as sorted text: the state's batches differ in order, not in content.
-fn state_rows(batches: &[RecordBatch]) -> Vec<String> {
-    let text = pretty_format_batches(batches).expect("format").to_string();
-    let mut rows: Vec<String> = text
-        .lines()
-        .filter(|l| l.starts_with("| "))
-        .map(String::from)
-        .collect();
-    rows.sort();
-    rows
 }
 
 fn check(config: &Config, events: &[Event], batches: &[Vec<Event>]) -> Result<(), TestCaseError> {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cdcflow_runtime::cdc::kernel::{Op, Rules, SHARED_ROWS};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::arrow::util::pretty::pretty_format_batches;
 
 /// One change event of a table `(id BIGINT, a BIGINT, b BIGINT)` sequenced by `seq`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -201,6 +202,18 @@ fn rows_of_batch(batch: &RecordBatch) -> Vec<Row> {
                 if scd2 { opt(col(4), r) } else { None },
             )
         })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// State rows as sorted text: the state's batches differ in order, not in content.
+pub fn state_rows(batches: &[RecordBatch]) -> Vec<String> {
+    let text = pretty_format_batches(batches).expect("format").to_string();
+    let mut rows: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .map(String::from)
         .collect();
     rows.sort();
     rows

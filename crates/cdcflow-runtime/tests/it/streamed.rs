@@ -7,9 +7,8 @@ use cdcflow_runtime::cdc::kernel::{Applied, Visible, apply};
 use cdcflow_runtime::cdc::streamed::{self, Targets};
 use cdcflow_runtime::delta::{Commit, Mode, Table, write};
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::util::pretty::pretty_format_batches;
 
-use crate::model::{Config, Event, ModelOp, rows_of, to_batch};
+use crate::model::{Config, Event, ModelOp, rows_of, state_rows, to_batch};
 
 const ROWS: i64 = 140_000;
 
@@ -44,17 +43,6 @@ fn second_batch() -> Vec<Event> {
         events.push(event(id, 1, ModelOp::Upsert, Some(id)));
     }
     events
-}
-
-fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
-    let text = pretty_format_batches(batches).expect("format").to_string();
-    let mut rows: Vec<String> = text
-        .lines()
-        .filter(|l| l.starts_with("| "))
-        .map(String::from)
-        .collect();
-    rows.sort();
-    rows
 }
 
 /// Writes `batches` as the table at `dir` in two commits, so that it has two files.
@@ -136,21 +124,14 @@ async fn check(config: Config) {
         .expect("taken streaming");
     assert_eq!(done.metrics, in_memory.metrics);
     assert_eq!(done.public_rows, in_memory.public_rows());
-    done.public
-        .commit(Mode::Overwrite, &public_commit)
-        .await
-        .expect("commit");
-    done.state
-        .commit(Mode::Overwrite, &state_commit)
-        .await
-        .expect("commit");
+    done.commit(&targets).await.expect("commit");
 
     let public = Table::open(&public_dir).await.expect("open");
     let state = Table::open(&state_dir).await.expect("open");
     let streamed_public = public.read_batches(&rules.public_schema()).expect("read");
     let streamed_state = state.read_batches(&rules.state_schema()).expect("read");
     assert_eq!(rows_of(&streamed_public), rows_of(&in_memory.public));
-    assert_eq!(sorted_rows(&streamed_state), sorted_rows(&in_memory.state));
+    assert_eq!(state_rows(&streamed_state), state_rows(&in_memory.state));
 }
 
 #[tokio::test(flavor = "multi_thread")]
