@@ -35,12 +35,14 @@ pub(super) fn decide(
     if every_key || cores < 2 || members.num_rows() + events.num_rows() < rules.min_shared_rows {
         return apply_events(rules, &[members], recompute, events, now_micros);
     }
-    let shares: Vec<(RecordBatch, RecordBatch)> = split(rules, &members, cores)?
+    // Each share takes its rows on its own core.
+    let shares: Vec<(Vec<u32>, Vec<u32>)> = share_rows(rules, &members, cores)?
         .into_iter()
-        .zip(split(rules, events, cores)?)
+        .zip(share_rows(rules, events, cores)?)
         .collect();
-    drop(members);
-    let decided = par::map(shares, |(members, events)| {
+    let decided = par::map(shares, |(member_rows, event_rows)| {
+        let members = take_record_batch(&members, &UInt32Array::from(member_rows))?;
+        let events = take_record_batch(events, &UInt32Array::from(event_rows))?;
         apply_events(rules, &[members], false, &events, now_micros)
     })?;
     let mut state = Vec::new();
@@ -67,9 +69,9 @@ pub(super) fn decide(
     })
 }
 
-/// `batch` in `n` shares: each keyed row in the share of its key's hash, each marker
-/// row in every share.
-fn split(rules: &Rules, batch: &RecordBatch, n: usize) -> Result<Vec<RecordBatch>, ArrowError> {
+/// The rows of `batch` in `n` shares: each keyed row in the share of its key's hash,
+/// each marker row in every share.
+fn share_rows(rules: &Rules, batch: &RecordBatch, n: usize) -> Result<Vec<Vec<u32>>, ArrowError> {
     let hashes = hashes(&key_columns(batch, &rules.keys))?;
     let ops = batch.column(rules.op_col()).as_primitive::<Int8Type>();
     let mut rows: Vec<Vec<u32>> = vec![Vec::with_capacity(batch.num_rows() / n + 1); n];
@@ -80,9 +82,7 @@ fn split(rules: &Rules, batch: &RecordBatch, n: usize) -> Result<Vec<RecordBatch
             false => rows.iter_mut().for_each(|share| share.push(r)),
         }
     }
-    rows.into_iter()
-        .map(|r| take_record_batch(batch, &UInt32Array::from(r)))
-        .collect()
+    Ok(rows)
 }
 
 fn overflow() -> ArrowError {

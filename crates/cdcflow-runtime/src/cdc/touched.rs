@@ -399,16 +399,19 @@ fn widen(
     let narrow = rules.narrow_columns();
     let none = values.len();
     let indices: Vec<(usize, usize)> = at.iter().map(|a| a.unwrap_or((none, 0))).collect();
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-    for (c, field) in schema.fields().iter().enumerate() {
-        if let Some(n) = narrow.iter().position(|&w| w == c) {
-            columns.push(Arc::clone(members.column(n)));
-            continue;
-        }
-        let null = new_null_array(field.data_type(), 1);
-        let mut sources: Vec<&dyn Array> = values.iter().map(|b| b.column(c).as_ref()).collect();
-        sources.push(null.as_ref());
-        columns.push(interleave(&sources, &indices)?);
-    }
+    // A column per core at a time: the gathers are independent.
+    let columns = par::map(
+        schema.fields().iter().enumerate().collect(),
+        |(c, field)| {
+            if let Some(n) = narrow.iter().position(|&w| w == c) {
+                return Ok(Arc::clone(members.column(n)));
+            }
+            let null = new_null_array(field.data_type(), 1);
+            let mut sources: Vec<&dyn Array> =
+                values.iter().map(|b| b.column(c).as_ref()).collect();
+            sources.push(null.as_ref());
+            interleave(&sources, &indices)
+        },
+    )?;
     RecordBatch::try_new(schema, columns)
 }
