@@ -11,8 +11,8 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::error::ArrowError;
 use deltalake::kernel::Action;
-use deltalake::writer::DeltaWriter;
-use deltalake::{DeltaTable, DeltaTableError};
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
 
 use super::{Commit, Staged, StagedData, encoding, parallel, read, url_of};
 use crate::RunError;
@@ -80,7 +80,7 @@ where
 }
 
 /// One core's share: its row groups read, visited and the kept rows written to one
-/// file, whose encoding is judged on the first kept rows.
+/// file.
 async fn rewrite_run<T>(
     run: &read::Run,
     table: &DeltaTable,
@@ -90,46 +90,74 @@ async fn rewrite_run<T>(
     let dir = table.table_url().to_string();
     let delta_err = |e: DeltaTableError| RunError::delta(Path::new(&dir), e);
     let mut aside = Vec::new();
-    let mut pending: Vec<RecordBatch> = Vec::new();
-    let mut writer = None;
+    let mut file = RunFile {
+        table,
+        schema,
+        rows: run.rows,
+        pending: Vec::new(),
+        writer: None,
+    };
     for batch in run.batches(read) {
         let (kept, set_aside) = visit(batch?)?;
         aside.push(set_aside);
-        let Some(kept) = kept.filter(|k| k.num_rows() > 0) else {
-            continue;
-        };
-        let writer = match &mut writer {
-            Some(w) => w,
-            None => {
-                pending.push(kept);
-                if pending.iter().map(RecordBatch::num_rows).sum::<usize>() < JUDGE_ROWS {
-                    continue;
-                }
-                let properties = encoding::writer_properties_for(schema, &pending, run.rows);
-                let mut w = parallel::file_writer(table, schema, properties).map_err(delta_err)?;
-                for b in pending.drain(..) {
-                    w.write(b).await.map_err(delta_err)?;
-                }
-                writer = Some(w);
-                continue;
-            }
-        };
-        writer.write(kept).await.map_err(delta_err)?;
-    }
-    let mut writer = match (writer, pending.is_empty()) {
-        (Some(w), _) => w,
-        (None, true) => return Ok((vec![], aside)),
-        (None, false) => {
-            let properties = encoding::writer_properties_for(schema, &pending, run.rows);
-            let mut w = parallel::file_writer(table, schema, properties).map_err(delta_err)?;
-            for b in pending.drain(..) {
-                w.write(b).await.map_err(delta_err)?;
-            }
-            w
+        if let Some(kept) = kept.filter(|k| k.num_rows() > 0) {
+            file.push(kept).await.map_err(delta_err)?;
         }
-    };
-    let adds = writer.flush().await.map_err(delta_err)?;
-    Ok((adds.into_iter().map(Action::Add).collect(), aside))
+    }
+    let adds = file.finish().await.map_err(delta_err)?;
+    Ok((adds, aside))
+}
+
+/// The new file of one core: its first rows wait until there are enough to judge its
+/// encoding by, then every row goes to the writer as it comes.
+struct RunFile<'a> {
+    table: &'a DeltaTable,
+    schema: &'a SchemaRef,
+    /// Rows the run reads: the file holds at most these.
+    rows: usize,
+    pending: Vec<RecordBatch>,
+    writer: Option<RecordBatchWriter>,
+}
+
+impl RunFile<'_> {
+    async fn push(&mut self, batch: RecordBatch) -> DeltaResult<()> {
+        if let Some(writer) = &mut self.writer {
+            return writer.write(batch).await;
+        }
+        self.pending.push(batch);
+        if self
+            .pending
+            .iter()
+            .map(RecordBatch::num_rows)
+            .sum::<usize>()
+            >= JUDGE_ROWS
+        {
+            self.start().await?;
+        }
+        Ok(())
+    }
+
+    /// The writer, its encoding judged on the rows that came so far.
+    async fn start(&mut self) -> DeltaResult<&mut RecordBatchWriter> {
+        let properties = encoding::writer_properties_for(self.schema, &self.pending, self.rows);
+        let mut writer = parallel::file_writer(self.table, self.schema, properties)?;
+        for batch in self.pending.drain(..) {
+            writer.write(batch).await?;
+        }
+        Ok(self.writer.insert(writer))
+    }
+
+    /// The file's add action; none when no row came.
+    async fn finish(mut self) -> DeltaResult<Vec<Action>> {
+        if self.writer.is_none() && !self.pending.is_empty() {
+            self.start().await?;
+        }
+        let Some(writer) = self.writer.as_mut() else {
+            return Ok(vec![]);
+        };
+        let adds = writer.flush().await?;
+        Ok(adds.into_iter().map(Action::Add).collect())
+    }
 }
 
 impl Rewrite {
