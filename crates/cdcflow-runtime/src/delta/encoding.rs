@@ -26,6 +26,11 @@ use datafusion::parquet::file::properties::{
 };
 use datafusion::parquet::schema::types::ColumnPath;
 
+/// Rows per row group: small enough that a file's row groups are shared out evenly over
+/// the cores when read and go to disk while the file is still being written, large
+/// enough for its min/max statistics to prune (DuckDB writes 122,880).
+const ROW_GROUP_ROWS: usize = 128 * 1024;
+
 /// Rows sampled to estimate each column's distinct values.
 const SAMPLE_ROWS: usize = 4096;
 
@@ -50,6 +55,7 @@ pub(crate) fn writer_properties_for(
         // Min/max per row group is what Delta's file statistics and readers' pruning
         // use; page-level statistics and indexes cost encode time and are not read.
         .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_max_row_group_size(ROW_GROUP_ROWS)
         .set_dictionary_enabled(true);
     for (index, field) in schema.fields().iter().enumerate() {
         let Some(value_bytes) = plain_width(field.data_type()) else {

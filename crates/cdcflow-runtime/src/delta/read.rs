@@ -206,11 +206,13 @@ fn runs(groups: &[Group]) -> Vec<&[Group]> {
     let mut out = Vec::new();
     let (mut start, mut filled) = (0, 0);
     for (i, g) in groups.iter().enumerate() {
-        filled += g.rows;
-        if filled >= per_run {
-            out.push(&groups[start..=i]);
-            (start, filled) = (i + 1, 0);
+        // A run ends before a group that would take it further past its share than
+        // short of it.
+        if i > start && filled + g.rows / 2 > per_run {
+            out.push(&groups[start..i]);
+            (start, filled) = (i, 0);
         }
+        filled += g.rows;
     }
     if start < groups.len() {
         out.push(&groups[start..]);
