@@ -55,7 +55,7 @@ pub(crate) fn writer_properties_for(
         // Min/max per row group is what Delta's file statistics and readers' pruning
         // use; page-level statistics and indexes cost encode time and are not read.
         .set_statistics_enabled(EnabledStatistics::Chunk)
-        .set_max_row_group_size(ROW_GROUP_ROWS)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_dictionary_enabled(true);
     for (index, field) in schema.fields().iter().enumerate() {
         let Some(value_bytes) = plain_width(field.data_type()) else {
