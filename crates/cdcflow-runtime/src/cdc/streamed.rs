@@ -49,8 +49,8 @@ pub struct Targets<'a> {
     pub public_commit: &'a Commit,
 }
 
-/// Applies `events` with the tables streaming through; `None` (nothing written) when
-/// the batch must be applied in memory.
+/// Applies `events` with the tables streaming through, staging both tables' files;
+/// `None` when the batch must be applied in memory (known before anything is written).
 pub async fn apply(
     rules: &Rules,
     targets: &Targets<'_>,
