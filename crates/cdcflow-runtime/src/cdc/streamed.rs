@@ -57,18 +57,17 @@ pub async fn apply(
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Option<Streamed>, RunError> {
-    if !targets.state.exists() || !targets.public.exists() {
+    let rewritable = targets
+        .state
+        .rewritable(&rules.state_schema(), targets.state_commit)
+        && targets
+            .public
+            .rewritable(&rules.public_schema(), targets.public_commit);
+    if !rewritable {
         return Ok(None);
     }
     let touch = Arc::new(Touch::new(rules, events, false, now_micros)?);
-    if touch.every_key()
-        || !targets
-            .state
-            .rewritable(&rules.state_schema(), targets.state_commit)
-        || !targets
-            .public
-            .rewritable(&rules.public_schema(), targets.public_commit)
-    {
+    if touch.every_key() {
         return Ok(None);
     }
     let splitter = Arc::clone(&touch);
