@@ -230,29 +230,7 @@ pub enum Visible {
     Recompute,
 }
 
-/// Applies `events` (rows of [`Rules::event_schema`]) to the `stored` state (rows of
-/// [`Rules::state_schema`]).
-///
-/// Only keys with incoming events are decided again (every key when a new TRUNCATE
-/// arrived or `visible` is [`Visible::Recompute`]): their stored events are found by a
-/// hash probe, merged with the incoming ones and folded. All other rows are kept by
-/// bulk filters, zero-copy for batches without a touched key, so the cost follows the
-/// size of the change more than the size of the table. The inputs are taken so that a
-/// narrow state's apply can let each input batch go once it is filtered.
-pub fn apply(
-    rules: &Rules,
-    stored: Vec<RecordBatch>,
-    visible: Visible,
-    events: &RecordBatch,
-    now_micros: i64,
-) -> Result<Applied, ArrowError> {
-    if rules.narrow_state() && matches!(visible, Visible::Recompute) {
-        return Err(ArrowError::InvalidArgumentError(
-            "an SCD type 1 state keeps no values: its published rows are needed".into(),
-        ));
-    }
-    super::touched::apply(rules, stored, visible, events, now_micros)
-}
+pub use super::touched::apply;
 
 /// What [`apply_events`] did, and whether it decided every key again.
 pub(crate) struct Decided {

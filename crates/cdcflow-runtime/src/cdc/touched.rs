@@ -24,7 +24,16 @@ use super::kernel::{Applied, ApplyMetrics, Op, Rules, Visible, filtered};
 use super::keyset::{KeySet, NONE, hashes};
 use crate::par;
 
-pub(super) fn apply(
+/// Applies `events` (rows of [`Rules::event_schema`]) to the `stored` state (rows of
+/// [`Rules::state_schema`]).
+///
+/// Only keys with incoming events are decided again (every key when a new TRUNCATE
+/// arrived or `visible` is [`Visible::Recompute`]): their stored events are found by a
+/// hash probe, merged with the incoming ones and folded. All other rows are kept by
+/// bulk filters, zero-copy for batches without a touched key, so the cost follows the
+/// size of the change more than the size of the table. The inputs are taken so that a
+/// narrow state's apply can let each input batch go once it is filtered.
+pub fn apply(
     rules: &Rules,
     stored: Vec<RecordBatch>,
     visible: Visible,
@@ -32,6 +41,11 @@ pub(super) fn apply(
     now_micros: i64,
 ) -> Result<Applied, ArrowError> {
     let recompute = matches!(visible, Visible::Recompute);
+    if rules.narrow_state() && recompute {
+        return Err(ArrowError::InvalidArgumentError(
+            "an SCD type 1 state keeps no values: its published rows are needed".into(),
+        ));
+    }
     let touch = Touch::new(rules, events, recompute, now_micros)?;
     let mut members = Vec::new();
     let mut kept = Vec::new();
