@@ -143,10 +143,11 @@ async fn seed(
         name: name.into(),
         ..Commit::default()
     };
-    let (seeded, ()) = rewrite(
+    let dest = Table::open(dir).await.map_err(|e| e.to_string())?;
+    let (seeded, _) = rewrite(
         &[stored_file.to_path_buf()],
         &read_schema,
-        dir,
+        &dest,
         schema,
         &commit,
         move |batch| {
@@ -156,7 +157,6 @@ async fn seed(
     )
     .await
     .map_err(|e| e.to_string())?
-    .map(|(rewrite, _)| (rewrite, ()))
     .ok_or("the seed table cannot be written file by file")?;
     seeded
         .with(vec![])

@@ -103,7 +103,7 @@ pub(crate) async fn run(
     let done = match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
         Some(done) => done,
         None => {
-            let applied = apply_in_memory(target, &rules, &state, &public, &events, rc)?;
+            let applied = apply_in_memory(target, &rules, &state, &public, &events, rc.now_micros)?;
             if let Some(change) = delta::added_columns(
                 public.arrow_schema().as_ref(),
                 &rules.public_schema(),
@@ -111,19 +111,7 @@ pub(crate) async fn run(
             ) {
                 report.warnings.push(change);
             }
-            let public_rows = applied.public_rows();
-            // Both tables' files are encoded together.
-            let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
-            let (public, state) = tokio::try_join!(
-                delta::stage(&public_dir, &public_schema, applied.public, &public_commit),
-                delta::stage(&state_dir, &state_schema, applied.state, &state_commit),
-            )?;
-            streamed::Streamed {
-                public,
-                state,
-                metrics: applied.metrics,
-                public_rows,
-            }
+            streamed::Streamed::staged(applied, &rules, &targets).await?
         }
     };
     if done.metrics.late_after_gc > 0 {
@@ -147,7 +135,7 @@ fn apply_in_memory(
     state: &Table,
     public: &Table,
     events: &RecordBatch,
-    rc: &RunContext<'_>,
+    now_micros: i64,
 ) -> Result<kernel::Applied, RunError> {
     let stored = state.read_batches(&rules.state_schema())?;
     let published = public.read_batches(&rules.public_schema())?;
@@ -156,13 +144,7 @@ fn apply_in_memory(
         true => Visible::Recompute,
         false => Visible::Rows(published),
     };
-    Ok(kernel::apply(
-        rules,
-        stored,
-        visible,
-        events,
-        rc.now_micros,
-    )?)
+    Ok(kernel::apply(rules, stored, visible, events, now_micros)?)
 }
 
 /// The commits of a batch to the published table and to the state.

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 
-use super::kernel::{ApplyMetrics, Rules, filtered};
+use super::kernel::{Applied, ApplyMetrics, Rules, filtered};
 use super::touched::Touch;
 use crate::RunError;
-use crate::delta::{Commit, Mode, Staged, Table, rewrite};
+use crate::delta::{self, Commit, Mode, Staged, Table, rewrite};
 
 /// Both tables staged, and what the apply did.
 pub struct Streamed {
@@ -29,6 +29,36 @@ pub struct Streamed {
 }
 
 impl Streamed {
+    /// A batch applied in memory, both tables' files encoded together.
+    pub async fn staged(
+        applied: Applied,
+        rules: &Rules,
+        targets: &Targets<'_>,
+    ) -> Result<Self, RunError> {
+        let public_rows = applied.public_rows();
+        let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
+        let (public, state) = tokio::try_join!(
+            delta::stage(
+                &targets.public.dir,
+                &public_schema,
+                applied.public,
+                targets.public_commit
+            ),
+            delta::stage(
+                &targets.state.dir,
+                &state_schema,
+                applied.state,
+                targets.state_commit
+            ),
+        )?;
+        Ok(Self {
+            public,
+            state,
+            metrics: applied.metrics,
+            public_rows,
+        })
+    }
+
     /// Commits the published table, then the state: a crash between the two repeats
     /// the batch, which changes nothing in the published table (`touched.rs`).
     pub async fn commit(self, targets: &Targets<'_>) -> Result<(), RunError> {
@@ -57,12 +87,13 @@ pub async fn apply(
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Option<Streamed>, RunError> {
+    let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
     let rewritable = targets
         .state
-        .rewritable(&rules.state_schema(), targets.state_commit)
+        .rewritable(&state_schema, targets.state_commit)
         && targets
             .public
-            .rewritable(&rules.public_schema(), targets.public_commit);
+            .rewritable(&public_schema, targets.public_commit);
     if !rewritable {
         return Ok(None);
     }
@@ -71,11 +102,10 @@ pub async fn apply(
         return Ok(None);
     }
     let splitter = Arc::clone(&touch);
-    let state_schema = rules.state_schema();
     let Some((state, members)) = rewrite(
         &targets.state.data_files()?,
         &state_schema,
-        &targets.state.dir,
+        targets.state,
         &state_schema,
         targets.state_commit,
         move |batch| {
@@ -88,14 +118,13 @@ pub async fn apply(
         return Ok(None);
     };
     let members: Vec<RecordBatch> = members.into_iter().flatten().collect();
-    let members = concat_batches(&rules.state_schema(), &members)?;
+    let members = concat_batches(&state_schema, &members)?;
     let wanted = Arc::new(touch.wanted(&members)?);
     let prober = Arc::clone(&touch);
-    let public_schema = rules.public_schema();
     let Some((public, probed)) = rewrite(
         &targets.public.data_files()?,
         &public_schema,
-        &targets.public.dir,
+        targets.public,
         &public_schema,
         targets.public_commit,
         move |batch| {

@@ -14,7 +14,7 @@ use deltalake::kernel::Action;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
 
-use super::{Commit, Staged, StagedData, encoding, parallel, read, url_of};
+use super::{Commit, Staged, StagedData, Table, encoding, parallel, read, url_of};
 use crate::RunError;
 
 /// Rows read to judge a new file's encoding before its writer starts.
@@ -29,14 +29,14 @@ pub struct Rewrite {
 }
 
 /// Reads the Parquet `sources` in batches of `read` on every core and writes the rows
-/// `visit` makes of each (in `schema`) into new files of the table at `dir`; what it
-/// sets aside comes back in source order. `None` (nothing read) when the table has
-/// rules of its own or other columns, which only deltalake's write operation writes
-/// ([`parallel::applies`]).
+/// `visit` makes of each (in `schema`) into new files of the table `dest` (created at
+/// its commit when it does not exist); what it sets aside comes back in source order.
+/// `None` (nothing read) when the table has rules of its own or other columns, which
+/// only deltalake's write operation writes ([`parallel::applies`]).
 pub async fn rewrite<T, F>(
     sources: &[PathBuf],
     read: &SchemaRef,
-    dir: &Path,
+    dest: &Table,
     schema: &SchemaRef,
     commit: &Commit,
     visit: F,
@@ -45,10 +45,17 @@ where
     T: Send + 'static,
     F: Fn(RecordBatch) -> Result<(Option<RecordBatch>, T), ArrowError> + Send + Sync + 'static,
 {
-    std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
-    let table = DeltaTable::try_from_url(url_of(dir)?)
-        .await
-        .map_err(|e| RunError::delta(dir, e))?;
+    let dir = dest.dir.as_path();
+    // The snapshot the caller read is the one the commit replaces.
+    let table = match &dest.table {
+        Some(table) => table.clone(),
+        None => {
+            std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
+            DeltaTable::try_from_url(url_of(dir)?)
+                .await
+                .map_err(|e| RunError::delta(dir, e))?
+        }
+    };
     if !parallel::applies(&table, schema, commit) {
         return Ok(None);
     }
