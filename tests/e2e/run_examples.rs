@@ -407,16 +407,35 @@ fn the_legacy_corpus_runs() {
 }
 
 #[test]
-fn a_second_run_stops_while_a_live_run_holds_the_lock_and_takes_over_a_dead_ones() {
+fn a_second_run_stops_while_a_live_run_holds_the_lock_and_a_dead_ones_lock_is_free() {
     use cdcflow_runtime::lock::{Holder, RunLock};
     let dir = example_copy("orders");
     let p = dir.path().to_str().expect("utf-8");
     let lock = RunLock::path(&dir.path().join("_storage"));
     fs::create_dir_all(dir.path().join("_storage")).expect("mkdir");
-    // A live process holds the lock.
-    let mut holder = Command::new("sleep").arg("30").spawn().expect("sleep");
-    let live = Holder::of_pid(holder.id());
-    fs::write(&lock, serde_json::to_string(&live).expect("json")).expect("write");
+    // A live process holds the OS lock on the file (flock(1) takes the lock a run takes),
+    // and the file names it.
+    // `-o`: the lock stays with flock(1) itself, not with its child.
+    let mut holder = Command::new("flock")
+        .arg("-o")
+        .arg(&lock)
+        .args(["sleep", "30"])
+        .spawn()
+        .expect("flock(1)");
+    let named = Holder {
+        pid: holder.id(),
+        host: Holder::current().host,
+    };
+    // Until flock(1) holds it, `flock -n` takes the lock and succeeds.
+    while Command::new("flock")
+        .args(["-n", lock.to_str().expect("utf-8"), "true"])
+        .status()
+        .expect("flock -n")
+        .success()
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    fs::write(&lock, serde_json::to_string(&named).expect("json")).expect("write");
     let out = cdcflow(&["run", "-p", p]);
     assert!(!out.status.success());
     let msg = format!("pipeline orders is being run by pid {}", holder.id());
@@ -425,12 +444,16 @@ fn a_second_run_stops_while_a_live_run_holds_the_lock_and_takes_over_a_dead_ones
         !dir.path().join("_storage/tables").exists(),
         "nothing may be written"
     );
-    // The holder dies: its lock is taken over, and released after the run.
+    // The holder dies: the OS released its lock, and the file naming it is no obstacle.
     holder.kill().expect("kill");
     holder.wait().expect("wait");
     let out = cdcflow(&["run", "-p", p]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert!(!lock.exists());
+    assert_eq!(
+        fs::read_to_string(&lock).expect("lock file"),
+        "",
+        "released"
+    );
 }
 
 #[test]
@@ -569,5 +592,9 @@ fn continuous_mode_picks_up_new_files_and_stops_cleanly_on_sigterm() {
     assert!(term.success());
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(!dir.path().join("_storage/_run.lock").exists());
+    assert_eq!(
+        fs::read_to_string(dir.path().join("_storage/_run.lock")).expect("lock file"),
+        "",
+        "released"
+    );
 }

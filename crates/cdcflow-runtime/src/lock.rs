@@ -1,77 +1,46 @@
-//! One `cdcflow run` per pipeline at a time: a lock file in the storage folder names
-//! the process holding it. A lock left by a process that is gone (killed, crashed) is
-//! taken over; a live holder makes the second run stop with its pid.
+//! One `cdcflow run` per pipeline at a time: an OS advisory lock (`flock`) on a file in
+//! the storage folder, held for the run's lifetime. The operating system releases it
+//! when the holder exits, however it ends (SIGKILL, a crash), so a dead run's lock
+//! needs no taking over: there is no read-delete-create step two runs could race
+//! through. The file also names the holder (pid and host) for the message a second run
+//! stops with.
 //!
-//! The holder is identified by its pid *and* its start time (Linux `/proc/<pid>/stat`),
-//! so a pid reused by an unrelated process does not keep a stale lock alive.
+//! The file itself is never deleted: a run waiting to lock the old file while another
+//! created a new one would both hold "the" lock. An empty or stale file is harmless;
+//! only the lock on it counts.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;
 
-/// Who holds a lock.
+/// Who holds a lock, as written in its file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     pub pid: u32,
-    /// Clock ticks after boot when the process started (`None` where unknown).
-    pub start_time: Option<u64>,
     pub host: String,
 }
 
 impl Holder {
     /// This process.
     pub fn current() -> Self {
-        Self::of_pid(std::process::id())
-    }
-
-    /// Process `pid` of this host, as it is now.
-    pub fn of_pid(pid: u32) -> Self {
         Self {
-            pid,
-            start_time: start_time(pid),
-            host: host(),
-        }
-    }
-
-    /// Whether the holder still runs: on this host, the same pid with the same start
-    /// time. A holder on another host is assumed alive.
-    fn alive(&self) -> bool {
-        if self.host != host() {
-            return true;
-        }
-        if !Path::new("/proc").is_dir() {
-            return true;
-        }
-        match (self.start_time, start_time(self.pid)) {
-            (_, None) => false,
-            (Some(then), Some(now)) => then == now,
-            (None, Some(_)) => true,
+            pid: std::process::id(),
+            host: fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default(),
         }
     }
 }
 
-fn host() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
-}
-
-/// Field 22 of `/proc/<pid>/stat` (the process start time), read after the command
-/// name, which may itself hold spaces and parentheses.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// The lock of a pipeline, released when dropped.
+/// The lock of a pipeline, held while this value lives (the OS releases it when the
+/// file is closed, or the process ends).
 #[derive(Debug)]
 pub struct RunLock {
-    path: PathBuf,
+    file: File,
 }
 
 impl RunLock {
@@ -84,50 +53,96 @@ impl RunLock {
     pub fn acquire(storage: &Path, pipeline: &str) -> Result<Self, RunError> {
         fs::create_dir_all(storage).map_err(|e| RunError::io(storage, e))?;
         let path = Self::path(storage);
-        let me = Holder::current();
-        let text = serde_json::to_string(&me).unwrap_or_default();
-        // Two attempts: the second after removing a lock whose holder is gone.
-        for _ in 0..2 {
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(mut f) => {
-                    f.write_all(text.as_bytes())
-                        .and_then(|()| f.sync_all())
-                        .map_err(|e| RunError::io(&path, e))?;
-                    return Ok(Self { path });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let held = fs::read_to_string(&path).unwrap_or_default();
-                    match serde_json::from_str::<Holder>(&held) {
-                        Ok(h) if h.alive() => {
-                            return Err(RunError::input(format!(
-                                "pipeline {pipeline} is being run by pid {} on {}",
-                                h.pid,
-                                if h.host.is_empty() { "this host" } else { &h.host }
-                            ))
-                            .with_help(format!(
-                                "wait for it to finish; if that process is gone for good, delete {}",
-                                path.display()
-                            )));
-                        }
-                        // Gone, or a lock file cut short by a crash: take it over.
-                        _ => {
-                            tracing::warn!(lock = %path.display(), "taking over a lock left by a run that is gone");
-                            let _ = fs::remove_file(&path);
-                        }
-                    }
-                }
-                Err(e) => return Err(RunError::io(&path, e)),
-            }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| RunError::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(held(&mut file, &path, pipeline)),
+            Err(TryLockError::Error(e)) => return Err(RunError::io(&path, e)),
         }
-        Err(RunError::input(format!(
-            "pipeline {pipeline}: could not take the run lock {}",
-            path.display()
-        )))
+        let text = serde_json::to_string(&Holder::current()).unwrap_or_default();
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| file.write_all(text.as_bytes()))
+            .and_then(|()| file.sync_all())
+            .map_err(|e| RunError::io(&path, e))?;
+        Ok(Self { file })
     }
+}
+
+/// The error of a second run: who holds the lock, as far as its file says (a holder
+/// that has locked it but not written its name yet is "another process").
+fn held(file: &mut File, path: &Path, pipeline: &str) -> RunError {
+    let mut text = String::new();
+    let _ = file.read_to_string(&mut text);
+    let who = match serde_json::from_str::<Holder>(&text) {
+        Ok(h) if h.host.is_empty() => format!("pid {} on this host", h.pid),
+        Ok(h) => format!("pid {} on {}", h.pid, h.host),
+        Err(_) => "another process".to_string(),
+    };
+    RunError::input(format!("pipeline {pipeline} is being run by {who}")).with_help(format!(
+        "wait for it to finish; the lock ({}) is released when that process ends, however it ends",
+        path.display()
+    ))
 }
 
 impl Drop for RunLock {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
+        // The name goes before the lock does, so no reader sees a stale holder named
+        // in a free lock's file.
+        let _ = self.file.set_len(0);
+        let _ = self.file.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_holder_that_has_not_written_its_name_yet_keeps_the_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = RunLock::path(dir.path());
+        // Another run has created and locked the file, and is about to write its name.
+        let starting = File::create(&path).expect("create");
+        starting.try_lock().expect("lock");
+        let err = RunLock::acquire(dir.path(), "p").expect_err("held");
+        assert!(
+            err.to_string()
+                .contains("pipeline p is being run by another process"),
+            "{err}"
+        );
+        drop(starting);
+        let lock = RunLock::acquire(dir.path(), "p").expect("free once its holder is gone");
+        let named: Holder =
+            serde_json::from_str(&fs::read_to_string(&path).expect("read")).expect("holder");
+        assert_eq!(named.pid, std::process::id());
+        let err = RunLock::acquire(dir.path(), "p").expect_err("held");
+        assert!(
+            err.to_string()
+                .contains(&format!("being run by pid {}", std::process::id())),
+            "{err}"
+        );
+        drop(lock);
+        assert_eq!(fs::read_to_string(&path).expect("read"), "");
+        RunLock::acquire(dir.path(), "p").expect("free after release");
+    }
+
+    #[test]
+    fn a_lock_file_left_by_a_dead_run_is_no_obstacle_and_is_never_deleted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = RunLock::path(dir.path());
+        fs::write(&path, r#"{"pid":1,"host":"elsewhere"}"#).expect("write");
+        let lock = RunLock::acquire(dir.path(), "p").expect("nobody holds it");
+        drop(lock);
+        assert!(
+            path.exists(),
+            "deleting the file would let two runs lock two files"
+        );
     }
 }
