@@ -3,6 +3,8 @@
 //!
 //! Whether batch `n` was committed is not recorded here: the target table knows it,
 //! because its commit carries the flow's application-transaction id with version `n`.
+//! That commit also records the batch's offsets, from which a lost or damaged offsets
+//! file of a committed batch is restored.
 //! So after a crash at any point either the commit happened (the offsets of `n` count as
 //! processed) or it did not (they are discarded and the input is read again). Nothing is
 //! skipped and nothing applied twice, without a two-phase commit.
@@ -15,6 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;
+use crate::delta::Table;
 
 /// What one batch of a flow reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -67,30 +70,37 @@ impl Checkpoint {
         self.dir.join("offsets")
     }
 
-    /// The progress given the last batch the target committed; offsets of batches
-    /// after it were never committed and are removed.
-    pub fn load(&self, committed: Option<i64>) -> Result<Progress, RunError> {
-        self.read(committed, true)
+    /// The progress of the flow whose commits to `table` carry `app`. Offsets of
+    /// batches after the last committed one were never committed and are removed; the
+    /// offsets file of a committed batch that is missing or damaged is restored from
+    /// the table's commit of that batch, so its input is never read a second time.
+    pub async fn load(&self, table: &Table, app: &str) -> Result<Progress, RunError> {
+        self.read(table, app, true).await
     }
 
     /// As [`Checkpoint::load`], changing nothing (for `cdcflow status` beside a run).
-    pub fn peek(&self, committed: Option<i64>) -> Result<Progress, RunError> {
-        self.read(committed, false)
+    pub async fn peek(&self, table: &Table, app: &str) -> Result<Progress, RunError> {
+        self.read(table, app, false).await
     }
 
-    fn read(&self, committed: Option<i64>, tidy: bool) -> Result<Progress, RunError> {
+    fn offsets_file(&self, batch: i64) -> PathBuf {
+        self.offsets_dir().join(format!("{batch:020}.json"))
+    }
+
+    async fn read(&self, table: &Table, app: &str, tidy: bool) -> Result<Progress, RunError> {
+        let committed = table.txn_version(app).await?;
         let dir = self.offsets_dir();
         let mut progress = Progress {
             committed,
             ..Progress::default()
         };
         let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(progress),
+            Ok(e) => Some(e),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(RunError::io(&dir, e)),
         };
-        let mut batches: Vec<(i64, PathBuf)> = Vec::new();
-        for entry in entries {
+        let mut batches: BTreeMap<i64, PathBuf> = BTreeMap::new();
+        for entry in entries.into_iter().flatten() {
             let path = entry.map_err(|e| RunError::io(&dir, e))?.path();
             let batch = path
                 .file_stem()
@@ -98,22 +108,36 @@ impl Checkpoint {
                 .filter(|_| path.extension().is_some_and(|e| e == "json"))
                 .and_then(|s| s.parse::<i64>().ok());
             if let Some(b) = batch {
-                batches.push((b, path));
+                batches.insert(b, path);
             }
         }
-        batches.sort();
-        for (batch, path) in batches {
-            if committed.is_none_or(|c| batch > c) {
-                if tidy {
-                    fs::remove_file(&path).map_err(|e| RunError::io(&path, e))?;
-                }
-                continue;
+        for (_, path) in batches.range(committed.map_or(i64::MIN, |c| c + 1)..) {
+            if tidy {
+                fs::remove_file(path).map_err(|e| RunError::io(path, e))?;
             }
-            let text = fs::read_to_string(&path).map_err(|e| RunError::io(&path, e))?;
-            let offsets: Offsets = serde_json::from_str(&text).map_err(|e| RunError::File {
-                path: path.clone(),
-                message: format!("corrupt checkpoint: {e}"),
-            })?;
+        }
+        // Every batch up to the committed one wrote its offsets before its commit.
+        let mut read: BTreeMap<i64, Offsets> = BTreeMap::new();
+        let mut lost: BTreeMap<i64, (PathBuf, String)> = BTreeMap::new();
+        for batch in 0..=committed.unwrap_or(-1) {
+            let Some(path) = batches.get(&batch) else {
+                lost.insert(batch, (self.offsets_file(batch), "missing".into()));
+                continue;
+            };
+            let text = fs::read_to_string(path).map_err(|e| RunError::io(path, e))?;
+            match serde_json::from_str::<Offsets>(&text) {
+                Ok(offsets) => {
+                    read.insert(batch, offsets);
+                }
+                Err(e) => {
+                    lost.insert(batch, (path.clone(), format!("damaged ({e})")));
+                }
+            }
+        }
+        if !lost.is_empty() {
+            read.extend(self.restore(table, app, lost, tidy).await?);
+        }
+        for offsets in read.into_values() {
             for (input, files) in &offsets.files {
                 progress
                     .files
@@ -126,11 +150,64 @@ impl Checkpoint {
         Ok(progress)
     }
 
+    /// The offsets of committed batches whose files are `lost`, from the commits that
+    /// carry them (and written back when `tidy`); an error naming the first file and
+    /// the safe ways out when a commit does not record them.
+    async fn restore(
+        &self,
+        table: &Table,
+        app: &str,
+        lost: BTreeMap<i64, (PathBuf, String)>,
+        tidy: bool,
+    ) -> Result<BTreeMap<i64, Offsets>, RunError> {
+        let wanted: BTreeSet<i64> = lost.keys().copied().collect();
+        let mut recorded = table.batch_offsets(app, &wanted).await?;
+        let mut restored = BTreeMap::new();
+        for (batch, (path, why)) in lost {
+            let offsets = recorded
+                .remove(&batch)
+                .and_then(|v| serde_json::from_value::<Offsets>(v).ok())
+                .filter(|o| o.batch == batch);
+            let Some(offsets) = offsets else {
+                return Err(self.unrecoverable(table, batch, &path, &why));
+            };
+            if tidy {
+                let text = serde_json::to_string_pretty(&offsets).map_err(|e| RunError::File {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+                fs::create_dir_all(self.offsets_dir())
+                    .map_err(|e| RunError::io(self.offsets_dir(), e))?;
+                write_atomic(&path, text.as_bytes())?;
+            }
+            tracing::warn!(file = %path.display(), batch, "checkpoint file {why}: restored from the table's commit of the batch");
+            restored.insert(batch, offsets);
+        }
+        Ok(restored)
+    }
+
+    fn unrecoverable(&self, table: &Table, batch: i64, path: &Path, why: &str) -> RunError {
+        let name = |p: &Path| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        RunError::input(format!(
+            "{}: the checkpoint of batch {batch} of flow `{}` is {why}, and the table's commit of that batch does not record what it read (committed by an older cdcflow, or its log was cleaned up)",
+            path.display(),
+            name(&self.dir)
+        ))
+        .with_help(format!(
+            "put the file back from a backup, or run `cdcflow run --full-refresh {}` to rebuild the table from its sources; running on without the file would read the batch's input again and apply it twice",
+            name(&table.dir)
+        ))
+    }
+
     /// Records what batch `offsets.batch` reads; durable before the batch commits.
     pub fn write_intent(&self, offsets: &Offsets) -> Result<(), RunError> {
         let dir = self.offsets_dir();
         fs::create_dir_all(&dir).map_err(|e| RunError::io(&dir, e))?;
-        let path = dir.join(format!("{:020}.json", offsets.batch));
+        let path = self.offsets_file(offsets.batch);
         let text = serde_json::to_string_pretty(offsets).map_err(|e| RunError::File {
             path: path.clone(),
             message: e.to_string(),

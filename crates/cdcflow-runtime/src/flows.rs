@@ -43,7 +43,7 @@ impl QueryBatch {
         let table = Table::open(&dir).await?;
         let app = layout::app_id(&flow.name);
         let checkpoint = rc.checkpoint(flow);
-        let progress = checkpoint.load(table.txn_version(&app).await?)?;
+        let progress = checkpoint.load(&table, &app).await?;
         let inputs = BatchInputs::new(progress.next_batch());
         Ok(Self {
             dir,
@@ -126,7 +126,7 @@ impl QueryBatch {
         {
             report.warnings.push(change);
         }
-        let commit = commit_for(rc, flow, &self.app, batch);
+        let commit = commit_for(rc, flow, &self.app, batch).with_offsets(&self.inputs.offsets);
         delta::write(&self.dir, &schema, batches, mode, &commit).await?;
         report.outcome = FlowOutcome::Committed { batch };
         report.oldest_change_micros = self.inputs.oldest_arrival_micros;

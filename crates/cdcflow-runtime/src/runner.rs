@@ -247,9 +247,9 @@ async fn refuse_lossy_refresh(
     {
         let table = Table::open(&layout::table_dir(storage, d)).await?;
         for flow in pipeline.flows_into(&d.name) {
-            let committed = table.txn_version(&layout::app_id(&flow.name)).await?;
-            let progress =
-                Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)).peek(committed)?;
+            let progress = Checkpoint::new(layout::checkpoint_dir(storage, &flow.name))
+                .peek(&table, &layout::app_id(&flow.name))
+                .await?;
             for input in &flow.inputs {
                 let Input::Files(rf) = input else { continue };
                 let present: std::collections::BTreeSet<String> = rf

@@ -50,9 +50,9 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
             ..FlowStatus::default()
         };
         let table = Table::open(&layout::table_dir(&storage, target)).await?;
-        let committed = table.txn_version(&layout::app_id(&flow.name)).await?;
-        let progress =
-            Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name)).peek(committed)?;
+        let progress = Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name))
+            .peek(&table, &layout::app_id(&flow.name))
+            .await?;
         for input in &flow.inputs {
             let Input::Files(rf) = input else { continue };
             if !rf.streaming {

@@ -60,7 +60,7 @@ pub(crate) async fn run(
     let published_ahead = public.txn_version(&app).await? > committed;
 
     let checkpoint = rc.checkpoint(flow);
-    let progress = checkpoint.load(committed)?;
+    let progress = checkpoint.load(&state, &app).await?;
     if flow.once && committed.is_some() {
         report.outcome = FlowOutcome::UpToDate {
             reason: "ONCE flow already ran".into(),
@@ -93,7 +93,7 @@ pub(crate) async fn run(
 
     let events = to_events(spec, &rules, &source_schema, rows, rc.now_micros).await?;
     report.oldest_change_micros = oldest_commit_time(&events);
-    let (public_commit, state_commit) = commits(target, vec![(app, batch)]);
+    let (public_commit, state_commit) = commits(target, vec![(app, batch)], &offsets);
     let targets = streamed::Targets {
         state: &state,
         state_commit: &state_commit,
@@ -147,8 +147,9 @@ fn apply_in_memory(
     Ok(kernel::apply(rules, stored, visible, events, now_micros)?)
 }
 
-/// The commits of a batch to the published table and to the state.
-fn commits(target: &Dataset, txns: Vec<(String, i64)>) -> (Commit, Commit) {
+/// The commits of a batch to the published table and to the state, both carrying the
+/// batch's offsets.
+fn commits(target: &Dataset, txns: Vec<(String, i64)>, offsets: &Offsets) -> (Commit, Commit) {
     let state_commit = Commit {
         txns: txns.clone(),
         name: format!("{}__state", target.name),
@@ -158,7 +159,10 @@ fn commits(target: &Dataset, txns: Vec<(String, i64)>) -> (Commit, Commit) {
         )),
         ..Commit::default()
     };
-    (Commit::to_published(target, txns), state_commit)
+    (
+        Commit::to_published(target, txns).with_offsets(offsets),
+        state_commit.with_offsets(offsets),
+    )
 }
 
 fn lost_published(target: &Dataset) -> RunError {

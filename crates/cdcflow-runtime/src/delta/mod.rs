@@ -1,7 +1,7 @@
 //! Delta Lake tables on the local disk: open, read whole or incrementally, and commit
 //! with application-transaction ids (the exactly-once marker of each flow batch).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -92,6 +92,49 @@ impl Table {
             .transaction_version(t.log_store().as_ref(), app)
             .await
             .map_err(|e| self.err(e))
+    }
+
+    /// The offsets recorded in the commits that carry `app` at one of `batches`, found by
+    /// reading the log from the newest commit back (commits removed by log cleanup are
+    /// not searched).
+    pub async fn batch_offsets(
+        &self,
+        app: &str,
+        batches: &BTreeSet<i64>,
+    ) -> Result<BTreeMap<i64, serde_json::Value>, RunError> {
+        let mut found = BTreeMap::new();
+        let Some(t) = &self.table else {
+            return Ok(found);
+        };
+        for v in (0..=self.version().unwrap_or(-1)).rev() {
+            if found.len() == batches.len() {
+                break;
+            }
+            let Some(bytes) = t
+                .log_store()
+                .read_commit_entry(v as u64)
+                .await
+                .map_err(|e| self.err(e))?
+            else {
+                break;
+            };
+            let actions =
+                deltalake::logstore::get_actions(v as u64, &bytes).map_err(|e| self.err(e))?;
+            let batch = actions.iter().find_map(|a| match a {
+                Action::Txn(t) if t.app_id == app && batches.contains(&t.version) => {
+                    Some(t.version)
+                }
+                _ => None,
+            });
+            let offsets = actions.iter().find_map(|a| match a {
+                Action::CommitInfo(info) => info.info.get(OFFSETS_KEY).cloned(),
+                _ => None,
+            });
+            if let (Some(batch), Some(offsets)) = (batch, offsets) {
+                found.entry(batch).or_insert(offsets);
+            }
+        }
+        Ok(found)
     }
 
     fn err(&self, e: DeltaTableError) -> RunError {
@@ -213,7 +256,15 @@ pub struct Commit {
     pub configuration: BTreeMap<String, String>,
     pub name: String,
     pub description: Option<String>,
+    /// The batch's offsets, kept in the commit's `commitInfo` so that a lost or damaged
+    /// checkpoint file of a committed batch is restored from the table.
+    pub offsets: Option<serde_json::Value>,
 }
+
+const TWO_RUNS_HELP: &str = "are two cdcflow runs using this storage folder? Run again when it is alone: the next run goes on from what is committed";
+
+/// The `commitInfo` key of a batch's offsets.
+pub const OFFSETS_KEY: &str = "cdcflow.offsets";
 
 /// Writes `batches` to the table at `dir` (created with `schema` when missing) in one
 /// atomic commit carrying `commit.txns`.
@@ -276,8 +327,24 @@ pub async fn stage(
 }
 
 impl Staged {
-    /// Commits the staged write, carrying `commit.txns`.
+    /// Commits the staged write, carrying `commit.txns`. An append of a batch the table
+    /// has already is refused, and no commit lands on a table changed since it was
+    /// read: a batch is never applied twice, even by two runs that read the same table
+    /// version. (An overwrite may carry a batch again: AUTO CDC re-applies a batch
+    /// whose published commit landed without its state's, replacing what it read.)
     pub async fn commit(self, mode: Mode, commit: &Commit) -> Result<(), RunError> {
+        let dir = self.dir.clone();
+        let read_version = self.table.version();
+        if mode == Mode::Append {
+            commit.refuse_committed(&dir, &self.table).await?;
+        }
+        match self.commit_unchecked(mode, commit).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(commit.interfered(&dir, read_version).await.unwrap_or(e)),
+        }
+    }
+
+    async fn commit_unchecked(self, mode: Mode, commit: &Commit) -> Result<(), RunError> {
         let Self {
             dir,
             table,
@@ -335,14 +402,82 @@ impl Commit {
             .collect()
     }
 
-    /// The application transactions to record, as Delta commit properties.
+    /// The application transactions to record, as Delta commit properties. No retry:
+    /// a commit lands on the table version it was built from or not at all, so the
+    /// check of [`Commit::refuse_committed`] holds for the version it lands on (deltalake
+    /// would otherwise retry a lost race to create a table on top of the winner's
+    /// commit without checking its transactions).
     fn properties(&self) -> CommitProperties {
-        CommitProperties::default().with_application_transactions(
-            self.txns
-                .iter()
-                .map(|(app, v)| deltalake::kernel::Transaction::new(app, *v))
-                .collect(),
-        )
+        let mut properties = CommitProperties::default()
+            .with_max_retries(0)
+            .with_application_transactions(
+                self.txns
+                    .iter()
+                    .map(|(app, v)| deltalake::kernel::Transaction::new(app, *v))
+                    .collect(),
+            );
+        if let Some(offsets) = &self.offsets {
+            properties = properties.with_metadata([(OFFSETS_KEY.to_string(), offsets.clone())]);
+        }
+        properties
+    }
+
+    /// The batches of `txns` (a reset, version -1, excepted) that `table` has already.
+    async fn already_in(&self, table: &DeltaTable) -> Result<Vec<(String, i64)>, DeltaTableError> {
+        let Ok(snapshot) = table.snapshot() else {
+            return Ok(vec![]);
+        };
+        let mut found = Vec::new();
+        for (app, batch) in self.txns.iter().filter(|(_, v)| *v >= 0) {
+            let have = snapshot
+                .transaction_version(table.log_store().as_ref(), app)
+                .await?;
+            if have.is_some_and(|h| h >= *batch) {
+                found.push((app.clone(), *batch));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Refuses a commit of a batch the table read has already.
+    async fn refuse_committed(&self, dir: &Path, table: &DeltaTable) -> Result<(), RunError> {
+        let found = self
+            .already_in(table)
+            .await
+            .map_err(|e| RunError::delta(dir, e))?;
+        match found.first() {
+            None => Ok(()),
+            Some((app, batch)) => Err(self.twice(dir, app, *batch)),
+        }
+    }
+
+    /// After a failed commit: why, when another writer changed the table since it was
+    /// read (`None` when it did not, and the failure is the commit's own).
+    async fn interfered(&self, dir: &Path, read_version: Option<u64>) -> Option<RunError> {
+        let table = deltalake::open_table(url_of(dir).ok()?).await.ok()?;
+        if table.version() == read_version {
+            return None;
+        }
+        let found = self.already_in(&table).await.ok()?;
+        Some(match found.first() {
+            Some((app, batch)) => self.twice(dir, app, *batch),
+            None => RunError::input(format!(
+                "`{}` ({}): another process committed to the table while this batch was being written; this commit was refused",
+                self.name,
+                dir.display()
+            ))
+            .with_help(TWO_RUNS_HELP),
+        })
+    }
+
+    fn twice(&self, dir: &Path, app: &str, batch: i64) -> RunError {
+        let flow = app.strip_prefix("cdcflow:").unwrap_or(app);
+        RunError::input(format!(
+            "`{}` ({}): batch {batch} of flow `{flow}` is in the table already; this commit of it was refused, so nothing is applied twice",
+            self.name,
+            dir.display()
+        ))
+        .with_help(TWO_RUNS_HELP)
     }
 
     /// A commit to the published table of `dataset`: its properties, name and comment.
@@ -352,6 +487,15 @@ impl Commit {
             configuration: dataset.properties.clone(),
             name: dataset.name.clone(),
             description: dataset.def.comment.clone(),
+            offsets: None,
+        }
+    }
+
+    /// The commit carrying the offsets of the batch it commits.
+    pub(crate) fn with_offsets(self, offsets: &crate::checkpoint::Offsets) -> Self {
+        Self {
+            offsets: serde_json::to_value(offsets).ok(),
+            ..self
         }
     }
 }

@@ -165,3 +165,94 @@ async fn an_scd1_table_behind_its_state_fails_naming_the_full_refresh_that_rebui
     assert!(!report.failed(), "{report:?}");
     assert_eq!(tables(dir.path()).await, want);
 }
+
+/// The offsets files of every flow, by flow and batch.
+fn offsets_files(storage: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for flow in fs::read_dir(storage.join("checkpoints")).expect("checkpoints") {
+        let dir = flow.expect("entry").path().join("offsets");
+        for f in fs::read_dir(&dir).expect("offsets") {
+            out.push(f.expect("entry").path());
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn lost_or_damaged_offsets_files_of_committed_batches_are_restored_from_the_tables() {
+    let want = uninterrupted().await;
+    let (dir, storage) = after_two_batches().await;
+    let files = offsets_files(&storage);
+    let before: Vec<String> = files
+        .iter()
+        .map(|f| fs::read_to_string(f).expect("read"))
+        .collect();
+    // Every flow loses one batch's offsets: the appending flow's newest is damaged, the
+    // AUTO CDC flows' oldest deleted (the "obvious fix" that used to double a batch).
+    for (i, f) in files.iter().enumerate() {
+        match i % 2 {
+            0 => fs::remove_file(f).expect("remove"),
+            _ => fs::write(f, "{\"batch\": 1, \"fil").expect("damage"),
+        }
+    }
+    land(dir.path(), 2);
+    run_once(dir.path()).await;
+    assert_eq!(tables(dir.path()).await, want, "no batch read twice");
+    for (f, text) in files.iter().zip(&before) {
+        assert_eq!(&fs::read_to_string(f).expect("restored"), text, "{f:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_offsets_file_the_table_cannot_restore_fails_naming_the_file_and_the_fix() {
+    let (dir, storage) = after_two_batches().await;
+    // As an older cdcflow committed: the commits do not record the offsets.
+    for table in [
+        "tables/raw",
+        "state/cur",
+        "state/hist",
+        "tables/cur",
+        "tables/hist",
+    ] {
+        let log = storage.join(table).join("_delta_log");
+        for entry in fs::read_dir(&log).expect("log") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let text = fs::read_to_string(&path).expect("read");
+            let lines: Vec<String> = text
+                .lines()
+                .map(|l| {
+                    let mut v: serde_json::Value = serde_json::from_str(l).expect("json");
+                    if let Some(info) = v.get_mut("commitInfo").and_then(|i| i.as_object_mut()) {
+                        info.remove("cdcflow.offsets");
+                    }
+                    v.to_string()
+                })
+                .collect();
+            fs::write(&path, lines.join("\n") + "\n").expect("write");
+        }
+    }
+    let before = tables(dir.path()).await;
+    let damaged = storage.join("checkpoints/raw/offsets/00000000000000000000.json");
+    fs::write(&damaged, "{").expect("damage");
+    land(dir.path(), 2);
+    let loaded = cdcflow_plan::load(dir.path(), &BTreeMap::new());
+    let pipeline = loaded.pipeline.expect("pipeline");
+    let report = run(&pipeline, &RunOptions::default()).await.expect("run");
+    let FlowOutcome::Failed { error, help } = &report.flows[0].outcome else {
+        panic!("{report:?}")
+    };
+    assert!(error.contains(&damaged.display().to_string()), "{error}");
+    assert!(
+        error.contains("batch 0 of flow `raw` is damaged"),
+        "{error}"
+    );
+    let help = help.as_deref().unwrap_or_default();
+    assert!(help.contains("cdcflow run --full-refresh raw"), "{help}");
+    assert!(help.contains("apply it twice"), "{help}");
+    // Nothing read again, nothing changed.
+    assert_eq!(tables(dir.path()).await, before);
+}
