@@ -160,6 +160,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn main() -> ExitCode {
+    cdcflow_runtime::panics::quiet_caught_library_panics();
     let cli = Cli::parse();
     if matches!(cli.log_format, LogFormat::Json) || std::env::var_os("RUST_LOG").is_some() {
         init_logs(cli.log_format);

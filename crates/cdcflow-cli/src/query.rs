@@ -34,8 +34,18 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
         return ExitCode::from(1);
     };
     let result = crate::runtime().block_on(async {
-        let ctx = cdcflow_runtime::catalog::session(&pipeline).await?;
-        let df = ctx.sql(sql).await?;
+        let (ctx, unreadable) = cdcflow_runtime::catalog::open(&pipeline).await?;
+        let df = ctx.sql(sql).await.map_err(|e| {
+            // A query of a table left out because it cannot be read: say why.
+            let text = e.to_string().to_lowercase();
+            match unreadable.into_iter().find(|u| {
+                text.contains(&format!("'{}'", u.name.to_lowercase()))
+                    || text.contains(&format!(".{}'", u.name.to_lowercase()))
+            }) {
+                Some(u) => u.error,
+                None => e.into(),
+            }
+        })?;
         let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
         let mut batches = df.collect().await?;
         if batches.is_empty() {
@@ -51,7 +61,7 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", e.with_help_inline());
             ExitCode::from(1)
         }
     }
@@ -99,6 +109,7 @@ pub fn tables(args: &PipelineArgs) -> ExitCode {
                 "{:width$}  {:<17}  {:>10}  {:>7}",
                 "name", "kind", "rows", "version"
             );
+            let mut unreadable = false;
             for t in tables {
                 let rows = t.rows.map_or("-".to_string(), |r| r.to_string());
                 let version = t.version.map_or("-".to_string(), |v| v.to_string());
@@ -106,6 +117,13 @@ pub fn tables(args: &PipelineArgs) -> ExitCode {
                     "{:width$}  {:<17}  {rows:>10}  {version:>7}",
                     t.name, t.kind
                 );
+                if let Some(e) = &t.error {
+                    eprintln!("error: `{}`: {e}", t.name);
+                    unreadable = true;
+                }
+            }
+            if unreadable {
+                return ExitCode::from(1);
             }
             ExitCode::SUCCESS
         }
@@ -167,11 +185,17 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // A flow whose table cannot be read is shown, and fails the command.
+    let unreadable = flows.iter().any(|f| f.unreadable.is_some());
+    let done = || match unreadable {
+        true => ExitCode::from(1),
+        false => ExitCode::SUCCESS,
+    };
     if json {
         for f in &flows {
             println!("{}", serde_json::to_string(f).unwrap_or_default());
         }
-        return ExitCode::SUCCESS;
+        return done();
     }
     let width = flows.iter().map(|f| f.flow.len()).max().unwrap_or(4).max(4);
     println!(
@@ -200,6 +224,9 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         if let Some(e) = &f.last_error {
             println!("{:width$}  last error: {e}", "");
         }
+        if let Some(e) = &f.unreadable {
+            eprintln!("error: flow `{}`: {e}", f.flow);
+        }
     }
-    ExitCode::SUCCESS
+    done()
 }

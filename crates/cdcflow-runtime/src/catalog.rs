@@ -22,6 +22,8 @@ pub struct TableInfo {
     pub rows: Option<u64>,
     pub version: Option<i64>,
     pub path: PathBuf,
+    /// Why the table cannot be read (a damaged Delta log), when it cannot.
+    pub error: Option<String>,
 }
 
 fn kind_name(kind: DatasetKind) -> &'static str {
@@ -32,57 +34,97 @@ fn kind_name(kind: DatasetKind) -> &'static str {
     }
 }
 
+/// A published table that cannot be read (its Delta log is damaged), and why.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub name: String,
+    pub error: RunError,
+}
+
 /// A session where every table the pipeline has stored is registered by its name.
+/// Tables that cannot be read are left out (and logged): see [`open`].
 pub async fn session(pipeline: &Pipeline) -> Result<SessionContext, RunError> {
-    let ctx = SessionContext::new_with_config(session_config());
-    let storage = pipeline.storage_dir();
-    for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
-        let dir = layout::table_dir(&storage, d);
-        let table = Table::open(&dir).await?;
-        let Some(t) = table.table else { continue };
-        let provider = t.table_provider().await?;
-        ctx.register_table(TableReference::bare(d.name.as_str()), provider)?;
-        let quarantine = crate::quarantine::table_name(&d.name);
-        let q = Table::open(&dir.with_file_name(&quarantine)).await?;
-        if let Some(t) = q.table {
-            let provider = t.table_provider().await?;
-            ctx.register_table(TableReference::bare(quarantine.as_str()), provider)?;
-        }
-    }
-    let log = Table::open(&crate::event_log::dir(&storage)).await?;
-    if let Some(t) = log.table {
-        ctx.register_table(
-            TableReference::bare(crate::event_log::TABLE),
-            t.table_provider().await?,
-        )?;
+    let (ctx, unreadable) = open(pipeline).await?;
+    for u in unreadable {
+        tracing::warn!(table = %u.name, error = %u.error, "table left out of the catalog");
     }
     Ok(ctx)
 }
 
-/// Every table of the pipeline with its kind, row count and Delta version.
+/// [`session`], and the published tables that could not be opened: one damaged table
+/// leaves the others readable.
+pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable>), RunError> {
+    let ctx = SessionContext::new_with_config(session_config());
+    let storage = pipeline.storage_dir();
+    let mut unreadable = Vec::new();
+    for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
+        let dir = layout::table_dir(&storage, d);
+        if let Err(error) = register(&ctx, &d.name, &dir).await {
+            unreadable.push(Unreadable {
+                name: d.name.clone(),
+                error,
+            });
+            continue;
+        }
+        let quarantine = crate::quarantine::table_name(&d.name);
+        if let Err(error) = register(&ctx, &quarantine, &dir.with_file_name(&quarantine)).await {
+            unreadable.push(Unreadable {
+                name: quarantine,
+                error,
+            });
+        }
+    }
+    register(
+        &ctx,
+        crate::event_log::TABLE,
+        &crate::event_log::dir(&storage),
+    )
+    .await?;
+    Ok((ctx, unreadable))
+}
+
+/// Registers the table at `dir` as `name`, when it exists.
+async fn register(ctx: &SessionContext, name: &str, dir: &std::path::Path) -> Result<(), RunError> {
+    let table = Table::open(dir).await?;
+    if let Some(t) = table.table {
+        let provider = t.table_provider().await?;
+        ctx.register_table(TableReference::bare(name), provider)?;
+    }
+    Ok(())
+}
+
+/// Every table of the pipeline with its kind, row count and Delta version; a table that
+/// cannot be read is listed with its error.
 pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
-    let ctx = session(pipeline).await?;
+    let (ctx, unreadable) = open(pipeline).await?;
     let storage = pipeline.storage_dir();
     let mut out = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
         let dir = layout::table_dir(&storage, d);
+        let mut info = TableInfo {
+            name: d.name.clone(),
+            kind: kind_name(d.kind),
+            rows: None,
+            version: None,
+            path: dir.clone(),
+            error: None,
+        };
+        if let Some(u) = unreadable.iter().find(|u| u.name == d.name) {
+            info.error = Some(u.error.with_help_inline());
+            out.push(info);
+            continue;
+        }
         let table = Table::open(&dir).await?;
-        let rows = match table.exists() {
-            true => Some(
+        if table.exists() {
+            info.rows = Some(
                 ctx.table(TableReference::bare(d.name.as_str()))
                     .await?
                     .count()
                     .await? as u64,
-            ),
-            false => None,
-        };
-        out.push(TableInfo {
-            name: d.name.clone(),
-            kind: kind_name(d.kind),
-            rows,
-            version: table.version(),
-            path: dir,
-        });
+            );
+        }
+        info.version = table.version();
+        out.push(info);
     }
     Ok(out)
 }

@@ -59,17 +59,38 @@ impl RunError {
         }
     }
 
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Self::Io {
-            path: path.into(),
-            source,
+    /// The message and, when there is one, its help, on one line.
+    pub fn with_help_inline(&self) -> String {
+        match self.help() {
+            Some(help) => format!("{self} ({help})"),
+            None => self.to_string(),
         }
     }
 
-    pub fn delta(path: impl Into<PathBuf>, source: DeltaTableError) -> Self {
-        Self::Delta {
-            path: path.into(),
-            source,
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        let path = path.into();
+        if source.kind() == std::io::ErrorKind::StorageFull {
+            return Self::disk_full(&path);
         }
+        Self::Io { path, source }
+    }
+
+    pub fn delta(path: impl Into<PathBuf>, source: DeltaTableError) -> Self {
+        let path = path.into();
+        // deltalake passes object_store's I/O errors on as text.
+        let text = source.to_string();
+        if text.contains("No space left on device") || text.contains("os error 28") {
+            return Self::disk_full(&path);
+        }
+        Self::Delta { path, source }
+    }
+
+    /// A write that found its disk full, named by what it was writing.
+    fn disk_full(path: &std::path::Path) -> Self {
+        Self::input(format!(
+            "no space left on device while writing {}",
+            path.display()
+        ))
+        .with_help("free space on the disk of the pipeline's storage folder and run again: what was not committed is read again, what was is kept")
     }
 }

@@ -29,6 +29,7 @@ mod flows;
 mod inputs;
 pub mod lock;
 pub mod metrics;
+pub mod panics;
 mod par;
 pub mod quarantine;
 mod report;

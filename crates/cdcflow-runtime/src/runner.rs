@@ -89,10 +89,13 @@ pub(crate) async fn run_locked(
         ..RunReport::default()
     };
     if let Some(tables) = &options.full_refresh {
+        report.notes = set_damaged_commits_aside(pipeline, &storage, tables).await?;
         if !options.force {
             refuse_lossy_refresh(pipeline, &storage, tables).await?;
         }
-        report.notes = full_refresh(pipeline, &storage, tables).await?;
+        report
+            .notes
+            .extend(full_refresh(pipeline, &storage, tables).await?);
     }
     let rc = RunContext {
         pipeline,
@@ -289,6 +292,39 @@ async fn refuse_lossy_refresh(
         shown.join(", ")
     ))
     .with_help("put the files back, or add --force to recompute from the files that remain (rows and SCD type 2 history built from the missing files are lost)"))
+}
+
+/// Moves the damaged newest commit of each table a full refresh rebuilds (and of its
+/// AUTO CDC state) out of its log, so the table opens at the version before it and
+/// can be reset. Tables that open are left alone.
+async fn set_damaged_commits_aside(
+    pipeline: &Pipeline,
+    storage: &Path,
+    tables: &[String],
+) -> Result<Vec<String>, RunError> {
+    let mut notes = Vec::new();
+    for d in pipeline
+        .datasets
+        .iter()
+        .filter(|d| d.kind != DatasetKind::View && selected(tables, &d.name) && reset_allowed(d))
+    {
+        for dir in [
+            layout::table_dir(storage, d),
+            layout::state_dir(storage, &d.name),
+        ] {
+            if Table::open(&dir).await.is_ok() {
+                continue;
+            }
+            if let Some(moved) = delta::set_damaged_commit_aside(&dir)? {
+                notes.push(format!(
+                    "`{}`: its damaged newest commit was moved to {} before the table was rebuilt",
+                    d.name,
+                    moved.display()
+                ));
+            }
+        }
+    }
+    Ok(notes)
 }
 
 /// Whether `TBLPROPERTIES (pipelines.reset.allowed = false)` protects `d` from a full

@@ -29,6 +29,8 @@ pub struct FlowStatus {
     pub backlog_bytes: u64,
     /// The newest failure, with its time.
     pub last_error: Option<String>,
+    /// Why the flow's table cannot be read now (a damaged Delta log), when it cannot.
+    pub unreadable: Option<String>,
 }
 
 pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
@@ -49,7 +51,15 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
             target: flow.target.clone(),
             ..FlowStatus::default()
         };
-        let table = Table::open(&layout::table_dir(&storage, target)).await?;
+        let table = match Table::open(&layout::table_dir(&storage, target)).await {
+            Ok(table) => table,
+            Err(e) => {
+                s.unreadable = Some(e.with_help_inline());
+                index.insert(flow.name.to_lowercase(), out.len());
+                out.push(s);
+                continue;
+            }
+        };
         let progress = Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name))
             .peek(&table, &layout::app_id(&flow.name))
             .await?;

@@ -48,9 +48,10 @@ impl Table {
                 table: None,
             });
         }
-        let table = deltalake::open_table(url_of(dir)?)
-            .await
-            .map_err(|e| RunError::delta(dir, e))?;
+        let table = match deltalake::open_table(url_of(dir)?).await {
+            Ok(table) => table,
+            Err(e) => return Err(damaged(dir).unwrap_or_else(|| RunError::delta(dir, e))),
+        };
         Ok(Self {
             dir: dir.to_path_buf(),
             table: Some(table),
@@ -238,6 +239,79 @@ impl Table {
         }
         Ok((out, current))
     }
+}
+
+/// The newest commit file of the table at `dir` when it is damaged: cut short (a full
+/// disk, a copy stopped half way) or otherwise not JSON lines. deltalake cannot open
+/// such a table at all.
+pub fn damaged_commit(dir: &Path) -> Option<PathBuf> {
+    let log = dir.join("_delta_log");
+    let newest = std::fs::read_dir(&log)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && p.file_stem()
+                    .and_then(|s| s.to_str())
+                    .is_some_and(|s| s.parse::<u64>().is_ok())
+        })
+        .max()?;
+    let text = std::fs::read(&newest).ok()?;
+    let whole = !text.is_empty()
+        && text
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .all(|l| serde_json::from_slice::<serde_json::Value>(l).is_ok());
+    (!whole).then_some(newest)
+}
+
+/// The error for a table whose newest commit is damaged, naming the file and the fix.
+fn damaged(dir: &Path) -> Option<RunError> {
+    let file = damaged_commit(dir)?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some(
+        RunError::input(format!(
+            "Delta table {}: its newest commit {} is damaged (cut short or not JSON), so the table cannot be read",
+            dir.display(),
+            file.display()
+        ))
+        .with_help(format!(
+            "run `cdcflow run --full-refresh {name}` to rebuild the table (the damaged commit is moved to {}); or move that file away by hand to go back to the version before it",
+            dir.join(DAMAGED_DIR).display()
+        )),
+    )
+}
+
+/// Where a full refresh moves a table's damaged commit: outside the log, kept for a look.
+const DAMAGED_DIR: &str = "_delta_log_damaged";
+
+/// Moves the damaged newest commit of the table at `dir` out of its log (see
+/// [`damaged_commit`]), so that the table opens at the version before it; the file
+/// moved, if any.
+pub fn set_damaged_commit_aside(dir: &Path) -> Result<Option<PathBuf>, RunError> {
+    let Some(file) = damaged_commit(dir) else {
+        return Ok(None);
+    };
+    let aside = dir.join(DAMAGED_DIR);
+    std::fs::create_dir_all(&aside).map_err(|e| RunError::io(&aside, e))?;
+    let to = aside.join(file.file_name().unwrap_or_default());
+    std::fs::rename(&file, &to).map_err(|e| RunError::io(&file, e))?;
+    // The only commit was damaged: there is no table left to open, so there is none.
+    let log = dir.join("_delta_log");
+    let versions_left = std::fs::read_dir(&log)
+        .map_err(|e| RunError::io(&log, e))?
+        .filter_map(|e| e.ok())
+        .any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.ends_with(".json") || name.ends_with(".parquet")
+        });
+    if !versions_left {
+        std::fs::remove_dir_all(&log).map_err(|e| RunError::io(&log, e))?;
+    }
+    Ok(Some(to))
 }
 
 /// How a commit changes the table.
