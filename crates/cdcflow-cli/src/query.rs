@@ -35,7 +35,7 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
     };
     let result = crate::runtime().block_on(async {
         let ctx = cdcflow_runtime::catalog::session(&pipeline).await?;
-        let df = ctx.sql(sql).await?;
+        let df = crate::read_only::sql(&ctx, sql).await?;
         let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
         let mut batches = df.collect().await?;
         if batches.is_empty() {
@@ -46,20 +46,24 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
     });
     match result.map(|batches| write(&batches, format)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
+        // Stdout failed: `output::finish` says how, if it matters.
+        Ok(Err(_)) if crate::output::failed() => ExitCode::SUCCESS,
         Ok(Err(e)) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
+            if let Some(h) = e.help() {
+                errln!("  help: {h}");
+            }
             ExitCode::from(1)
         }
     }
 }
 
 fn write(batches: &[RecordBatch], format: OutputFormat) -> Result<(), Box<dyn std::error::Error>> {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = std::io::BufWriter::new(crate::output::Stdout);
     match format {
         OutputFormat::Table => writeln!(out, "{}", pretty_format_batches(batches)?)?,
         OutputFormat::Csv => {
@@ -80,6 +84,7 @@ fn write(batches: &[RecordBatch], format: OutputFormat) -> Result<(), Box<dyn st
             w.finish()?;
         }
     }
+    out.flush()?;
     Ok(())
 }
 
@@ -95,22 +100,26 @@ pub fn tables(args: &PipelineArgs) -> ExitCode {
                 .max()
                 .unwrap_or(4)
                 .max(4);
-            println!(
+            outln!(
                 "{:width$}  {:<17}  {:>10}  {:>7}",
-                "name", "kind", "rows", "version"
+                "name",
+                "kind",
+                "rows",
+                "version"
             );
             for t in tables {
                 let rows = t.rows.map_or("-".to_string(), |r| r.to_string());
                 let version = t.version.map_or("-".to_string(), |v| v.to_string());
-                println!(
+                outln!(
                     "{:width$}  {:<17}  {rows:>10}  {version:>7}",
-                    t.name, t.kind
+                    t.name,
+                    t.kind
                 );
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             ExitCode::from(1)
         }
     }
@@ -163,20 +172,26 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
     let flows = match crate::runtime().block_on(cdcflow_runtime::status::status(&pipeline)) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(1);
         }
     };
     if json {
         for f in &flows {
-            println!("{}", serde_json::to_string(f).unwrap_or_default());
+            outln!("{}", serde_json::to_string(f).unwrap_or_default());
         }
         return ExitCode::SUCCESS;
     }
     let width = flows.iter().map(|f| f.flow.len()).max().unwrap_or(4).max(4);
-    println!(
+    outln!(
         "{:width$}  {:<19}  {:<15}  {:>8}  {:>8}  {:>9}  {:>15}",
-        "flow", "last run (UTC)", "outcome", "rows in", "rows out", "lag", "backlog"
+        "flow",
+        "last run (UTC)",
+        "outcome",
+        "rows in",
+        "rows out",
+        "lag",
+        "backlog"
     );
     let dash = || "-".to_string();
     for f in &flows {
@@ -184,7 +199,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             .lag_ms
             .map_or_else(dash, |ms| format!("{:.1} s", ms as f64 / 1000.0));
         let backlog = format!("{} file(s) {} B", f.backlog_files, f.backlog_bytes);
-        println!(
+        outln!(
             "{:width$}  {:<19}  {:<15}  {:>8}  {:>8}  {:>9}  {:>15}",
             f.flow,
             f.last_run.clone().unwrap_or_else(dash),
@@ -198,7 +213,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             backlog,
         );
         if let Some(e) = &f.last_error {
-            println!("{:width$}  last error: {e}", "");
+            outln!("{:width$}  last error: {e}", "");
         }
     }
     ExitCode::SUCCESS
