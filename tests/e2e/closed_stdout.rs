@@ -44,6 +44,13 @@ fn assert_quiet_end(args: &[&str], out: &Output, code: i32) {
     assert_eq!(err, "", "{args:?}");
 }
 
+/// The run of the orders example in `p` committed its last table.
+fn assert_committed(p: &str) {
+    let sql = "SELECT count(*) AS n FROM gold_orders_by_status";
+    let rows = cdcflow(&["query", "-p", p, sql, "--format", "csv"]);
+    assert_eq!(stdout(&rows), "n\n2\n", "{}", stderr(&rows));
+}
+
 fn orders() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     copy_dir(&repo().join("pipelines/orders"), dir.path());
@@ -61,20 +68,7 @@ fn run_with_its_reader_gone_commits_and_ends_quietly() {
         }
         let out = with_reader_gone(&args, 0);
         assert_quiet_end(&args, &out, 0);
-        let rows = cdcflow(&[
-            "query",
-            "-p",
-            p,
-            "SELECT count(*) AS n FROM gold_orders_by_status",
-            "--format",
-            "csv",
-        ]);
-        assert_eq!(
-            stdout(&rows),
-            "n\n2\n",
-            "the run committed: {}",
-            stderr(&rows)
-        );
+        assert_committed(p);
         let again = cdcflow(&["run", "-p", p]);
         assert!(stdout(&again).contains("up to date"), "{}", stdout(&again));
     }
@@ -151,13 +145,5 @@ fn continuous_mode_stops_quietly_when_its_reader_is_gone() {
     let args = ["run", "-p", p, "--continuous"];
     let out = with_reader_gone(&args, 0);
     assert_quiet_end(&args, &out, 0);
-    let rows = cdcflow(&[
-        "query",
-        "-p",
-        p,
-        "SELECT count(*) AS n FROM gold_orders_by_status",
-        "--format",
-        "csv",
-    ]);
-    assert_eq!(stdout(&rows), "n\n2\n", "{}", stderr(&rows));
+    assert_committed(p);
 }

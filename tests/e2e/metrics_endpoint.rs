@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::{cdcflow, copy_dir, repo, stderr, stdout};
@@ -32,25 +32,36 @@ fn scrape_until(addr: &str, want: &str, limit: Duration) -> Option<String> {
     None
 }
 
-#[test]
-fn three_hundred_idle_connections_neither_stop_the_endpoint_nor_the_flows() {
+/// A copy of the orders example run continuously with its metrics on a free loopback
+/// port, allowed `open_files` file descriptors: the folder, the address and the process.
+fn serving(open_files: u32) -> (tempfile::TempDir, String, Child) {
     let dir = tempfile::tempdir().expect("tempdir");
     copy_dir(&repo().join("pipelines/orders"), dir.path());
-    let p = dir.path().to_str().expect("utf-8");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
     let addr = format!("127.0.0.1:{port}");
-    // 256 file descriptors, as on many hosts: 300 connections held would exhaust them.
-    let mut child = Command::new("sh")
-        .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\""])
+    let p = dir.path().to_str().expect("utf-8");
+    let child = Command::new("sh")
+        .args([
+            "-c",
+            &format!("ulimit -n {open_files} && exec \"$0\" \"$@\""),
+        ])
         .arg(env!("CARGO_BIN_EXE_cdcflow"))
         .args(["run", "-p", p, "--continuous", "--metrics-addr", &addr])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    (dir, addr, child)
+}
+
+#[test]
+fn three_hundred_idle_connections_neither_stop_the_endpoint_nor_the_flows() {
+    // 256 file descriptors, as on many hosts: 300 connections held would exhaust them.
+    let (dir, addr, mut child) = serving(256);
+    let p = dir.path().to_str().expect("utf-8");
     let first = r#"cdcflow_batches_total{pipeline="orders",flow="orders_changes"} 1"#;
     let up = scrape_until(&addr, first, Duration::from_secs(60));
 
@@ -104,20 +115,7 @@ fn three_hundred_idle_connections_neither_stop_the_endpoint_nor_the_flows() {
 
 #[test]
 fn only_get_metrics_is_served() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    copy_dir(&repo().join("pipelines/orders"), dir.path());
-    let p = dir.path().to_str().expect("utf-8");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
-        .args(["run", "-p", p, "--continuous", "--metrics-addr", &addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let (_dir, addr, mut child) = serving(1024);
     let up = scrape_until(&addr, "cdcflow_batches_total{", Duration::from_secs(60));
     let ask = |request: &str| -> String {
         let mut response = String::new();
