@@ -1,11 +1,16 @@
 //! End-to-end tests: they drive the `cdcflow` binary as a user would.
 
 mod cli;
+mod closed_stdout;
+mod conf_values;
 mod crash;
 mod damaged;
+mod metrics_endpoint;
+mod query_read_only;
 mod run_cases;
 mod run_examples;
 mod validate_cases;
+mod view_chains;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

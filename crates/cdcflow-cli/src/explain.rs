@@ -18,7 +18,7 @@ pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
         && pipeline.flow(name).is_none()
     {
         let known: Vec<&str> = pipeline.flows.iter().map(|f| f.name.as_str()).collect();
-        eprintln!(
+        errln!(
             "error: no flow `{name}`; the pipeline has: {}",
             known.join(", ")
         );
@@ -35,7 +35,7 @@ pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
             cdcflow_plan::FlowKind::Query { append: true, .. } => "append",
             cdcflow_plan::FlowKind::Query { append: false, .. } => "query",
         };
-        println!(
+        outln!(
             "flow {} ({kind}) -> {}  [{}:{}]",
             flow.name,
             flow.target,
@@ -43,10 +43,10 @@ pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
             file.pre.original(flow.span.start).line
         );
         match &flow.plan {
-            Some(plan) => println!("{}", plan.display_indent()),
-            None => println!("  (not planned: input schema unknown until landing files exist)"),
+            Some(plan) => outln!("{}", plan.display_indent()),
+            None => outln!("  (not planned: input schema unknown until landing files exist)"),
         }
-        println!();
+        outln!();
     }
     ExitCode::SUCCESS
 }

@@ -1,8 +1,27 @@
 //! The `cdcflow` command line: the last stage of the data path and the only place that
 //! renders to a terminal.
 
+/// `println!` for what a command prints: a reader gone ends it quietly (see `output`).
+macro_rules! outln {
+    () => {
+        $crate::output::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::line(format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!` that cannot panic (see `output`).
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::error_line(format_args!($($arg)*))
+    };
+}
+
 mod explain;
+mod output;
 mod query;
+mod read_only;
 mod run;
 mod validate;
 
@@ -34,10 +53,25 @@ enum LogFormat {
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default: warnings, and what each flow did
 /// in `run`; delta-kernel's report of probing a table not created yet is not a warning).
+/// The debug logs of DataFusion and sqlparser print queries and their plans, with the
+/// `--conf` values substituted into them (credentials, maybe): they are left out unless
+/// `RUST_LOG` names them.
 fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("warn,cdcflow_runtime=info,buoyant_kernel=off")
-    });
+    const DEFAULT: &str = "warn,cdcflow_runtime=info,buoyant_kernel=off";
+    const PRINT_QUERIES: [&str; 2] = ["datafusion", "sqlparser"];
+    let spec = match std::env::var("RUST_LOG") {
+        Ok(spec) => {
+            let hidden: String = PRINT_QUERIES
+                .iter()
+                .filter(|t| !spec.contains(*t))
+                .map(|t| format!(",{t}=info"))
+                .collect();
+            spec + &hidden
+        }
+        Err(_) => DEFAULT.to_string(),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(spec)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -153,7 +187,7 @@ fn runtime() -> tokio::runtime::Runtime {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             std::process::exit(1);
         }
     }
@@ -165,7 +199,7 @@ fn main() -> ExitCode {
     if matches!(cli.log_format, LogFormat::Json) || std::env::var_os("RUST_LOG").is_some() {
         init_logs(cli.log_format);
     }
-    match cli.command {
+    let code = match cli.command {
         Command::Validate { pipeline, format } => validate::run(&pipeline, format),
         Command::Explain { pipeline, flow } => explain::run(&pipeline, flow.as_deref()),
         Command::Run {
@@ -194,5 +228,6 @@ fn main() -> ExitCode {
         } => query::query(&pipeline, &sql, format),
         Command::Tables { pipeline } => query::tables(&pipeline),
         Command::Status { pipeline, json } => query::status(&pipeline, json),
-    }
+    };
+    output::finish(code)
 }

@@ -35,7 +35,7 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
     };
     let result = crate::runtime().block_on(async {
         let (ctx, unreadable) = cdcflow_runtime::catalog::open(&pipeline).await?;
-        let df = ctx.sql(sql).await.map_err(|e| {
+        let df = crate::read_only::sql(&ctx, sql).await.map_err(|e| {
             // A query of a table left out because it cannot be read: say why.
             let text = e.to_string().to_lowercase();
             match unreadable.into_iter().find(|u| {
@@ -43,7 +43,7 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
                     || text.contains(&format!(".{}'", u.name.to_lowercase()))
             }) {
                 Some(u) => u.error,
-                None => e.into(),
+                None => e,
             }
         })?;
         let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
@@ -56,20 +56,24 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
     });
     match result.map(|batches| write(&batches, format)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
+        // Stdout failed: `output::finish` says how, if it matters.
+        Ok(Err(_)) if crate::output::failed() => ExitCode::SUCCESS,
         Ok(Err(e)) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("error: {}", e.with_help_inline());
+            errln!("error: {e}");
+            if let Some(h) = e.help() {
+                errln!("  help: {h}");
+            }
             ExitCode::from(1)
         }
     }
 }
 
 fn write(batches: &[RecordBatch], format: OutputFormat) -> Result<(), Box<dyn std::error::Error>> {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = std::io::BufWriter::new(crate::output::Stdout);
     match format {
         OutputFormat::Table => writeln!(out, "{}", pretty_format_batches(batches)?)?,
         OutputFormat::Csv => {
@@ -90,6 +94,7 @@ fn write(batches: &[RecordBatch], format: OutputFormat) -> Result<(), Box<dyn st
             w.finish()?;
         }
     }
+    out.flush()?;
     Ok(())
 }
 
@@ -105,20 +110,24 @@ pub fn tables(args: &PipelineArgs) -> ExitCode {
                 .max()
                 .unwrap_or(4)
                 .max(4);
-            println!(
+            outln!(
                 "{:width$}  {:<17}  {:>10}  {:>7}",
-                "name", "kind", "rows", "version"
+                "name",
+                "kind",
+                "rows",
+                "version"
             );
             let mut unreadable = false;
             for t in tables {
                 let rows = t.rows.map_or("-".to_string(), |r| r.to_string());
                 let version = t.version.map_or("-".to_string(), |v| v.to_string());
-                println!(
+                outln!(
                     "{:width$}  {:<17}  {rows:>10}  {version:>7}",
-                    t.name, t.kind
+                    t.name,
+                    t.kind
                 );
                 if let Some(e) = &t.error {
-                    eprintln!("error: `{}`: {e}", t.name);
+                    errln!("error: `{}`: {e}", t.name);
                     unreadable = true;
                 }
             }
@@ -128,7 +137,7 @@ pub fn tables(args: &PipelineArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             ExitCode::from(1)
         }
     }
@@ -181,7 +190,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
     let flows = match crate::runtime().block_on(cdcflow_runtime::status::status(&pipeline)) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -193,14 +202,20 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
     };
     if json {
         for f in &flows {
-            println!("{}", serde_json::to_string(f).unwrap_or_default());
+            outln!("{}", serde_json::to_string(f).unwrap_or_default());
         }
         return done();
     }
     let width = flows.iter().map(|f| f.flow.len()).max().unwrap_or(4).max(4);
-    println!(
+    outln!(
         "{:width$}  {:<19}  {:<15}  {:>8}  {:>8}  {:>9}  {:>15}",
-        "flow", "last run (UTC)", "outcome", "rows in", "rows out", "lag", "backlog"
+        "flow",
+        "last run (UTC)",
+        "outcome",
+        "rows in",
+        "rows out",
+        "lag",
+        "backlog"
     );
     let dash = || "-".to_string();
     for f in &flows {
@@ -208,7 +223,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             .lag_ms
             .map_or_else(dash, |ms| format!("{:.1} s", ms as f64 / 1000.0));
         let backlog = format!("{} file(s) {} B", f.backlog_files, f.backlog_bytes);
-        println!(
+        outln!(
             "{:width$}  {:<19}  {:<15}  {:>8}  {:>8}  {:>9}  {:>15}",
             f.flow,
             f.last_run.clone().unwrap_or_else(dash),
@@ -222,10 +237,10 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             backlog,
         );
         if let Some(e) = &f.last_error {
-            println!("{:width$}  last error: {e}", "");
+            outln!("{:width$}  last error: {e}", "");
         }
         if let Some(e) = &f.unreadable {
-            eprintln!("error: flow `{}`: {e}", f.flow);
+            errln!("error: flow `{}`: {e}", f.flow);
         }
     }
     done()

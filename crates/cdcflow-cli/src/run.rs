@@ -26,7 +26,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         .collect();
     print_text(&shown);
     let Some(pipeline) = loaded.pipeline.as_ref().filter(|_| !loaded.has_errors()) else {
-        eprintln!("error: the pipeline is not valid; nothing was run");
+        errln!("error: the pipeline is not valid; nothing was run");
         return ExitCode::from(1);
     };
     let options = RunOptions {
@@ -64,7 +64,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         Ok(report) => {
             if run.json {
                 for f in &report.flows {
-                    println!("{}", serde_json::to_string(f).unwrap_or_default());
+                    outln!("{}", serde_json::to_string(f).unwrap_or_default());
                 }
             } else {
                 print_summary(&pipeline.config.name, &report);
@@ -76,9 +76,9 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             if let Some(h) = e.help() {
-                eprintln!("  help: {h}");
+                errln!("  help: {h}");
             }
             ExitCode::from(1)
         }
@@ -87,32 +87,32 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
 
 fn print_summary(name: &str, report: &RunReport) {
     let width = report.flows.iter().map(|f| f.flow.len()).max().unwrap_or(4);
-    println!("pipeline `{name}`");
+    outln!("pipeline `{name}`");
     for note in &report.notes {
-        println!("  note: {note}");
+        outln!("  note: {note}");
     }
     for f in &report.flows {
-        println!("  {:width$}  {}", f.flow, line(f));
+        outln!("  {:width$}  {}", f.flow, line(f));
         if !f.expectations.is_empty() {
-            println!(
+            outln!(
                 "  {:width$}  expectations: {}",
                 "",
                 cdcflow_runtime::expectations::summary(&f.expectations)
             );
         }
         for w in &f.warnings {
-            println!("  {:width$}  warning: {w}", "");
+            outln!("  {:width$}  warning: {w}", "");
         }
         if let FlowOutcome::Failed { error, help } = &f.outcome {
-            eprintln!("error: flow `{}` failed: {error}", f.flow);
+            errln!("error: flow `{}` failed: {error}", f.flow);
             if let Some(h) = help {
-                eprintln!("  help: {h}");
+                errln!("  help: {h}");
             }
         }
     }
     let failed = report.flows.iter().filter(|f| f.failed()).count();
     if failed > 0 {
-        eprintln!("error: {failed} flow(s) failed; work committed by the others stays");
+        errln!("error: {failed} flow(s) failed; work committed by the others stays");
     }
 }
 
@@ -184,9 +184,12 @@ fn continuous(
                     )));
                 }
             };
-            tokio::spawn(serve_metrics(listener, std::sync::Arc::clone(&metrics)));
+            tokio::spawn(cdcflow_runtime::metrics_http::serve(
+                listener,
+                std::sync::Arc::clone(&metrics),
+            ));
         }
-        let shutdown = async {
+        let signal = async {
             #[cfg(unix)]
             {
                 let mut term =
@@ -206,6 +209,14 @@ fn continuous(
             #[cfg(not(unix))]
             let _ = tokio::signal::ctrl_c().await;
         };
+        // No one reads the summaries any more (`| head`): stop, as SIGPIPE would.
+        let reader_gone = tokio::sync::Notify::new();
+        let shutdown = async {
+            tokio::select! {
+                () = signal => {}
+                () = reader_gone.notified() => {}
+            }
+        };
         let mut first = true;
         cdcflow_runtime::continuous::run_continuous(
             pipeline,
@@ -221,13 +232,16 @@ fn continuous(
                 if first || busy {
                     if json {
                         for f in &report.flows {
-                            println!("{}", serde_json::to_string(f).unwrap_or_default());
+                            outln!("{}", serde_json::to_string(f).unwrap_or_default());
                         }
                     } else {
                         print_summary(&pipeline.config.name, report);
                     }
                 }
                 first = false;
+                if crate::output::reader_gone() {
+                    reader_gone.notify_one();
+                }
             },
             shutdown,
         )
@@ -235,35 +249,17 @@ fn continuous(
     });
     match result {
         Ok(()) => {
-            eprintln!("stopped");
+            if !crate::output::reader_gone() {
+                errln!("stopped");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             if let Some(h) = e.help() {
-                eprintln!("  help: {h}");
+                errln!("  help: {h}");
             }
             ExitCode::from(1)
         }
-    }
-}
-
-/// Answers every HTTP request with the metrics (a scrape needs nothing more).
-async fn serve_metrics(
-    listener: tokio::net::TcpListener,
-    metrics: std::sync::Arc<std::sync::Mutex<cdcflow_runtime::metrics::Metrics>>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    while let Ok((mut stream, _)) = listener.accept().await {
-        let body = metrics.lock().map(|m| m.render()).unwrap_or_default();
-        tokio::spawn(async move {
-            let mut request = [0u8; 1024];
-            let _ = stream.read(&mut request).await;
-            let response = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
-        });
     }
 }

@@ -16,12 +16,12 @@ pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
     if loaded.has_errors() {
         if let DiagnosticFormat::Text = format {
             let n = loaded.diagnostics.iter().filter(|d| d.is_error()).count();
-            eprintln!("error: {n} problem(s) found");
+            errln!("error: {n} problem(s) found");
         }
         return ExitCode::from(1);
     }
     if let DiagnosticFormat::Text = format {
-        println!("{}", summary(&loaded));
+        outln!("{}", summary(&loaded));
     }
     ExitCode::SUCCESS
 }
@@ -55,9 +55,9 @@ pub fn print_text(diagnostics: &[Diagnostic]) {
             out = format!("{d}\n");
         }
         if let Some(pos) = d.position() {
-            eprintln!("{pos}: {}: {}", d.severity.as_str(), d.message);
+            errln!("{pos}: {}: {}", d.severity.as_str(), d.message);
         }
-        eprintln!("{out}");
+        errln!("{out}");
     }
 }
 
@@ -90,6 +90,6 @@ fn print_json(diagnostics: &[Diagnostic]) {
             "message": d.message,
             "help": d.help,
         });
-        println!("{obj}");
+        outln!("{obj}");
     }
 }

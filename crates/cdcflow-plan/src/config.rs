@@ -26,13 +26,57 @@ pub struct PipelineConfig {
     #[serde(default)]
     pub bad_records: BadRecords,
     /// `cdcflow run --continuous`: the least time between two batches, and how often
-    /// landing folders are rescanned where file notifications are unavailable.
-    #[serde(default = "default_trigger_interval")]
+    /// landing folders are rescanned where file notifications are unavailable; from 0
+    /// to [`MAX_TRIGGER_INTERVAL_SECONDS`].
+    #[serde(
+        default = "default_trigger_interval",
+        deserialize_with = "trigger_interval"
+    )]
     pub trigger_interval_seconds: f64,
 }
 
 fn default_trigger_interval() -> f64 {
     1.0
+}
+
+/// The longest trigger interval, a day: a pipeline refreshed less often is better run
+/// by a scheduler (`cdcflow run` from cron) than kept waiting.
+pub const MAX_TRIGGER_INTERVAL_SECONDS: f64 = 86_400.0;
+
+/// A number of seconds a `Duration` can hold; `.inf`, `.nan` and negative numbers are
+/// errors at the value rather than a panic when continuous mode starts. Checked in the
+/// visitor, so that the YAML reader places the error at the value.
+fn trigger_interval<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    struct Seconds;
+    impl serde::de::Visitor<'_> for Seconds {
+        type Value = f64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(
+                f,
+                "a number of seconds from 0 to {MAX_TRIGGER_INTERVAL_SECONDS}"
+            )
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, seconds: f64) -> Result<f64, E> {
+            if (0.0..=MAX_TRIGGER_INTERVAL_SECONDS).contains(&seconds) {
+                Ok(seconds)
+            } else {
+                Err(E::custom(format!(
+                    "trigger_interval_seconds must be from 0 to {MAX_TRIGGER_INTERVAL_SECONDS} seconds, not {seconds}"
+                )))
+            }
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, seconds: i64) -> Result<f64, E> {
+            self.visit_f64(seconds as f64)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, seconds: u64) -> Result<f64, E> {
+            self.visit_f64(seconds as f64)
+        }
+    }
+    d.deserialize_f64(Seconds)
 }
 
 /// See [`PipelineConfig::bad_records`].
@@ -100,6 +144,12 @@ impl PipelineConfig {
         })
     }
 
+    /// [`PipelineConfig::trigger_interval_seconds`] as a duration.
+    pub fn trigger_interval(&self) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(self.trigger_interval_seconds)
+            .unwrap_or(std::time::Duration::from_secs(1))
+    }
+
     /// The configuration as strings, for substitution.
     pub fn configuration_strings(&self) -> BTreeMap<String, String> {
         self.configuration
@@ -132,6 +182,30 @@ mod tests {
         assert_eq!(e.column, Some(1));
     }
 
+    #[test]
+    fn a_trigger_interval_no_duration_holds_is_an_error_at_the_value() {
+        for value in [".inf", "-.inf", ".nan", "1e300", "-1", "86401"] {
+            let e = PipelineConfig::parse(&format!("name: p\ntrigger_interval_seconds: {value}\n"))
+                .unwrap_err();
+            assert!(
+                e.message
+                    .contains("trigger_interval_seconds must be from 0 to 86400"),
+                "{value}: {}",
+                e.message
+            );
+            assert_eq!((e.line, e.column), (Some(2), Some(27)), "{value}");
+        }
+    }
+
+    #[test]
+    fn a_trigger_interval_within_a_day_is_kept() {
+        for (value, seconds) in [("0", 0.0), ("0.25", 0.25), ("86400", 86_400.0)] {
+            let c = PipelineConfig::parse(&format!("name: p\ntrigger_interval_seconds: {value}\n"))
+                .unwrap();
+            assert_eq!(c.trigger_interval().as_secs_f64(), seconds);
+        }
+    }
+
     mod fuzz {
         use super::*;
         use proptest::prelude::*;
@@ -145,6 +219,7 @@ mod tests {
                 Just("libraries"),
                 Just("configuration"),
                 Just("bad_records"),
+                Just("trigger_interval_seconds"),
                 Just("x.y"),
                 Just("&a"),
                 Just("*a"),
@@ -157,6 +232,8 @@ mod tests {
                 Just("{a: 1, b: [2, 3]}".to_string()),
                 Just("quarantine".to_string()),
                 Just("fail".to_string()),
+                Just(".inf".to_string()),
+                Just("1e300".to_string()),
                 Just("'unterminated".to_string()),
                 Just("!!binary x".to_string()),
                 "[ -~]{0,12}",

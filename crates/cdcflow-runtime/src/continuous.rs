@@ -45,7 +45,7 @@ pub async fn run_continuous(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     let _lock = RunLock::acquire(&pipeline.storage_dir(), &pipeline.config.name)?;
-    let interval = Duration::from_secs_f64(pipeline.config.trigger_interval_seconds.max(0.0));
+    let interval = pipeline.config.trigger_interval();
     let (tx, mut rx) = mpsc::channel::<()>(64);
     // The watcher's callback runs on notify's thread; events only wake the loop, the
     // run itself rescans the folders.

@@ -58,8 +58,12 @@ impl BatchInputs {
 
     /// Fixes the fingerprint into the offsets (materialized views), with `definition`
     /// (the query as it stands) so that an edited query or configuration recomputes.
+    /// The query is kept as its hash: substituted `--conf` values may be credentials.
     pub fn seal_fingerprint(&mut self, definition: &str) {
-        self.fingerprint.push(format!("query={definition}"));
+        self.fingerprint.push(format!(
+            "query_sha256={}",
+            crate::fingerprint::sha256_hex(definition)
+        ));
         self.offsets.fingerprint = Some(self.fingerprint.join(";"));
     }
 }

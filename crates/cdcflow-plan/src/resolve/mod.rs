@@ -107,6 +107,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     r.collect();
     r.check_targets();
     let order = r.order_datasets();
+    r.check_view_depth(&order);
     r.derive_schemas(&order);
     // Landing-file schemas were inferred once here; the run reuses them.
     for flow in &mut r.flows {
@@ -515,6 +516,7 @@ mod graph;
 mod library;
 mod references;
 mod schemas;
+mod view_depth;
 
 #[cfg(test)]
 mod tests {

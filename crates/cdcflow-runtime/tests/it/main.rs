@@ -6,5 +6,6 @@ mod fuzz_readers;
 mod kernel_examples;
 mod kernel_props;
 mod model;
+mod mv_fingerprint;
 mod recovery;
 mod streamed;
