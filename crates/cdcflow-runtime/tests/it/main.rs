@@ -4,6 +4,7 @@ mod delta_writes;
 mod fuzz_readers;
 mod kernel_examples;
 mod kernel_props;
+mod landing_columns;
 mod model;
 mod recovery;
 mod streamed;
