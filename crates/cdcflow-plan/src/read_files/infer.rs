@@ -90,13 +90,7 @@ fn infer_json(records: &[Value]) -> Result<Schema, String> {
 /// `schema` with every column nullable, at every depth a reader may meet a null
 /// (struct fields, list items, map values).
 pub(super) fn nullable(schema: &Schema) -> Schema {
-    Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| nullable_field(f))
-            .collect::<Vec<_>>(),
-    )
+    Schema::new(nullable_fields(schema.fields()))
 }
 
 fn nullable_field(f: &FieldRef) -> FieldRef {
