@@ -1,6 +1,7 @@
 //! How the columns of landing Parquet files meet the source's schema: inferred columns
 //! are nullable whatever a writer declared, a file with other columns is schema drift,
-//! and a file with none of the declared columns is quarantined, never rows of nulls.
+//! and a file with none of the declared columns, or with a value that does not convert
+//! to the declared type, is quarantined, never rows of nulls.
 
 use std::fs;
 use std::path::Path;
@@ -132,7 +133,8 @@ fn inferred_parquet_columns_are_nullable_and_a_file_with_other_columns_is_schema
 }
 
 #[test]
-fn a_parquet_file_with_none_of_the_declared_columns_is_quarantined_not_read_as_nulls() {
+fn a_parquet_file_with_none_of_the_declared_columns_or_an_unconvertible_value_is_quarantined_not_read_as_nulls()
+ {
     let dir = bronze_pipeline(", schema => 'id BIGINT, name STRING'");
     let landing = dir.path().join("landing");
     land(
@@ -155,9 +157,17 @@ fn a_parquet_file_with_none_of_the_declared_columns_is_quarantined_not_read_as_n
             ("label", texts(vec![Some("x")]), true),
         ],
     );
+    // A value that does not convert to the declared type is not read as null either.
+    land(
+        &landing.join("4.parquet"),
+        vec![
+            ("id", texts(vec![Some("4"), Some("four")]), true),
+            ("name", texts(vec![Some("d"), Some("e")]), true),
+        ],
+    );
     let summary = run(dir.path());
     assert!(
-        summary.contains("1 malformed record(s) quarantined in `raw__quarantine`"),
+        summary.contains("2 malformed record(s) quarantined in `raw__quarantine`"),
         "{summary}"
     );
     assert_eq!(
@@ -167,8 +177,14 @@ fn a_parquet_file_with_none_of_the_declared_columns_is_quarantined_not_read_as_n
             serde_json::json!({"id": 2, "name": null}),
         ]
     );
-    let quarantined = rows(dir.path(), "SELECT file, line, error FROM raw__quarantine");
-    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let quarantined = rows(
+        dir.path(),
+        "SELECT file, line, error FROM raw__quarantine ORDER BY file",
+    );
+    assert_eq!(quarantined.len(), 2, "{quarantined:?}");
+    assert_eq!(quarantined[1]["file"], "landing/4.parquet");
+    let error = quarantined[1]["error"].as_str().expect("error text");
+    assert!(error.contains("four"), "{error}");
     assert_eq!(quarantined[0]["file"], "landing/3.parquet");
     assert_eq!(quarantined[0]["line"], serde_json::Value::Null);
     let error = quarantined[0]["error"].as_str().expect("error text");
