@@ -11,6 +11,7 @@ use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::parquet::arrow::ArrowWriter;
 
+use crate::run_examples::json_rows;
 use crate::{cdcflow, stderr, stdout};
 
 /// A pipeline whose bronze table `raw` appends the Parquet files of `landing/`,
@@ -66,19 +67,7 @@ fn run(dir: &Path) -> String {
 }
 
 fn rows(dir: &Path, sql: &str) -> Vec<serde_json::Value> {
-    let out = cdcflow(&[
-        "query",
-        "-p",
-        dir.to_str().expect("utf-8"),
-        sql,
-        "--format",
-        "json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("ndjson"))
-        .collect()
+    json_rows(dir.to_str().expect("utf-8"), sql)
 }
 
 #[test]

@@ -62,7 +62,12 @@ pub(super) fn json_schema(path: &Path) -> Result<Schema, String> {
 fn objects(line: &[u8]) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     for value in serde_json::Deserializer::from_slice(line).into_iter::<Value>() {
-        let value = value.map_err(|e| format!("not valid JSON: {e}"))?;
+        let value = value.map_err(|e| {
+            // serde counts lines within this one line: say only the column.
+            let text = e.to_string();
+            let what = text.split(" at line ").next().unwrap_or(&text);
+            format!("not valid JSON at column {}: {what}", e.column())
+        })?;
         if !value.is_object() {
             return Err(format!("not a JSON object: {value}"));
         }
@@ -197,7 +202,10 @@ mod tests {
     fn a_json_file_of_only_bad_lines_names_the_first_by_its_line() {
         let (_dir, path) = json_file("\n{\"id\": oops}\n{\"id\":\n");
         let err = json_schema(&path).expect_err("no record");
-        assert!(err.contains("line 2: not valid JSON"), "{err}");
+        assert!(
+            err.contains("line 2: not valid JSON at column 8: expected value"),
+            "{err}"
+        );
     }
 
     #[test]
