@@ -5,6 +5,7 @@ mod closed_stdout;
 mod conf_values;
 mod crash;
 mod damaged;
+mod landing_columns;
 mod metrics_endpoint;
 mod query_read_only;
 mod run_cases;

@@ -18,7 +18,8 @@ fn example_copy(name: &str) -> tempfile::TempDir {
     dir
 }
 
-fn json_rows(dir: &str, sql: &str) -> Vec<serde_json::Value> {
+/// The rows `sql` gives over the pipeline in `dir`, one JSON object each.
+pub(crate) fn json_rows(dir: &str, sql: &str) -> Vec<serde_json::Value> {
     let out = cdcflow(&["query", "-p", dir, sql, "--format", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     stdout(&out)

@@ -4,15 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufReader, Seek};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cdcflow_sql::Span;
 use datafusion::arrow::csv::reader::Format;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::json::reader::infer_json_schema_from_seekable;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+mod infer;
 
 /// The file formats cdcflow reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +42,31 @@ impl FileFormat {
             Self::Json => "json",
             Self::Csv => "csv",
             Self::Parquet => "parquet",
+        }
+    }
+}
+
+/// Why the files of a `read_files` call give no schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// Two files give a column different types.
+    #[error("{0}")]
+    Conflict(String),
+    /// The folder cannot be listed, or no file in it can be read.
+    #[error("{0}")]
+    Unreadable(String),
+}
+
+impl SchemaError {
+    /// What the user can do about it.
+    pub fn help(&self) -> &'static str {
+        match self {
+            Self::Conflict(_) => {
+                "write the files with the column's first type, or declare the schema and --full-refresh the tables reading them"
+            }
+            Self::Unreadable(_) => {
+                "fix the file and land the fixed copy, or declare the schema (schema => '…') so that unreadable records are quarantined while the rest is read"
+            }
         }
     }
 }
@@ -125,7 +150,7 @@ impl ReadFiles {
 
     /// The declared schema, or one inferred from the files present; `Ok(None)` when
     /// there is neither.
-    pub fn schema(&self) -> Result<Option<SchemaRef>, String> {
+    pub fn schema(&self) -> Result<Option<SchemaRef>, SchemaError> {
         if let Some(s) = self
             .declared_schema
             .as_ref()
@@ -133,9 +158,9 @@ impl ReadFiles {
         {
             return Ok(Some(Arc::clone(s)));
         }
-        let files = self
-            .list_files()
-            .map_err(|e| format!("cannot list {}: {e}", self.path.display()))?;
+        let files = self.list_files().map_err(|e| {
+            SchemaError::Unreadable(format!("cannot list {}: {e}", self.path.display()))
+        })?;
         if files.is_empty() {
             return Ok(None);
         }
@@ -155,17 +180,20 @@ impl ReadFiles {
                     first_error.get_or_insert_with(|| format!("{}: {e}", f.display()));
                 }
             }
-            if schemas.len() == 64 {
+            // Text files are sampled; a Parquet file names its columns in its footer,
+            // cheap to read, so every one is looked at and none is read without its
+            // new columns.
+            if schemas.len() == 64 && self.format != FileFormat::Parquet {
                 break;
             }
         }
         if schemas.is_empty() {
             return match first_error {
-                Some(e) => Err(e),
+                Some(e) => Err(SchemaError::Unreadable(e)),
                 None => Ok(None),
             };
         }
-        let merged = merge_schemas(&schemas)?;
+        let merged = infer::merge_schemas(&schemas).map_err(SchemaError::Conflict)?;
         Ok(Some(Arc::new(self.with_hints(&merged))))
     }
 
@@ -197,30 +225,27 @@ impl ReadFiles {
         Schema::new(fields)
     }
 
+    /// The columns of one file, all nullable.
     fn infer_file(&self, path: &Path) -> Result<Schema, String> {
-        let file = File::open(path).map_err(|e| e.to_string())?;
-        match self.format {
-            FileFormat::Json => {
-                let mut reader = BufReader::new(file);
-                let (schema, _) = infer_json_schema_from_seekable(&mut reader, Some(1000))
-                    .map_err(|e| e.to_string())?;
-                reader.rewind().map_err(|e| e.to_string())?;
-                Ok(schema)
-            }
+        let schema = match self.format {
+            FileFormat::Json => infer::json_schema(path)?,
             FileFormat::Csv => {
+                let file = File::open(path).map_err(|e| e.to_string())?;
                 let (schema, _) = Format::default()
                     .with_header(self.csv_header())
                     .with_delimiter(self.csv_delimiter())
-                    .infer_schema(file, Some(1000))
+                    .infer_schema(file, Some(infer::SAMPLED_RECORDS))
                     .map_err(|e| e.to_string())?;
-                Ok(schema)
+                schema
             }
             FileFormat::Parquet => {
+                let file = File::open(path).map_err(|e| e.to_string())?;
                 let builder =
                     ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| e.to_string())?;
-                Ok(builder.schema().as_ref().clone())
+                builder.schema().as_ref().clone()
             }
-        }
+        };
+        Ok(infer::nullable(&schema))
     }
 
     /// The format for a call without `format =>`: the extension of its files.
@@ -233,42 +258,6 @@ impl ReadFiles {
         files.sort();
         files.iter().find_map(|f| FileFormat::from_extension(f))
     }
-}
-
-/// The schemas of several files as one: new columns are added, a column of only nulls
-/// takes the type others give it, integers widen to floating point; any other type
-/// change is an error naming the file, the column and both types.
-fn merge_schemas(schemas: &[(Schema, &PathBuf)]) -> Result<Schema, String> {
-    let mut fields: Vec<(Field, &PathBuf)> = Vec::new();
-    for (schema, file) in schemas {
-        for f in schema.fields() {
-            let Some((known, first)) = fields.iter_mut().find(|(k, _)| k.name() == f.name()) else {
-                fields.push((f.as_ref().clone(), file));
-                continue;
-            };
-            let (old, new) = (known.data_type().clone(), f.data_type().clone());
-            let merged = match (&old, &new) {
-                _ if old == new => continue,
-                (DataType::Null, _) => new,
-                (_, DataType::Null) => continue,
-                (DataType::Int64, DataType::Float64) | (DataType::Float64, DataType::Int64) => {
-                    DataType::Float64
-                }
-                _ => {
-                    return Err(format!(
-                        "{}: column `{}` is {new} here but {old} in {} (a type change; landing files must agree)",
-                        file.display(),
-                        f.name(),
-                        first.display()
-                    ));
-                }
-            };
-            *known = known.clone().with_data_type(merged).with_nullable(true);
-        }
-    }
-    Ok(Schema::new(
-        fields.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
-    ))
 }
 
 fn skipped(name: &str) -> bool {

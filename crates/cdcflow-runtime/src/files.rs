@@ -13,6 +13,10 @@ use datafusion::arrow::json::ReaderBuilder as JsonReaderBuilder;
 use crate::RunError;
 use crate::delta::{conform, read_parquet};
 
+mod columns;
+
+use columns::Fit;
+
 const BATCH_ROWS: usize = 64 * 1024;
 
 /// A record that could not be read.
@@ -33,6 +37,10 @@ pub struct FileRead {
     /// A text file whose last line has no line end yet: still being written, so it is
     /// left for a later run rather than read half.
     pub incomplete: bool,
+    /// Columns of a Parquet file that the inferred schema lacks: the schema was
+    /// inferred before the file landed, so it is left for a run that infers them
+    /// rather than read without them.
+    pub new_columns: Vec<String>,
 }
 
 /// Reads one landing file of `source` as `schema`.
@@ -47,19 +55,17 @@ pub fn read_file(
     if source.format == FileFormat::Parquet {
         // The parquet crate can panic on some corrupt files (its fuzzing found one in
         // the definition-level decoder); such a file is quarantined like any other.
-        let read =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_parquet(path, schema)))
-                .unwrap_or_else(|_| {
-                    Err(RunError::File {
-                        path: path.to_path_buf(),
-                        message: "corrupt Parquet file (the reader gave up on it)".into(),
-                    })
-                });
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            landing_parquet(source, schema, path)
+        }))
+        .unwrap_or_else(|_| {
+            Err(RunError::File {
+                path: path.to_path_buf(),
+                message: "corrupt Parquet file (the reader gave up on it)".into(),
+            })
+        });
         return Ok(match read {
-            Ok(batches) => FileRead {
-                batches,
-                ..FileRead::default()
-            },
+            Ok(read) => read,
             Err(e) => FileRead {
                 bad: vec![BadRecord {
                     line: None,
@@ -86,6 +92,25 @@ pub fn read_file(
         // Only on failure, decode line by line to set the bad records apart.
         Err(_) => Ok(by_line(source, schema, &bytes, header)),
     }
+}
+
+/// A landing Parquet file read as `schema`, or left for later when its columns are
+/// new to an inferred schema.
+fn landing_parquet(
+    source: &ReadFiles,
+    schema: &SchemaRef,
+    path: &Path,
+) -> Result<FileRead, RunError> {
+    Ok(match columns::parquet_fit(source, schema, path)? {
+        Fit::Fits => FileRead {
+            batches: read_parquet(path, schema)?,
+            ..FileRead::default()
+        },
+        Fit::New(columns) => FileRead {
+            new_columns: columns,
+            ..FileRead::default()
+        },
+    })
 }
 
 fn decode(

@@ -72,6 +72,14 @@ impl QueryBatch {
             .await?;
         report.rows_read = self.inputs.rows;
         report.files = self.inputs.files;
+        // Said even when nothing else is new: these files wait for another run.
+        if !self.inputs.new_columns.is_empty() {
+            report.warnings.push(format!(
+                "{} landing file(s) have columns the schema inferred when the run started lacks, and were left for the next run, which infers them (a continuous run: restart it): {}",
+                self.inputs.new_columns.len(),
+                self.inputs.new_columns.join(", ")
+            ));
+        }
         Ok(())
     }
 

@@ -35,6 +35,9 @@ pub struct BatchInputs {
     pub quarantine: Vec<(String, files::BadRecord)>,
     /// Landing files left for a later run, still being written.
     pub incomplete: Vec<String>,
+    /// Landing files left for a later run, with columns the schema inferred when the
+    /// run started lacks (each with those columns).
+    pub new_columns: Vec<String>,
     /// The earliest modification time of the new landing files (their arrival), µs.
     pub oldest_arrival_micros: Option<i64>,
 }
@@ -52,6 +55,7 @@ impl BatchInputs {
             fingerprint: vec![],
             quarantine: vec![],
             incomplete: vec![],
+            new_columns: vec![],
             oldest_arrival_micros: None,
         }
     }
@@ -185,6 +189,18 @@ impl InputReader<'_> {
             let shown = format!("{}/{name}", rf.path_text.trim_end_matches('/'));
             if read.incomplete {
                 batch.incomplete.push(shown);
+                continue;
+            }
+            if !read.new_columns.is_empty() {
+                let columns = read.new_columns.join("`, `");
+                // Logged too: a continuous run shows no summary for a batch that
+                // committed nothing, and the file waits until the run is restarted.
+                tracing::warn!(file = %shown, columns = %columns, "landing file has columns the inferred schema lacks; left for the next run");
+                batch.new_columns.push(format!("{shown} (`{columns}`)"));
+                if !rf.streaming {
+                    // So that the run that reads it recomputes what read the folder.
+                    batch.fingerprint.push(format!("{name}:waiting"));
+                }
                 continue;
             }
             if rf.streaming

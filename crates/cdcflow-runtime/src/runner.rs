@@ -196,15 +196,15 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
     if flow.plan.is_none() {
         // Only an unknown input schema leaves a valid pipeline's flow unplanned: no
         // `schema =>` and no landing files to infer one from yet, or landing files that
-        // disagree on a column's type, which is an error.
-        let disagreement = flow.inputs.iter().find_map(|i| match i {
+        // disagree on a column's type or none of which can be read, which is an error.
+        let unusable = flow.inputs.iter().find_map(|i| match i {
             Input::Files(rf) => rf.schema().err(),
             Input::Dataset { .. } => None,
         });
-        if let Some(error) = disagreement {
+        if let Some(error) = unusable {
             report.outcome = FlowOutcome::Failed {
                 error: format!("{error}; nothing was committed"),
-                help: Some("write the files with the column's first type, or declare the schema and --full-refresh the tables reading them".into()),
+                help: Some(error.help().into()),
             };
             return report;
         }

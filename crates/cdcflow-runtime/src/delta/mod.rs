@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, new_null_array};
-use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::compute::{CastOptions, cast_with_options, concat_batches};
 use datafusion::arrow::datatypes::SchemaRef;
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::CommitProperties;
@@ -590,7 +590,15 @@ fn local_path(dir: &Path, uri: &str) -> Result<PathBuf, RunError> {
         })
 }
 
+/// Casts that fail on a value they cannot convert instead of making it null.
+const STRICT: CastOptions<'static> = CastOptions {
+    safe: false,
+    format_options: datafusion::arrow::util::display::FormatOptions::new(),
+};
+
 /// `batch` in the columns of `schema`: matched by name, cast, and null where missing.
+/// A value the cast cannot convert is an error, never a null (a landing file's text
+/// `four` in a BIGINT column is quarantined, as the JSON reader's would be).
 pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, RunError> {
     if batch.schema_ref() == schema {
         return Ok(batch.clone());
@@ -600,7 +608,7 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, R
         .iter()
         .map(|f| match batch.column_by_name(f.name()) {
             Some(c) if c.data_type() == f.data_type() => Ok(Arc::clone(c)),
-            Some(c) => cast(c, f.data_type()).map_err(RunError::from),
+            Some(c) => cast_with_options(c, f.data_type(), &STRICT).map_err(RunError::from),
             None => Ok(new_null_array(f.data_type(), batch.num_rows())),
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -5,6 +5,7 @@ mod doubling;
 mod fuzz_readers;
 mod kernel_examples;
 mod kernel_props;
+mod landing_columns;
 mod model;
 mod mv_fingerprint;
 mod recovery;

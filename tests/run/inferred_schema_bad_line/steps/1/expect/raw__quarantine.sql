@@ -1,0 +1,1 @@
+SELECT file, line, record FROM raw__quarantine
