@@ -1,6 +1,7 @@
 //! End-to-end tests: they drive the `cdcflow` binary as a user would.
 
 mod cli;
+mod containment;
 mod crash;
 mod run_cases;
 mod run_examples;

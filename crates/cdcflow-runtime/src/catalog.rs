@@ -37,13 +37,13 @@ pub async fn session(pipeline: &Pipeline) -> Result<SessionContext, RunError> {
     let ctx = SessionContext::new_with_config(session_config());
     let storage = pipeline.storage_dir();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
-        let dir = layout::table_dir(&storage, d);
+        let dir = layout::table_dir(&storage, d)?;
         let table = Table::open(&dir).await?;
         let Some(t) = table.table else { continue };
         let provider = t.table_provider().await?;
         ctx.register_table(TableReference::bare(d.name.as_str()), provider)?;
         let quarantine = crate::quarantine::table_name(&d.name);
-        let q = Table::open(&dir.with_file_name(&quarantine)).await?;
+        let q = Table::open(&layout::quarantine_dir(&dir)).await?;
         if let Some(t) = q.table {
             let provider = t.table_provider().await?;
             ctx.register_table(TableReference::bare(quarantine.as_str()), provider)?;
@@ -65,7 +65,7 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
     let storage = pipeline.storage_dir();
     let mut out = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
-        let dir = layout::table_dir(&storage, d);
+        let dir = layout::table_dir(&storage, d)?;
         let table = Table::open(&dir).await?;
         let rows = match table.exists() {
             true => Some(

@@ -32,6 +32,9 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// What only a defect of cdcflow can cause, never a user's input.
+    #[error("internal error: {0} (a bug in cdcflow; nothing was changed by this step)")]
+    Internal(String),
 }
 
 impl RunError {
@@ -64,6 +67,10 @@ impl RunError {
             path: path.into(),
             source,
         }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::Internal(message.into())
     }
 
     pub fn delta(path: impl Into<PathBuf>, source: DeltaTableError) -> Self {

@@ -59,8 +59,11 @@ impl RunContext<'_> {
         }
     }
 
-    pub fn checkpoint(&self, flow: &Flow) -> Checkpoint {
-        Checkpoint::new(layout::checkpoint_dir(self.storage, &flow.name))
+    pub fn checkpoint(&self, flow: &Flow) -> Result<Checkpoint, RunError> {
+        Ok(Checkpoint::new(layout::checkpoint_dir(
+            self.storage,
+            &flow.name,
+        )?))
     }
 }
 
@@ -245,11 +248,11 @@ async fn refuse_lossy_refresh(
         .iter()
         .filter(|d| selected(tables, &d.name) && reset_allowed(d))
     {
-        let table = Table::open(&layout::table_dir(storage, d)).await?;
+        let table = Table::open(&layout::table_dir(storage, d)?).await?;
         for flow in pipeline.flows_into(&d.name) {
             let committed = table.txn_version(&layout::app_id(&flow.name)).await?;
             let progress =
-                Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)).peek(committed)?;
+                Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)?).peek(committed)?;
             for input in &flow.inputs {
                 let Input::Files(rf) = input else { continue };
                 let present: std::collections::BTreeSet<String> = rf
@@ -334,8 +337,8 @@ async fn full_refresh(
             .map(|f| (layout::app_id(&f.name), -1))
             .collect();
         for dir in [
-            layout::table_dir(storage, d),
-            layout::state_dir(storage, &d.name),
+            layout::table_dir(storage, d)?,
+            layout::state_dir(storage, &d.name)?,
         ] {
             let table = Table::open(&dir).await?;
             let Some(t) = &table.table else { continue };
@@ -352,7 +355,7 @@ async fn full_refresh(
             delta::write(&dir, &schema, vec![], Mode::Overwrite, &commit).await?;
         }
         for f in flows {
-            Checkpoint::new(layout::checkpoint_dir(storage, &f.name)).reset()?;
+            layout::remove_dir_all(storage, &layout::checkpoint_dir(storage, &f.name)?)?;
         }
     }
     Ok(notes)

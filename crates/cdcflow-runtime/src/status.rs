@@ -49,10 +49,10 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
             target: flow.target.clone(),
             ..FlowStatus::default()
         };
-        let table = Table::open(&layout::table_dir(&storage, target)).await?;
+        let table = Table::open(&layout::table_dir(&storage, target)?).await?;
         let committed = table.txn_version(&layout::app_id(&flow.name)).await?;
         let progress =
-            Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name)).peek(committed)?;
+            Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name)?).peek(committed)?;
         for input in &flow.inputs {
             let Input::Files(rf) = input else { continue };
             if !rf.streaming {
