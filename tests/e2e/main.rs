@@ -3,6 +3,7 @@
 mod cli;
 mod containment;
 mod crash;
+mod escape_attempt;
 mod run_cases;
 mod run_examples;
 mod validate_cases;
