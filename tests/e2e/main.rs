@@ -3,8 +3,10 @@
 mod cli;
 mod closed_stdout;
 mod conf_values;
+mod containment;
 mod crash;
 mod damaged;
+mod escape_attempt;
 mod landing_columns;
 mod metrics_endpoint;
 mod query_read_only;

@@ -12,6 +12,7 @@
 pub mod autocdc;
 pub mod config;
 pub mod diagnostic;
+pub mod names;
 pub mod pipeline;
 pub mod planner;
 pub mod read_files;

@@ -58,7 +58,7 @@ pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable
     let storage = pipeline.storage_dir();
     let mut unreadable = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
-        let dir = layout::table_dir(&storage, d);
+        let dir = layout::table_dir(&storage, d)?;
         if let Err(error) = register(&ctx, &d.name, &dir).await {
             unreadable.push(Unreadable {
                 name: d.name.clone(),
@@ -67,7 +67,7 @@ pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable
             continue;
         }
         let quarantine = crate::quarantine::table_name(&d.name);
-        if let Err(error) = register(&ctx, &quarantine, &dir.with_file_name(&quarantine)).await {
+        if let Err(error) = register(&ctx, &quarantine, &layout::quarantine_dir(&dir)).await {
             unreadable.push(Unreadable {
                 name: quarantine,
                 error,
@@ -100,7 +100,7 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
     let storage = pipeline.storage_dir();
     let mut out = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
-        let dir = layout::table_dir(&storage, d);
+        let dir = layout::table_dir(&storage, d)?;
         let mut info = TableInfo {
             name: d.name.clone(),
             kind: kind_name(d.kind),

@@ -221,15 +221,6 @@ impl Checkpoint {
         crate::failpoint::hit(&format!("offsets:{flow}"));
         Ok(())
     }
-
-    /// Forgets everything (full refresh), after the tables were reset.
-    pub fn reset(&self) -> Result<(), RunError> {
-        match fs::remove_dir_all(&self.dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(RunError::io(&self.dir, e)),
-        }
-    }
 }
 
 /// Writes through a temporary file and a rename, so a reader sees all or nothing.

@@ -32,6 +32,9 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// What only a defect of cdcflow can cause, never a user's input.
+    #[error("internal error: {0} (a bug in cdcflow; nothing was changed by this step)")]
+    Internal(String),
 }
 
 impl RunError {
@@ -65,6 +68,10 @@ impl RunError {
             Some(help) => format!("{self} ({help})"),
             None => self.to_string(),
         }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::Internal(message.into())
     }
 
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

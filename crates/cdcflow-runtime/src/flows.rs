@@ -39,10 +39,10 @@ impl QueryBatch {
                 flow.name, flow.target
             ))
         })?;
-        let dir = layout::table_dir(rc.storage, target);
+        let dir = layout::table_dir(rc.storage, target)?;
         let table = Table::open(&dir).await?;
         let app = layout::app_id(&flow.name);
-        let checkpoint = rc.checkpoint(flow);
+        let checkpoint = rc.checkpoint(flow)?;
         let progress = checkpoint.load(&table, &app).await?;
         let inputs = BatchInputs::new(progress.next_batch());
         Ok(Self {

@@ -123,7 +123,7 @@ impl InputReader<'_> {
                         batch.has_new |= !rows.is_empty();
                         rows.into_iter().map(|(_, b)| b).collect()
                     } else {
-                        let table = Table::open(&layout::table_dir(self.storage, d)).await?;
+                        let table = Table::open(&layout::table_dir(self.storage, d)?).await?;
                         batch.fingerprint.push(format!(
                             "{}@{}",
                             d.name,
@@ -146,7 +146,7 @@ impl InputReader<'_> {
         after: Option<i64>,
         schema: &SchemaRef,
     ) -> Result<(Vec<(String, RecordBatch)>, Option<i64>), RunError> {
-        let table = Table::open(&layout::table_dir(self.storage, d)).await?;
+        let table = Table::open(&layout::table_dir(self.storage, d)?).await?;
         let (rows, version) = table.appended_since(after, schema).await?;
         let rows = rows
             .into_iter()

@@ -28,6 +28,7 @@ pub mod files;
 mod fingerprint;
 mod flows;
 mod inputs;
+pub mod layout;
 pub mod lock;
 pub mod metrics;
 pub mod metrics_http;
@@ -41,36 +42,3 @@ pub mod status;
 pub use error::RunError;
 pub use report::{FlowOutcome, FlowReport, RunReport};
 pub use runner::{Progress, RunOptions, run};
-
-/// Where the tables of a pipeline live, under its storage folder.
-pub mod layout {
-    use std::path::{Path, PathBuf};
-
-    use cdcflow_plan::Dataset;
-
-    /// The Delta table of a dataset: under `tables/` when published, under `private/`
-    /// for `PRIVATE` and `TEMPORARY` datasets, which only the pipeline's own flows read.
-    pub fn table_dir(storage: &Path, dataset: &Dataset) -> PathBuf {
-        let folder = if dataset.is_published() {
-            "tables"
-        } else {
-            "private"
-        };
-        storage.join(folder).join(dataset.name.to_lowercase())
-    }
-
-    /// The internal state table of an AUTO CDC target.
-    pub fn state_dir(storage: &Path, dataset: &str) -> PathBuf {
-        storage.join("state").join(dataset.to_lowercase())
-    }
-
-    /// The checkpoint folder of a flow.
-    pub fn checkpoint_dir(storage: &Path, flow: &str) -> PathBuf {
-        storage.join("checkpoints").join(flow.to_lowercase())
-    }
-
-    /// The application-transaction id a flow's commits carry.
-    pub fn app_id(flow: &str) -> String {
-        format!("cdcflow:{}", flow.to_lowercase())
-    }
-}

@@ -40,7 +40,7 @@ pub(crate) async fn write(
     bad: Vec<(String, BadRecord)>,
 ) -> Result<String, RunError> {
     let name = table_name(&flow.target);
-    let dir = target_dir.with_file_name(&name);
+    let dir = crate::layout::quarantine_dir(target_dir);
     let table = Table::open(&dir).await?;
     if table.txn_version(app).await?.is_some_and(|v| v >= batch) {
         return Ok(name);

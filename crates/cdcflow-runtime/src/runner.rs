@@ -59,8 +59,11 @@ impl RunContext<'_> {
         }
     }
 
-    pub fn checkpoint(&self, flow: &Flow) -> Checkpoint {
-        Checkpoint::new(layout::checkpoint_dir(self.storage, &flow.name))
+    pub fn checkpoint(&self, flow: &Flow) -> Result<Checkpoint, RunError> {
+        Ok(Checkpoint::new(layout::checkpoint_dir(
+            self.storage,
+            &flow.name,
+        )?))
     }
 }
 
@@ -248,9 +251,9 @@ async fn refuse_lossy_refresh(
         .iter()
         .filter(|d| selected(tables, &d.name) && reset_allowed(d))
     {
-        let table = Table::open(&layout::table_dir(storage, d)).await?;
+        let table = Table::open(&layout::table_dir(storage, d)?).await?;
         for flow in pipeline.flows_into(&d.name) {
-            let progress = Checkpoint::new(layout::checkpoint_dir(storage, &flow.name))
+            let progress = Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)?)
                 .peek(&table, &layout::app_id(&flow.name))
                 .await?;
             for input in &flow.inputs {
@@ -309,8 +312,8 @@ async fn set_damaged_commits_aside(
         .filter(|d| d.kind != DatasetKind::View && selected(tables, &d.name) && reset_allowed(d))
     {
         for dir in [
-            layout::table_dir(storage, d),
-            layout::state_dir(storage, &d.name),
+            layout::table_dir(storage, d)?,
+            layout::state_dir(storage, &d.name)?,
         ] {
             if Table::open(&dir).await.is_ok() {
                 continue;
@@ -370,8 +373,8 @@ async fn full_refresh(
             .map(|f| (layout::app_id(&f.name), -1))
             .collect();
         for dir in [
-            layout::table_dir(storage, d),
-            layout::state_dir(storage, &d.name),
+            layout::table_dir(storage, d)?,
+            layout::state_dir(storage, &d.name)?,
         ] {
             let table = Table::open(&dir).await?;
             let Some(t) = &table.table else { continue };
@@ -388,7 +391,7 @@ async fn full_refresh(
             delta::write(&dir, &schema, vec![], Mode::Overwrite, &commit).await?;
         }
         for f in flows {
-            Checkpoint::new(layout::checkpoint_dir(storage, &f.name)).reset()?;
+            layout::remove_dir_all(storage, &layout::checkpoint_dir(storage, &f.name)?)?;
         }
     }
     Ok(notes)

@@ -51,7 +51,7 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
             target: flow.target.clone(),
             ..FlowStatus::default()
         };
-        let table = match Table::open(&layout::table_dir(&storage, target)).await {
+        let table = match Table::open(&layout::table_dir(&storage, target)?).await {
             Ok(table) => table,
             Err(e) => {
                 s.unreadable = Some(e.with_help_inline());
@@ -60,7 +60,7 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
                 continue;
             }
         };
-        let progress = Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name))
+        let progress = Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name)?)
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         for input in &flow.inputs {

@@ -250,6 +250,7 @@ impl Resolver<'_> {
                         }
                     }
                     Statement::CreateFlow(f) => {
+                        self.check_folder_name(file, f.name.span, &f.name.value, "flow");
                         let (target, once, body) = match f.body {
                             FlowBody::AutoCdc(a) => {
                                 (a.target.clone(), a.once, PendingBody::AutoCdc(a))
@@ -334,6 +335,8 @@ impl Resolver<'_> {
             return false;
         }
         self.check_qualifier(&def.name, file);
+        let name_span = def.name.parts.last().map_or(def.name.span, |p| p.span);
+        self.check_folder_name(file, name_span, &name, "dataset");
         self.by_name
             .insert(name.to_ascii_lowercase(), self.datasets.len());
         let properties = def
@@ -361,6 +364,21 @@ impl Resolver<'_> {
                 format!("`{name}` has too many parts"),
                 "name",
                 Some("use name, schema.name or catalog.schema.name".into()),
+            );
+        }
+    }
+
+    /// Reports a dataset or flow name that cannot be the one folder its table or
+    /// checkpoint is stored in (`names`).
+    fn check_folder_name(&mut self, file: FileId, span: Span, name: &str, what: &str) {
+        if let Some(problem) = crate::names::problem(name) {
+            self.error(
+                file,
+                span,
+                "cdcflow::invalid_name",
+                format!("{what} name `{}` {problem}", name.escape_debug()),
+                "not usable as a folder name",
+                Some(format!("each {what} is stored in a folder named after it under the storage folder; use letters, digits and `_`")),
             );
         }
     }

@@ -48,8 +48,8 @@ pub(crate) async fn run(
         ))
     })?;
     let rules = rules_for(spec, &source_schema, &target.properties)?;
-    let state_dir = layout::state_dir(rc.storage, &target.name);
-    let public_dir = layout::table_dir(rc.storage, target);
+    let state_dir = layout::state_dir(rc.storage, &target.name)?;
+    let public_dir = layout::table_dir(rc.storage, target)?;
     let state = Table::open(&state_dir).await?;
     let app = layout::app_id(&flow.name);
     let committed = state.txn_version(&app).await?;
@@ -59,7 +59,7 @@ pub(crate) async fn run(
     }
     let published_ahead = public.txn_version(&app).await? > committed;
 
-    let checkpoint = rc.checkpoint(flow);
+    let checkpoint = rc.checkpoint(flow)?;
     let progress = checkpoint.load(&state, &app).await?;
     if flow.once && committed.is_some() {
         report.outcome = FlowOutcome::UpToDate {
@@ -68,7 +68,7 @@ pub(crate) async fn run(
         return Ok(());
     }
     let shape = Shape::of(spec);
-    let shape_file = layout::checkpoint_dir(rc.storage, &flow.name).join("shape.json");
+    let shape_file = layout::checkpoint_dir(rc.storage, &flow.name)?.join("shape.json");
     if committed.is_some() {
         shape.check(&shape_file, &target.name)?;
     }
@@ -265,7 +265,7 @@ async fn read_source(
             ))
         }
         _ => {
-            let table = Table::open(&layout::table_dir(rc.storage, source)).await?;
+            let table = Table::open(&layout::table_dir(rc.storage, source)?).await?;
             let all = table.read_all(schema)?;
             Ok((vec![(source.name.clone(), all)], offsets))
         }

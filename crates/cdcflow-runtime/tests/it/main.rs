@@ -1,5 +1,6 @@
 //! cdcflow-runtime integration tests: one binary (build economy), one module per topic.
 
+mod containment;
 mod delta_writes;
 mod doubling;
 mod fuzz_readers;
