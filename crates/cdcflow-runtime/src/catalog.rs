@@ -74,12 +74,13 @@ pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable
             });
         }
     }
-    register(
-        &ctx,
-        crate::event_log::TABLE,
-        &crate::event_log::dir(&storage),
-    )
-    .await?;
+    let log = crate::event_log::TABLE;
+    if let Err(error) = register(&ctx, log, &crate::event_log::dir(&storage)).await {
+        unreadable.push(Unreadable {
+            name: log.to_string(),
+            error,
+        });
+    }
     Ok((ctx, unreadable))
 }
 

@@ -80,7 +80,12 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
         index.insert(flow.name.to_lowercase(), out.len());
         out.push(s);
     }
-    if Table::open(&event_log::dir(&storage)).await?.exists() {
+    // A damaged event log leaves the per-flow backlog above (the log is left out of the
+    // catalog with a warning).
+    if Table::open(&event_log::dir(&storage))
+        .await
+        .is_ok_and(|t| t.exists())
+    {
         let ctx = catalog::session(pipeline).await?;
         let batches = ctx
             .sql("SELECT flow, event, timestamp, rows_read, rows_written, lag_ms, message FROM event_log WHERE flow IS NOT NULL ORDER BY timestamp")

@@ -8,11 +8,11 @@ use cdcflow_runtime::delta::{Commit, Mode, Table, write};
 use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
-fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]))
 }
 
-fn batch(values: impl IntoIterator<Item = i64>) -> RecordBatch {
+pub(crate) fn batch(values: impl IntoIterator<Item = i64>) -> RecordBatch {
     RecordBatch::try_new(
         schema(),
         vec![Arc::new(Int64Array::from_iter_values(values))],
@@ -20,7 +20,7 @@ fn batch(values: impl IntoIterator<Item = i64>) -> RecordBatch {
     .expect("batch")
 }
 
-async fn values(dir: &std::path::Path) -> Vec<i64> {
+pub(crate) async fn values(dir: &std::path::Path) -> Vec<i64> {
     let table = Table::open(dir).await.expect("open");
     let mut out: Vec<i64> = table
         .read_batches(&schema())

@@ -5,20 +5,10 @@
 use std::sync::Arc;
 
 use cdcflow_runtime::delta::{Commit, Mode, Table, stage, write};
-use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::array::{Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]))
-}
-
-fn batch(values: impl IntoIterator<Item = i64>) -> RecordBatch {
-    RecordBatch::try_new(
-        schema(),
-        vec![Arc::new(Int64Array::from_iter_values(values))],
-    )
-    .expect("batch")
-}
+use crate::delta_writes::{batch, schema, values};
 
 fn commit(batch: i64) -> Commit {
     Commit {
@@ -26,18 +16,6 @@ fn commit(batch: i64) -> Commit {
         txns: vec![("cdcflow:bronze".into(), batch)],
         ..Commit::default()
     }
-}
-
-async fn values(dir: &std::path::Path) -> Vec<i64> {
-    let table = Table::open(dir).await.expect("open");
-    let mut out: Vec<i64> = table
-        .read_batches(&schema())
-        .expect("read")
-        .iter()
-        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
-        .collect();
-    out.sort_unstable();
-    out
 }
 
 fn refused_twice(result: Result<(), cdcflow_runtime::RunError>) {
