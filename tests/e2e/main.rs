@@ -2,6 +2,7 @@
 
 mod cli;
 mod crash;
+mod landing;
 mod run_cases;
 mod run_examples;
 mod validate_cases;

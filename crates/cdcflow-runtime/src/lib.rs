@@ -27,6 +27,7 @@ pub mod failpoint;
 pub mod files;
 mod flows;
 mod inputs;
+pub mod landing;
 pub mod lock;
 pub mod metrics;
 mod par;
