@@ -142,7 +142,7 @@ impl ReadFiles {
             found: vec![],
             refused: vec![],
         };
-        walk.dir(&self.path, root.clone(), false)?;
+        walk.dir(&self.path, &root, false)?;
         Ok(walk.finish())
     }
 
@@ -350,8 +350,8 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     /// Lists `dir` (resolved: `real`); `linked` when reached through a link.
-    fn dir(&mut self, dir: &Path, real: PathBuf, linked: bool) -> std::io::Result<()> {
-        self.chain.push(real.clone());
+    fn dir(&mut self, dir: &Path, real: &Path, linked: bool) -> std::io::Result<()> {
+        self.chain.push(real.to_path_buf());
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
             if skipped(&entry.file_name().to_string_lossy()) {
@@ -362,7 +362,7 @@ impl Walk<'_> {
             if kind.is_symlink() {
                 self.link(path)?;
             } else if kind.is_dir() {
-                self.dir(&path, real.join(entry.file_name()), linked)?;
+                self.dir(&path, &real.join(entry.file_name()), linked)?;
             } else {
                 self.found
                     .push((real.join(entry.file_name()), linked, path));
@@ -384,7 +384,7 @@ impl Walk<'_> {
         if !target.is_dir() {
             self.found.push((target, true, path));
         } else if !self.chain.contains(&target) {
-            self.dir(&path, target, true)?;
+            self.dir(&path, &target, true)?;
         }
         Ok(())
     }
