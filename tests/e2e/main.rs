@@ -7,6 +7,7 @@ mod containment;
 mod crash;
 mod damaged;
 mod escape_attempt;
+mod landing;
 mod landing_columns;
 mod metrics_endpoint;
 mod query_read_only;

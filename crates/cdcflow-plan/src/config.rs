@@ -33,6 +33,24 @@ pub struct PipelineConfig {
         deserialize_with = "trigger_interval"
     )]
     pub trigger_interval_seconds: f64,
+    /// How long a landing file must go unchanged (size and modification time) before
+    /// it is read: a file written within this period is still being written and is left
+    /// for a later batch. Default 1 s.
+    #[serde(default = "default_landing_settle")]
+    pub landing_settle_seconds: f64,
+    /// Whether symbolic links in a landing folder that lead out of it are followed
+    /// (default false: such a link is reported and not read).
+    #[serde(default)]
+    pub follow_symlinks_out_of_landing: bool,
+}
+
+/// Long enough to span the pauses of a writer that appends line by line or flushes a
+/// buffer at a time (a second covers the usual flush intervals of loggers and
+/// exporters), short enough that a file dropped just before `cdcflow run` costs at
+/// most a second of waiting. Writers that land a file whole (written under a hidden or
+/// `.tmp` name, then renamed) are never affected.
+fn default_landing_settle() -> f64 {
+    1.0
 }
 
 fn default_trigger_interval() -> f64 {
@@ -168,6 +186,8 @@ mod tests {
         let c = PipelineConfig::parse("name: p\n").unwrap();
         assert_eq!(c.storage, "_storage");
         assert_eq!(c.libraries, vec!["**/*.sql"]);
+        assert_eq!(c.landing_settle_seconds, 1.0);
+        assert!(!c.follow_symlinks_out_of_landing);
     }
 
     #[test]
@@ -220,6 +240,8 @@ mod tests {
                 Just("configuration"),
                 Just("bad_records"),
                 Just("trigger_interval_seconds"),
+                Just("landing_settle_seconds"),
+                Just("follow_symlinks_out_of_landing"),
                 Just("x.y"),
                 Just("&a"),
                 Just("*a"),

@@ -98,7 +98,15 @@ pub struct ReadFiles {
 }
 
 /// Options we read; others are accepted and ignored with a note.
-pub const KNOWN_OPTIONS: &[&str] = &["format", "schema", "header", "sep", "delimiter"];
+pub const KNOWN_OPTIONS: &[&str] = &[
+    "format",
+    "schema",
+    "header",
+    "sep",
+    "delimiter",
+    "cloudfiles.allowoverwrites",
+    "allowoverwrites",
+];
 
 impl ReadFiles {
     /// CSV: whether the first line holds column names (default true, as for landing
@@ -133,19 +141,34 @@ impl ReadFiles {
     }
 
     /// The data files under `path`, sorted by path: hidden and `_`-prefixed entries
-    /// and `.tmp`/`.crc` files are skipped (files still being written, engine metadata).
+    /// and `.tmp`/`.crc` files are skipped (files still being written, engine metadata),
+    /// and so are symbolic links out of the landing folder.
     pub fn list_files(&self) -> std::io::Result<Vec<PathBuf>> {
-        let mut out = Vec::new();
+        self.list(Links::InsideOnly).map(|l| l.files)
+    }
+
+    /// The data files under `path`, sorted by path, and the symbolic links `links`
+    /// refused to follow.
+    pub fn list(&self, links: Links) -> std::io::Result<Listing> {
         if self.path.is_file() {
-            out.push(self.path.clone());
-            return Ok(out);
+            return Ok(Listing {
+                files: vec![self.path.clone()],
+                refused_links: vec![],
+            });
         }
         if !self.path.exists() {
-            return Ok(out);
+            return Ok(Listing::default());
         }
-        collect(&self.path, &mut out)?;
-        out.sort();
-        Ok(out)
+        let root = self.path.canonicalize()?;
+        let mut walk = Walk {
+            root: &root,
+            links,
+            chain: vec![],
+            found: vec![],
+            refused: vec![],
+        };
+        walk.dir(&self.path, &root, false)?;
+        Ok(walk.finish())
     }
 
     /// The declared schema, or one inferred from the files present; `Ok(None)` when
@@ -282,4 +305,91 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Which symbolic links in a landing folder are followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Links {
+    /// Only links to files and folders inside the landing folder: a link elsewhere
+    /// (`/etc/shadow`) would publish a file nobody landed.
+    #[default]
+    InsideOnly,
+    /// Every link (`follow_symlinks_out_of_landing: true` in pipeline.yaml).
+    Anywhere,
+}
+
+/// What listing a landing folder found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Listing {
+    pub files: Vec<PathBuf>,
+    /// Links not followed: they lead out of the landing folder.
+    pub refused_links: Vec<PathBuf>,
+}
+
+/// A walk of one landing folder.
+struct Walk<'a> {
+    root: &'a Path,
+    links: Links,
+    /// The folders being walked, resolved: a link to one of them would loop.
+    chain: Vec<PathBuf>,
+    /// Files found: (resolved path, reached through a link, path).
+    found: Vec<(PathBuf, bool, PathBuf)>,
+    refused: Vec<PathBuf>,
+}
+
+impl Walk<'_> {
+    /// Lists `dir` (resolved: `real`); `linked` when reached through a link.
+    fn dir(&mut self, dir: &Path, real: &Path, linked: bool) -> std::io::Result<()> {
+        self.chain.push(real.to_path_buf());
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if skipped(&entry.file_name().to_string_lossy()) {
+                continue;
+            }
+            let path = entry.path();
+            let kind = entry.file_type()?;
+            if kind.is_symlink() {
+                self.link(path)?;
+            } else if kind.is_dir() {
+                self.dir(&path, &real.join(entry.file_name()), linked)?;
+            } else {
+                self.found
+                    .push((real.join(entry.file_name()), linked, path));
+            }
+        }
+        self.chain.pop();
+        Ok(())
+    }
+
+    fn link(&mut self, path: PathBuf) -> std::io::Result<()> {
+        // A dangling link has nothing to read.
+        let Ok(target) = path.canonicalize() else {
+            return Ok(());
+        };
+        if self.links == Links::InsideOnly && !target.starts_with(self.root) {
+            self.refused.push(path);
+            return Ok(());
+        }
+        if !target.is_dir() {
+            self.found.push((target, true, path));
+        } else if !self.chain.contains(&target) {
+            self.dir(&path, &target, true)?;
+        }
+        Ok(())
+    }
+
+    /// The files found, each once: a file reached under several names (a link beside
+    /// its target) keeps the name it has without links, else the first in order, so
+    /// every run names it the same.
+    fn finish(mut self) -> Listing {
+        self.found.sort();
+        self.found.dedup_by(|later, first| later.0 == first.0);
+        let mut files: Vec<PathBuf> = self.found.into_iter().map(|(_, _, p)| p).collect();
+        files.sort();
+        self.refused.sort();
+        Listing {
+            files,
+            refused_links: self.refused,
+        }
+    }
 }

@@ -18,14 +18,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::RunError;
 use crate::delta::Table;
+use crate::landing::{FileName, ReadRecord};
 
 /// What one batch of a flow reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Offsets {
     pub batch: i64,
-    /// Landing files read, per `read_files` input, relative to its folder.
+    /// Landing files read, per `read_files` input: each named relative to its folder
+    /// and recorded as it was read (a plain name in checkpoints of earlier versions).
     #[serde(default)]
-    pub files: BTreeMap<String, Vec<String>>,
+    pub files: BTreeMap<String, Vec<ReadRecord>>,
     /// Streaming table inputs: the Delta version read up to (inclusive).
     #[serde(default)]
     pub sources: BTreeMap<String, i64>,
@@ -39,8 +41,9 @@ pub struct Offsets {
 pub struct Progress {
     /// The last committed batch.
     pub committed: Option<i64>,
-    /// Landing files read by committed batches, per input.
-    pub files: BTreeMap<String, BTreeSet<String>>,
+    /// Landing files read by committed batches, per input, as the latest batch that
+    /// read each found it.
+    pub files: BTreeMap<String, BTreeMap<FileName, ReadRecord>>,
     /// The offsets of the last committed batch.
     pub last: Option<Offsets>,
 }
@@ -143,7 +146,7 @@ impl Checkpoint {
                     .files
                     .entry(input.clone())
                     .or_default()
-                    .extend(files.iter().cloned());
+                    .extend(files.iter().map(|r| (r.name.clone(), r.clone())));
             }
             progress.last = Some(offsets);
         }

@@ -18,8 +18,9 @@ use crate::lock::RunLock;
 use crate::report::RunReport;
 use crate::runner::{RunOptions, run_locked};
 
-/// How long the landing folders must be quiet before a batch starts.
-const SETTLE: Duration = Duration::from_millis(200);
+/// How long the landing folders must be quiet before a batch starts, at least: files
+/// younger than `landing_settle_seconds` are waited for (or left) by the batch itself.
+const QUIET: Duration = Duration::from_millis(200);
 
 /// The landing folders of the pipeline's streaming file sources.
 fn landing_folders(pipeline: &Pipeline) -> Vec<PathBuf> {
@@ -77,6 +78,10 @@ pub async fn run_continuous(
     // A full refresh asked for applies to the first batch only.
     let mut options = options.clone();
     let mut first = true;
+    // A file left by a batch because it was still being written may get no further
+    // notification: look again once it could have settled.
+    let mut pending = false;
+    let settle = crate::inputs::settle_period(&pipeline.config);
     loop {
         let started = Instant::now();
         if !first {
@@ -84,19 +89,20 @@ pub async fn run_continuous(
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
                 _ = rx.recv() => {}
-                () = sleep(rescan) => {}
+                () = sleep(if pending { settle.max(QUIET) } else { rescan }) => {}
             }
             loop {
                 tokio::select! {
                     () = &mut shutdown => return Ok(()),
                     _ = rx.recv() => continue,
-                    () = sleep(SETTLE) => break,
+                    () = sleep(QUIET) => break,
                 }
             }
         }
         first = false;
         let report = run_locked(pipeline, &options).await?;
         options.full_refresh = None;
+        pending = report.flows.iter().any(|f| f.pending_files > 0);
         on_batch(&report);
         // Batches are at least the trigger interval apart.
         tokio::select! {

@@ -41,6 +41,8 @@ pub struct FileRead {
     /// inferred before the file landed, so it is left for a run that infers them
     /// rather than read without them.
     pub new_columns: Vec<String>,
+    /// Of a text file, its content's [`crate::landing::fingerprint`].
+    pub fingerprint: Option<u64>,
 }
 
 /// Reads one landing file of `source` as `schema`.
@@ -77,6 +79,23 @@ pub fn read_file(
         });
     }
     let bytes = std::fs::read(path).map_err(|e| RunError::io(path, e))?;
+    let fingerprint = Some(crate::landing::fingerprint(&bytes));
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        // Not text: one record for the whole file, with nothing of its content copied
+        // (the quarantine table is readable by whoever reads the pipeline's tables).
+        return Ok(FileRead {
+            bad: vec![BadRecord {
+                line: None,
+                text: None,
+                error: format!(
+                    "not a text file ({} bytes, a NUL byte at offset {at}); its content is not copied",
+                    bytes.len()
+                ),
+            }],
+            fingerprint,
+            ..FileRead::default()
+        });
+    }
     if !bytes.ends_with(b"\n") {
         return Ok(FileRead {
             incomplete: true,
@@ -84,14 +103,18 @@ pub fn read_file(
         });
     }
     let header = source.format == FileFormat::Csv && source.csv_header();
-    match decode(source, schema, &bytes, header) {
-        Ok(batches) => Ok(FileRead {
+    let read = match decode(source, schema, &bytes, header) {
+        Ok(batches) => FileRead {
             batches,
             ..FileRead::default()
-        }),
+        },
         // Only on failure, decode line by line to set the bad records apart.
-        Err(_) => Ok(by_line(source, schema, &bytes, header)),
-    }
+        Err(_) => by_line(source, schema, &bytes, header),
+    };
+    Ok(FileRead {
+        fingerprint,
+        ..read
+    })
 }
 
 /// A landing Parquet file read as `schema`, or left for later when its columns are
@@ -165,15 +188,4 @@ fn by_line(source: &ReadFiles, schema: &SchemaRef, bytes: &[u8], header: bool) -
         }
     }
     read
-}
-
-/// `path` relative to the landing folder of `source` (how checkpoints name files).
-pub fn relative_name(source: &ReadFiles, path: &Path) -> String {
-    match path.strip_prefix(&source.path) {
-        Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
-        _ => path
-            .file_name()
-            .map_or_else(|| path.to_string_lossy(), |n| n.to_string_lossy())
-            .into_owned(),
-    }
 }

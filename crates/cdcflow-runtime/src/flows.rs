@@ -72,14 +72,8 @@ impl QueryBatch {
             .await?;
         report.rows_read = self.inputs.rows;
         report.files = self.inputs.files;
-        // Said even when nothing else is new: these files wait for another run.
-        if !self.inputs.new_columns.is_empty() {
-            report.warnings.push(format!(
-                "{} landing file(s) have columns the schema inferred when the run started lacks, and were left for the next run, which infers them (a continuous run: restart it): {}",
-                self.inputs.new_columns.len(),
-                self.inputs.new_columns.join(", ")
-            ));
-        }
+        report.warnings.extend(self.inputs.landing_warnings());
+        report.pending_files = self.inputs.incomplete.len() as u64;
         Ok(())
     }
 
@@ -92,13 +86,6 @@ impl QueryBatch {
         mode: Mode,
         report: &mut FlowReport,
     ) -> Result<(), RunError> {
-        if !self.inputs.incomplete.is_empty() {
-            report.warnings.push(format!(
-                "{} landing file(s) still being written (no final line end) were left for a later run: {}",
-                self.inputs.incomplete.len(),
-                self.inputs.incomplete.join(", ")
-            ));
-        }
         let bad = std::mem::take(&mut self.inputs.quarantine);
         if !bad.is_empty() && rc.pipeline.config.bad_records == BadRecords::Fail {
             return Err(malformed(&bad));
@@ -224,8 +211,9 @@ async fn execute(
 
 /// The failure for malformed records under `bad_records: fail`: the first one named by
 /// file and line.
-fn malformed(bad: &[(String, BadRecord)]) -> RunError {
+fn malformed(bad: &[(quarantine::Source, BadRecord)]) -> RunError {
     let (file, first) = &bad[0];
+    let file = &file.shown;
     let at = first
         .line
         .map_or_else(|| file.clone(), |l| format!("{file}:{l}"));

@@ -2,11 +2,13 @@
 //! source since the version last read, or whole tables; registered under the names the
 //! flow's query uses, and written down as the batch's [`Offsets`].
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use cdcflow_plan::read_files::ReadFiles;
+use cdcflow_plan::config::PipelineConfig;
+use cdcflow_plan::read_files::{Links, ReadFiles};
 use cdcflow_plan::{Dataset, FlowKind, Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::RecordBatch;
@@ -19,7 +21,8 @@ use cdcflow_plan::planner::Planner;
 
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::Table;
-use crate::{RunError, files, layout};
+use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
+use crate::{RunError, files, layout, quarantine};
 
 /// The inputs of one batch.
 pub struct BatchInputs {
@@ -32,12 +35,16 @@ pub struct BatchInputs {
     /// Parts of the fingerprint of non-streaming inputs.
     fingerprint: Vec<String>,
     /// Records that could not be read, with the landing file they are in.
-    pub quarantine: Vec<(String, files::BadRecord)>,
+    pub quarantine: Vec<(quarantine::Source, files::BadRecord)>,
     /// Landing files left for a later run, still being written.
     pub incomplete: Vec<String>,
     /// Landing files left for a later run, with columns the schema inferred when the
     /// run started lacks (each with those columns).
     pub new_columns: Vec<String>,
+    /// Landing files that changed after a batch read them, with how; not read again.
+    pub changed: Vec<String>,
+    /// Symbolic links in landing folders not followed: they lead out of the folder.
+    pub refused_links: Vec<String>,
     /// The earliest modification time of the new landing files (their arrival), µs.
     pub oldest_arrival_micros: Option<i64>,
 }
@@ -56,8 +63,45 @@ impl BatchInputs {
             quarantine: vec![],
             incomplete: vec![],
             new_columns: vec![],
+            changed: vec![],
+            refused_links: vec![],
             oldest_arrival_micros: None,
         }
+    }
+
+    /// What the user should hear about the landing files of this batch.
+    pub fn landing_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.incomplete.is_empty() {
+            out.push(format!(
+                "{} landing file(s) still being written (changed within `landing_settle_seconds`, or no final line end) were left for a later run: {}",
+                self.incomplete.len(),
+                self.incomplete.join(", ")
+            ));
+        }
+        // Said even when nothing else is new: these files wait for another run.
+        if !self.new_columns.is_empty() {
+            out.push(format!(
+                "{} landing file(s) have columns the schema inferred when the run started lacks, and were left for the next run, which infers them (a continuous run: restart it): {}",
+                self.new_columns.len(),
+                self.new_columns.join(", ")
+            ));
+        }
+        if !self.changed.is_empty() {
+            out.push(format!(
+                "{} landing file(s) changed after a batch read them; the change is not read: {} (land changed data as a new file, or set `cloudFiles.allowOverwrites => 'true'` to read a rewritten file again)",
+                self.changed.len(),
+                self.changed.join(", ")
+            ));
+        }
+        if !self.refused_links.is_empty() {
+            out.push(format!(
+                "{} symbolic link(s) leading out of the landing folder were not followed: {} (set `follow_symlinks_out_of_landing: true` in pipeline.yaml to read them)",
+                self.refused_links.len(),
+                self.refused_links.join(", ")
+            ));
+        }
+        out
     }
 
     /// Fixes the fingerprint into the offsets (materialized views), with `definition`
@@ -105,7 +149,7 @@ impl InputReader<'_> {
     ) -> Result<(), RunError> {
         for input in inputs {
             match input {
-                Input::Files(rf) => self.register_files(rf, progress, planner, batch)?,
+                Input::Files(rf) => self.register_files(rf, progress, planner, batch).await?,
                 Input::Dataset { name, streaming } => {
                     let d = self.dataset(name)?;
                     if d.kind == DatasetKind::View {
@@ -155,7 +199,7 @@ impl InputReader<'_> {
         Ok((rows, version.or(after)))
     }
 
-    fn register_files(
+    async fn register_files(
         &self,
         rf: &ReadFiles,
         progress: &Progress,
@@ -171,23 +215,62 @@ impl InputReader<'_> {
                     rf.path_text
                 ))
             })?;
-        let listed = rf.list_files().map_err(|e| RunError::io(&rf.path, e))?;
-        let seen: BTreeSet<String> = progress.files.get(&rf.table).cloned().unwrap_or_default();
+        let config = &self.pipeline.config;
+        let links = match config.follow_symlinks_out_of_landing {
+            true => Links::Anywhere,
+            false => Links::InsideOnly,
+        };
+        let listing = rf.list(links).map_err(|e| RunError::io(&rf.path, e))?;
+        batch.refused_links.extend(
+            listing
+                .refused_links
+                .iter()
+                .map(|p| FileName::of(rf, p).shown_under(rf)),
+        );
+        let no_records = BTreeMap::new();
+        let seen = progress.files.get(&rf.table).unwrap_or(&no_records);
+        let overwrites = allow_overwrites(rf);
+        let mut new: Vec<(PathBuf, FileName)> = Vec::new();
+        for path in listing.files {
+            let name = FileName::of(rf, &path);
+            if rf.streaming
+                && let Some(read) = seen.get(&name)
+            {
+                match read.change(&path) {
+                    None => continue,
+                    Some(how) if !overwrites => {
+                        batch
+                            .changed
+                            .push(format!("{} ({how})", name.shown_under(rf)));
+                        continue;
+                    }
+                    // Read again as a new file, as Auto Loader's allowOverwrites does.
+                    Some(_) => {}
+                }
+            }
+            new.push((path, name));
+        }
+        let paths: Vec<PathBuf> = new.iter().map(|(p, _)| p.clone()).collect();
+        let readiness = landing::settle(&paths, settle_period(config)).await;
         let mut rows = Vec::new();
-        let mut names = Vec::new();
-        for path in &listed {
-            let name = files::relative_name(rf, path);
-            if rf.streaming && seen.contains(&name) {
-                continue;
-            }
+        let mut records = Vec::new();
+        for ((path, name), ready) in new.into_iter().zip(readiness) {
+            let shown = name.shown_under(rf);
+            let stamp = match ready {
+                Readiness::Settled(stamp) => stamp,
+                // Nothing is recorded, so it is read once it has content.
+                Readiness::Empty | Readiness::Gone => continue,
+                Readiness::Changing => {
+                    batch.incomplete.push(shown);
+                    continue;
+                }
+            };
             if !rf.streaming {
-                let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-                batch.fingerprint.push(format!("{name}:{len}"));
+                batch.fingerprint.push(format!("{name}:{}", stamp.size));
             }
-            let read = files::read_file(rf, &schema, path)?;
-            // As the user wrote the folder, then the file in it.
-            let shown = format!("{}/{name}", rf.path_text.trim_end_matches('/'));
-            if read.incomplete {
+            let read = files::read_file(rf, &schema, &path)?;
+            // Written to while it was read: what was read may be half of it.
+            if read.incomplete || Stamp::of(&path).ok() != Some(stamp) {
                 batch.incomplete.push(shown);
                 continue;
             }
@@ -204,22 +287,30 @@ impl InputReader<'_> {
                 continue;
             }
             if rf.streaming
-                && let Some(at) = arrival_micros(path)
+                && let Some(at) = stamp.modified_micros
             {
                 batch.oldest_arrival_micros =
                     Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
             }
             rows.extend(read.batches);
+            let source = quarantine::Source {
+                bytes: name.bytes_under(rf),
+                shown,
+            };
             batch
                 .quarantine
-                .extend(read.bad.into_iter().map(|b| (shown.clone(), b)));
-            names.push(name);
+                .extend(read.bad.into_iter().map(|b| (source.clone(), b)));
+            records.push(ReadRecord {
+                name,
+                stamp: Some(stamp),
+                fingerprint: read.fingerprint,
+            });
         }
-        batch.files += names.len() as u64;
+        batch.files += records.len() as u64;
         batch.rows += rows.iter().map(|b| b.num_rows() as u64).sum::<u64>();
         if rf.streaming {
-            batch.has_new |= !names.is_empty();
-            batch.offsets.files.insert(rf.table.clone(), names);
+            batch.has_new |= !records.is_empty();
+            batch.offsets.files.insert(rf.table.clone(), records);
         }
         register_rows(planner, &rf.table, schema, rows)
     }
@@ -278,9 +369,16 @@ fn register_rows(
     Ok(())
 }
 
-/// When a file arrived: its modification time, µs since the epoch.
-fn arrival_micros(path: &Path) -> Option<i64> {
-    let modified = std::fs::metadata(path).ok()?.modified().ok()?;
-    let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
-    i64::try_from(since.as_micros()).ok()
+/// `cloudFiles.allowOverwrites` (Auto Loader's name): a landing file that changes after
+/// it was read is read again, whole, as a new file (rows from its first reading stay).
+pub fn allow_overwrites(rf: &ReadFiles) -> bool {
+    ["cloudfiles.allowoverwrites", "allowoverwrites"]
+        .iter()
+        .find_map(|k| rf.options.get(*k))
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// `landing_settle_seconds` of pipeline.yaml; a value that is no duration counts as 0.
+pub fn settle_period(config: &PipelineConfig) -> Duration {
+    Duration::try_from_secs_f64(config.landing_settle_seconds.max(0.0)).unwrap_or_default()
 }

@@ -28,6 +28,7 @@ pub mod files;
 mod fingerprint;
 mod flows;
 mod inputs;
+pub mod landing;
 pub mod layout;
 pub mod lock;
 pub mod metrics;

@@ -1,12 +1,13 @@
 //! Malformed landing records, kept where a user can query them: the Delta table
 //! `<target>__quarantine` beside the flow's target, one row per record with its file,
-//! line, text and the reason it was refused.
+//! line, text and the reason it was refused. The file is named readably (`file`: bytes
+//! that are not UTF-8 written `\xNN`) and exactly as the OS names it (`file_bytes`).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use cdcflow_plan::Flow;
-use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{BinaryArray, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::RunError;
@@ -23,10 +24,20 @@ fn schema() -> SchemaRef {
         Field::new("flow", DataType::Utf8, false),
         Field::new("batch", DataType::Int64, false),
         Field::new("file", DataType::Utf8, false),
+        Field::new("file_bytes", DataType::Binary, true),
         Field::new("line", DataType::Int64, true),
         Field::new("record", DataType::Utf8, true),
         Field::new("error", DataType::Utf8, false),
     ]))
+}
+
+/// The landing file a malformed record is in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    /// `folder/name` for people.
+    pub shown: String,
+    /// `folder/name` as the OS names it.
+    pub bytes: Vec<u8>,
 }
 
 /// Appends `bad` for batch `batch` of `flow`, once: a rerun of a batch whose
@@ -37,7 +48,7 @@ pub(crate) async fn write(
     target_dir: &Path,
     app: &str,
     batch: i64,
-    bad: Vec<(String, BadRecord)>,
+    bad: Vec<(Source, BadRecord)>,
 ) -> Result<String, RunError> {
     let name = table_name(&flow.target);
     let dir = crate::layout::quarantine_dir(target_dir);
@@ -52,7 +63,10 @@ pub(crate) async fn write(
             Arc::new(StringArray::from(vec![flow.name.clone(); n])),
             Arc::new(Int64Array::from(vec![batch; n])),
             Arc::new(StringArray::from_iter_values(
-                bad.iter().map(|(f, _)| f.as_str()),
+                bad.iter().map(|(f, _)| f.shown.as_str()),
+            )),
+            Arc::new(BinaryArray::from_iter_values(
+                bad.iter().map(|(f, _)| f.bytes.as_slice()),
             )),
             Arc::new(Int64Array::from_iter(
                 bad.iter().map(|(_, b)| b.line.map(|l| l as i64)),

@@ -39,6 +39,9 @@ pub struct FlowReport {
     pub expectations: Vec<crate::expectations::ExpectationResult>,
     /// Things the user should know that did not fail the flow.
     pub warnings: Vec<String>,
+    /// Landing files left for a later batch because they were still being written.
+    #[serde(skip)]
+    pub pending_files: u64,
     pub millis: u64,
     /// The oldest change of the batch: its source commit time (a timestamp SEQUENCE BY)
     /// or its landing file's arrival, µs since the epoch.
@@ -67,6 +70,7 @@ impl FlowReport {
             cdc: None,
             expectations: vec![],
             warnings: vec![],
+            pending_files: 0,
             millis: 0,
             oldest_change_micros: None,
             lag_ms: None,

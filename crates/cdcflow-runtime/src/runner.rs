@@ -23,8 +23,8 @@ pub struct RunOptions {
     pub flows: Vec<String>,
     /// Recompute these tables from their sources first; `Some(vec![])` means all.
     pub full_refresh: Option<Vec<String>>,
-    /// Full refresh even when landing files read before are gone (their rows, and
-    /// the history built from them, are lost).
+    /// Full refresh even when landing files read before are gone or changed (their
+    /// rows, and the history built from them, are lost).
     pub force: bool,
     /// The wall clock, µs since the epoch (tests pin it); now when `None`.
     pub now_micros: Option<i64>,
@@ -238,8 +238,9 @@ fn selected(tables: &[String], name: &str) -> bool {
 }
 
 /// Refuses a full refresh that would recompute a table from landing files some of which
-/// are gone since they were read: its rows, and any history built on them downstream,
-/// would be lost.
+/// are gone or changed since they were read (as the checkpoints recorded them): its
+/// rows, and any history built on them downstream, would be lost or rebuilt from other
+/// data.
 async fn refuse_lossy_refresh(
     pipeline: &Pipeline,
     storage: &Path,
@@ -258,25 +259,29 @@ async fn refuse_lossy_refresh(
                 .await?;
             for input in &flow.inputs {
                 let Input::Files(rf) = input else { continue };
-                let present: std::collections::BTreeSet<String> = rf
-                    .list_files()
-                    .map_err(|e| RunError::io(&rf.path, e))?
-                    .iter()
-                    .map(|p| crate::files::relative_name(rf, p))
-                    .collect();
-                let gone = progress
+                for read in progress
                     .files
                     .get(&rf.table)
                     .into_iter()
                     .flatten()
-                    .filter(|f| !present.contains(*f));
-                lost.extend(gone.map(|f| {
-                    format!(
-                        "{}/{f} (read into `{}`)",
-                        rf.path_text.trim_end_matches('/'),
-                        d.name
-                    )
-                }));
+                    .map(|(_, r)| r)
+                {
+                    // An entry of an earlier version knows only the name: gone or not.
+                    let path = read.name.path_in(rf);
+                    let change = match read.stamp {
+                        Some(_) => read.change(&path),
+                        None => std::fs::metadata(&path)
+                            .is_err()
+                            .then(|| "gone".to_string()),
+                    };
+                    if let Some(how) = change {
+                        lost.push(format!(
+                            "{} ({how}; read into `{}`)",
+                            read.name.shown_under(rf),
+                            d.name
+                        ));
+                    }
+                }
             }
         }
     }
@@ -290,11 +295,11 @@ async fn refuse_lossy_refresh(
         String::new()
     };
     Err(RunError::input(format!(
-        "--full-refresh would lose data: {} landing file(s) read before are gone: {}{more}; nothing was changed",
+        "--full-refresh would lose data: {} landing file(s) read before are gone or changed: {}{more}; nothing was changed",
         lost.len(),
         shown.join(", ")
     ))
-    .with_help("put the files back, or add --force to recompute from the files that remain (rows and SCD type 2 history built from the missing files are lost)"))
+    .with_help("put the files back as they were read, or add --force to recompute from the files as they are now (rows and SCD type 2 history built from what is missing are lost)"))
 }
 
 /// Moves the damaged newest commit of each table a full refresh rebuilds (and of its

@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use crate::checkpoint::Checkpoint;
 use crate::delta::Table;
-use crate::{RunError, catalog, event_log, files, layout};
+use crate::landing::FileName;
+use crate::{RunError, catalog, event_log, layout};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct FlowStatus {
@@ -70,7 +71,7 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
             }
             let seen = progress.files.get(&rf.table);
             for path in rf.list_files().map_err(|e| RunError::io(&rf.path, e))? {
-                if seen.is_some_and(|s| s.contains(&files::relative_name(rf, &path))) {
+                if seen.is_some_and(|s| s.contains_key(&FileName::of(rf, &path))) {
                     continue;
                 }
                 s.backlog_files += 1;

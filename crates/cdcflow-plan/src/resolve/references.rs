@@ -180,6 +180,7 @@ impl Resolver<'_> {
             "cloudfiles.format",
             "cloudfiles.schemahints",
             "cloudfiles.infercolumntypes",
+            "cloudfiles.allowoverwrites",
         ];
         for (key, _, span) in &call.options {
             if MAPPED.contains(&key.as_str()) {

@@ -3,6 +3,7 @@
 mod containment;
 mod delta_writes;
 mod doubling;
+mod fuzz_landing;
 mod fuzz_readers;
 mod kernel_examples;
 mod kernel_props;
