@@ -163,11 +163,12 @@ impl ReadFiles {
         let mut walk = Walk {
             root: &root,
             links,
-            chain: vec![],
+            visited: Default::default(),
+            pending: Default::default(),
             found: vec![],
             refused: vec![],
         };
-        walk.dir(&self.path, &root, false)?;
+        walk.all(&self.path, &root)?;
         Ok(walk.finish())
     }
 
@@ -326,30 +327,49 @@ pub struct Listing {
     pub refused_links: Vec<PathBuf>,
 }
 
-/// A walk of one landing folder.
+/// A walk of one landing folder. Every folder is listed once, however many links lead
+/// to it (links between sibling folders would otherwise be walked along every path, a
+/// number of walks that grows with the factorial of the folders), and the folders
+/// reachable without links are listed first, so their files keep their own names.
 struct Walk<'a> {
     root: &'a Path,
     links: Links,
-    /// The folders being walked, resolved: a link to one of them would loop.
-    chain: Vec<PathBuf>,
+    /// The folders listed, resolved.
+    visited: std::collections::HashSet<PathBuf>,
+    /// Links met and not yet followed, in the order met.
+    pending: std::collections::VecDeque<PathBuf>,
     /// Files found: (resolved path, reached through a link, path).
     found: Vec<(PathBuf, bool, PathBuf)>,
     refused: Vec<PathBuf>,
 }
 
 impl Walk<'_> {
-    /// Lists `dir` (resolved: `real`); `linked` when reached through a link.
+    /// Lists the folder `dir` (`root` resolved), then follows the links met, each
+    /// folder once.
+    fn all(&mut self, dir: &Path, root: &Path) -> std::io::Result<()> {
+        self.dir(dir, root, false)?;
+        while let Some(link) = self.pending.pop_front() {
+            self.link(link)?;
+        }
+        Ok(())
+    }
+
+    /// Lists `dir` (resolved: `real`) and the folders in it; `linked` when reached
+    /// through a link. Links are set aside for [`Walk::all`].
     fn dir(&mut self, dir: &Path, real: &Path, linked: bool) -> std::io::Result<()> {
-        self.chain.push(real.to_path_buf());
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
+        if !self.visited.insert(real.to_path_buf()) {
+            return Ok(());
+        }
+        let mut entries = std::fs::read_dir(dir)?.collect::<std::io::Result<Vec<_>>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
             if skipped(&entry.file_name().to_string_lossy()) {
                 continue;
             }
             let path = entry.path();
             let kind = entry.file_type()?;
             if kind.is_symlink() {
-                self.link(path)?;
+                self.pending.push_back(path);
             } else if kind.is_dir() {
                 self.dir(&path, &real.join(entry.file_name()), linked)?;
             } else {
@@ -357,7 +377,6 @@ impl Walk<'_> {
                     .push((real.join(entry.file_name()), linked, path));
             }
         }
-        self.chain.pop();
         Ok(())
     }
 
@@ -372,7 +391,7 @@ impl Walk<'_> {
         }
         if !target.is_dir() {
             self.found.push((target, true, path));
-        } else if !self.chain.contains(&target) {
+        } else {
             self.dir(&path, &target, true)?;
         }
         Ok(())

@@ -287,10 +287,11 @@ async fn check_tree(entries: Vec<Entry>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(10))]
+    // Few cases: each lays out a tree and runs the pipeline three times (about 20 s a case
+    // here); `PROPTEST_CASES` does not raise it, edit the number to fuzz longer.
+    #![proptest_config(ProptestConfig::with_cases(3))]
 
     #[test]
-    #[ignore = "did not finish within the time available on the shared build machine (possibly a shrinking run or a hang); to be checked with `cargo test -p cdcflow-runtime --test it fuzz_landing -- --ignored`"]
     fn every_file_of_a_landing_tree_is_read_once_and_nothing_outside_it(
         entries in proptest::collection::vec(entry(), 1..10),
     ) {
