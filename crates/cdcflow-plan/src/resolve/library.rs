@@ -1,5 +1,7 @@
 //! Reading the library files named by `pipeline.yaml`, with `${key}` substitution.
 
+use std::path::PathBuf;
+
 use super::*;
 
 impl Resolver<'_> {
@@ -15,8 +17,8 @@ impl Resolver<'_> {
         let mut paths = Vec::new();
         for pattern in &config.libraries {
             let full = self.root.join(pattern);
-            let found: Vec<_> = match glob::glob(&full.to_string_lossy()) {
-                Ok(g) => g.filter_map(Result::ok).filter(|p| p.is_file()).collect(),
+            let found: Vec<_> = match glob::Pattern::new(&full.to_string_lossy()) {
+                Ok(g) => matching_files(&g, &full, &storage),
                 Err(e) => {
                     self.config_error(
                         config_text,
@@ -96,4 +98,48 @@ impl Resolver<'_> {
         }
         self.diags.push(d);
     }
+}
+
+/// The files `pattern` (the pipeline folder joined with a `libraries` glob) matches, as
+/// `glob::glob` would list them but without following links to folders: a link loop
+/// under the pipeline folder (in a landing folder, say) would otherwise be walked
+/// without end. The storage folder is not walked.
+fn matching_files(pattern: &glob::Pattern, full: &Path, storage: &Path) -> Vec<PathBuf> {
+    // Walk from the longest leading part of the pattern that holds no wildcard.
+    let mut base = PathBuf::new();
+    for part in full.components() {
+        let text = part.as_os_str().to_string_lossy();
+        if text.contains(['*', '?', '[']) {
+            break;
+        }
+        base.push(part);
+    }
+    let options = glob::MatchOptions {
+        require_literal_separator: true,
+        ..glob::MatchOptions::new()
+    };
+    let mut found = Vec::new();
+    // The folder named in the pattern may itself be reached through a link.
+    let mut todo = vec![(base, true)];
+    while let Some((path, follow)) = todo.pop() {
+        let meta = match follow {
+            true => std::fs::metadata(&path),
+            false => std::fs::symlink_metadata(&path),
+        };
+        let Ok(meta) = meta else {
+            continue;
+        };
+        if meta.is_dir() {
+            if path.starts_with(storage) {
+                continue;
+            }
+            let Ok(entries) = std::fs::read_dir(&path) else {
+                continue;
+            };
+            todo.extend(entries.filter_map(|e| e.ok().map(|e| (e.path(), false))));
+        } else if path.is_file() && pattern.matches_path_with(&path, options) {
+            found.push(path);
+        }
+    }
+    found
 }

@@ -287,9 +287,9 @@ async fn check_tree(entries: Vec<Entry>) {
 }
 
 proptest! {
-    // Few cases: each lays out a tree and runs the pipeline three times (about 20 s a case
-    // here); `PROPTEST_CASES` does not raise it, edit the number to fuzz longer.
-    #![proptest_config(ProptestConfig::with_cases(3))]
+    // Each case lays out a tree and runs the pipeline three times: few cases, raised here
+    // to fuzz longer (`PROPTEST_CASES` does not override an explicit count).
+    #![proptest_config(ProptestConfig::with_cases(16))]
 
     #[test]
     fn every_file_of_a_landing_tree_is_read_once_and_nothing_outside_it(
@@ -378,4 +378,19 @@ async fn links_out_of_the_landing_folder_are_read_only_when_pipeline_yaml_allows
     .expect("write");
     run_ok(dir.path()).await;
     assert_eq!(ids(dir.path()).await, vec![OUTSIDE_IDS, OUTSIDE_IDS + 1]);
+}
+
+#[tokio::test]
+async fn link_loops_under_the_pipeline_folder_are_walked_once() {
+    let (dir, _) = pipeline_dir();
+    let landing = dir.path().join("landing");
+    // Found by the tree fuzz test: the search for SQL files under the pipeline folder
+    // and the landing walk both followed these without end.
+    symlink(&landing, landing.join("again")).expect("symlink");
+    symlink(dir.path(), landing.join("up")).expect("symlink");
+    let path = landing.join("a.json");
+    fs::write(&path, rows(0..2)).expect("write");
+    landed_long_ago(&path);
+    run_ok(dir.path()).await;
+    assert_eq!(ids(dir.path()).await, vec![0, 1]);
 }
