@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use cdcflow_runtime::{RunOptions, RunReport, catalog, run};
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::datatypes::DataType;
 use proptest::prelude::*;
 
 const FLOWS: &str = "CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, v STRING');\n";
@@ -217,22 +217,12 @@ async fn column(dir: &Path, sql: &str) -> Vec<Option<String>> {
 }
 
 async fn ids(dir: &Path) -> Vec<i64> {
-    let loaded = cdcflow_plan::load(dir, &BTreeMap::new());
-    let pipeline = loaded.pipeline.expect("pipeline");
-    let ctx = catalog::session(&pipeline).await.expect("session");
-    let batches = ctx
-        .sql("SELECT id FROM raw ORDER BY id")
+    column(dir, "SELECT id FROM raw ORDER BY id")
         .await
-        .expect("sql")
+        .into_iter()
+        .flatten()
+        .map(|id| id.parse().expect("an integer id"))
         .collect()
-        .await
-        .expect("collect");
-    let mut out = Vec::new();
-    for b in &batches {
-        let c = cast(b.column(0), &DataType::Int64).expect("cast");
-        out.extend(c.as_primitive::<Int64Type>().iter().flatten());
-    }
-    out
 }
 
 fn pipeline_dir() -> (tempfile::TempDir, PathBuf) {
