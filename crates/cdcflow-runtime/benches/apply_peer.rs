@@ -23,7 +23,7 @@ use cdcflow_runtime::cdc::events::to_events;
 use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules};
 use cdcflow_runtime::cdc::rules_for;
 use cdcflow_runtime::cdc::streamed::{self, Targets};
-use cdcflow_runtime::delta::{Commit, Mode, Table, conform, read_parquet, rewrite};
+use cdcflow_runtime::delta::{Commit, DataFile, Mode, Table, conform, read_parquet, rewrite};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
@@ -145,7 +145,7 @@ async fn seed(
     };
     let dest = Table::open(dir).await.map_err(|e| e.to_string())?;
     let (seeded, _) = rewrite(
-        &[stored_file.to_path_buf()],
+        &[DataFile::plain(stored_file.to_path_buf())],
         &read_schema,
         &dest,
         schema,
@@ -171,7 +171,12 @@ async fn seed(
 /// so that the kit, which reads every Parquet file of the folder, sees the new rows only.
 async fn keep_current_files(dir: &Path) -> Result<(), String> {
     let table = Table::open(dir).await.map_err(|e| e.to_string())?;
-    let current: Vec<PathBuf> = table.data_files().map_err(|e| e.to_string())?;
+    let current: Vec<PathBuf> = table
+        .files()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|f| f.path)
+        .collect();
     for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
         let path = entry.map_err(|e| e.to_string())?.path();
         let is_parquet = path.extension().is_some_and(|x| x == "parquet");

@@ -19,7 +19,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::events::{Sourced, to_events};
 use super::kernel::{self, Rules, Visible};
-use super::{rules_for, streamed};
+use super::{merged, rules_for, streamed};
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::{self, Commit, Mode, Table};
 use crate::inputs::BatchInputs;
@@ -100,19 +100,24 @@ pub(crate) async fn run(
         public: &public,
         public_commit: &public_commit,
     };
-    let done = match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
+    let merged = merged::apply(&rules, &targets, &events, rc.now_micros).await?;
+    let done = match merged {
         Some(done) => done,
-        None => {
-            let applied = apply_in_memory(target, &rules, &state, &public, &events, rc.now_micros)?;
-            if let Some(change) = delta::added_columns(
-                public.arrow_schema().as_ref(),
-                &rules.public_schema(),
-                &target.name,
-            ) {
-                report.warnings.push(change);
+        None => match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
+            Some(done) => done,
+            None => {
+                let applied =
+                    apply_in_memory(target, &rules, &state, &public, &events, rc.now_micros)?;
+                if let Some(change) = delta::added_columns(
+                    public.arrow_schema().as_ref(),
+                    &rules.public_schema(),
+                    &target.name,
+                ) {
+                    report.warnings.push(change);
+                }
+                streamed::Streamed::staged(applied, &rules, &targets).await?
             }
-            streamed::Streamed::staged(applied, &rules, &targets).await?
-        }
+        },
     };
     if done.metrics.late_after_gc > 0 {
         report.warnings.push(format!(
@@ -152,6 +157,8 @@ fn apply_in_memory(
 fn commits(target: &Dataset, txns: Vec<(String, i64)>, offsets: &Offsets) -> (Commit, Commit) {
     let state_commit = Commit {
         txns: txns.clone(),
+        // The state is cdcflow's alone: always merge-on-write.
+        configuration: [(DELETION_VECTORS.to_string(), "true".to_string())].into(),
         name: format!("{}__state", target.name),
         description: Some(format!(
             "cdcflow internal AUTO CDC state of `{}`; query the table instead",
@@ -160,10 +167,30 @@ fn commits(target: &Dataset, txns: Vec<(String, i64)>, offsets: &Offsets) -> (Co
         ..Commit::default()
     };
     (
-        Commit::to_published(target, txns).with_offsets(offsets),
+        published_commit(target, txns).with_offsets(offsets),
         state_commit.with_offsets(offsets),
     )
 }
+
+/// A commit to the published table of an AUTO CDC target. Its table takes deletion
+/// vectors unless its TBLPROPERTIES say otherwise, as Databricks' new tables do
+/// (docs/runtime.md lists the readers that apply them).
+fn published_commit(target: &Dataset, txns: Vec<(String, i64)>) -> Commit {
+    let mut commit = Commit::to_published(target, txns);
+    if !commit
+        .configuration
+        .keys()
+        .any(|k| k.eq_ignore_ascii_case(DELETION_VECTORS))
+    {
+        commit
+            .configuration
+            .insert(DELETION_VECTORS.to_string(), "true".to_string());
+    }
+    commit
+}
+
+/// The table property that lets a table's rows be deleted by deletion vectors.
+const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
 
 fn lost_published(target: &Dataset) -> RunError {
     RunError::input(format!(
@@ -208,7 +235,7 @@ async fn sync_published(
     let stored = state.read_batches(&rules.state_schema())?;
     let empty = RecordBatch::new_empty(rules.event_schema());
     let applied = kernel::apply(rules, stored, Visible::Recompute, &empty, rc.now_micros)?;
-    let commit = Commit::to_published(target, txns);
+    let commit = published_commit(target, txns);
     delta::write(
         &public.dir,
         &rules.public_schema(),

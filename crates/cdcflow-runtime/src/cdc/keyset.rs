@@ -94,6 +94,25 @@ impl KeySet {
         Ok(set)
     }
 
+    /// Distinct keys in the set.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// How many keys of the set `other` holds too.
+    pub(crate) fn count_in(&self, other: &KeySet) -> Result<usize, ArrowError> {
+        let mut rows = Vec::with_capacity(self.len);
+        for &head in self.heads.values() {
+            let mut at = head;
+            while at != NONE {
+                rows.push(at as usize);
+                at = self.next[at as usize];
+            }
+        }
+        let hashes = hashes(&self.columns)?;
+        Ok(other.find_rows(&self.columns, &hashes, rows)?.len())
+    }
+
     fn find_in_chain(&self, cmps: &[DynComparator], hash: u64, row: usize) -> u32 {
         let mut at = self.heads.get(&hash).copied().unwrap_or(NONE);
         while at != NONE {

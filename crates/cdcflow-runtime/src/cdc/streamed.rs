@@ -26,6 +26,8 @@ pub struct Streamed {
     pub metrics: ApplyMetrics,
     /// Rows of the new published table.
     pub public_rows: usize,
+    /// How both commits change their tables.
+    pub mode: Mode,
 }
 
 impl Streamed {
@@ -56,18 +58,15 @@ impl Streamed {
             state,
             metrics: applied.metrics,
             public_rows,
+            mode: Mode::Overwrite,
         })
     }
 
     /// Commits the published table, then the state: a crash between the two repeats
     /// the batch, which changes nothing in the published table (`touched.rs`).
     pub async fn commit(self, targets: &Targets<'_>) -> Result<(), RunError> {
-        self.public
-            .commit(Mode::Overwrite, targets.public_commit)
-            .await?;
-        self.state
-            .commit(Mode::Overwrite, targets.state_commit)
-            .await
+        self.public.commit(self.mode, targets.public_commit).await?;
+        self.state.commit(self.mode, targets.state_commit).await
     }
 }
 
@@ -103,7 +102,7 @@ pub async fn apply(
     }
     let splitter = Arc::clone(&touch);
     let Some((state, members)) = rewrite(
-        &targets.state.data_files()?,
+        &targets.state.files()?,
         &state_schema,
         targets.state,
         &state_schema,
@@ -122,7 +121,7 @@ pub async fn apply(
     let wanted = Arc::new(touch.wanted(&members)?);
     let prober = Arc::clone(&touch);
     let Some((public, probed)) = rewrite(
-        &targets.public.data_files()?,
+        &targets.public.files()?,
         &public_schema,
         targets.public,
         &public_schema,
@@ -152,5 +151,6 @@ pub async fn apply(
         state,
         metrics: decided.metrics,
         public_rows,
+        mode: Mode::Overwrite,
     }))
 }

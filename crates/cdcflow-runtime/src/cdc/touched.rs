@@ -166,12 +166,19 @@ impl Touch {
         &self,
         batch: &RecordBatch,
     ) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ArrowError> {
+        let member = self.members(batch)?;
+        let keep: Vec<bool> = member.iter().map(|m| !m).collect();
+        Ok((filtered(batch, &member)?, filtered(batch, &keep)?))
+    }
+
+    /// Per row of a stored batch, whether it is a member (see [`Touch::split`]).
+    pub(crate) fn members(&self, batch: &RecordBatch) -> Result<Vec<bool>, ArrowError> {
         let layout = &self.layout;
         let keys = key_columns(batch, &layout.keys);
         let found = self.touched.find(&keys, &hashes(&keys)?)?;
         let ops = batch.column(layout.op).as_primitive::<Int8Type>();
         let recorded = batch.column(layout.recorded).as_primitive::<Int64Type>();
-        let member: Vec<bool> = (0..batch.num_rows())
+        Ok((0..batch.num_rows())
             .map(|r| {
                 let op = ops.value(r);
                 !is_keyed(op)
@@ -179,9 +186,49 @@ impl Touch {
                     || found[r] != NONE
                     || (op == Op::Delete as i8 && recorded.value(r) < self.horizon)
             })
-            .collect();
-        let keep: Vec<bool> = member.iter().map(|m| !m).collect();
-        Ok((filtered(batch, &member)?, filtered(batch, &keep)?))
+            .collect())
+    }
+
+    /// Per row of published `keys` (the key columns, in KEYS order), whether an
+    /// incoming event touches it.
+    pub(crate) fn touches(&self, keys: &[ArrayRef]) -> Result<Vec<bool>, ArrowError> {
+        Ok(self
+            .touched
+            .find(keys, &hashes(keys)?)?
+            .iter()
+            .map(|&t| t != NONE)
+            .collect())
+    }
+
+    /// A narrow state's member upserts that an incoming upsert ties (same key and
+    /// sequence): the kernel ranks them by their values, so those must be fetched from
+    /// the published rows. `None` for a state that keeps values.
+    pub(crate) fn tied(
+        &self,
+        members: &RecordBatch,
+        events: &RecordBatch,
+    ) -> Result<Option<KeySet>, ArrowError> {
+        if !self.rules.narrow_state() {
+            return Ok(None);
+        }
+        let rules = &self.rules;
+        let mut event_columns = key_columns(events, &rules.keys);
+        event_columns.push(Arc::clone(events.column(rules.seq_col())));
+        let event_ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
+        let upserts = KeySet::new(
+            event_columns,
+            (0..events.num_rows()).filter(|&r| event_ops.value(r) == Op::Upsert as i8),
+        )?;
+        let mut member_columns = key_columns(members, &self.layout.keys);
+        member_columns.push(Arc::clone(members.column(self.layout.seq)));
+        let ops = members.column(self.layout.op).as_primitive::<Int8Type>();
+        let found = upserts.find(&member_columns, &hashes(&member_columns)?)?;
+        KeySet::new(
+            key_columns(members, &self.layout.keys),
+            (0..members.num_rows())
+                .filter(|&r| ops.value(r) == Op::Upsert as i8 && found[r] != NONE),
+        )
+        .map(Some)
     }
 
     /// A narrow state's member upserts, whose values the published rows hold.
@@ -235,6 +282,23 @@ impl Touch {
         hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
         events: &RecordBatch,
     ) -> Result<TouchedDecided, ArrowError> {
+        let (decided, stayed) = self.decide_keeping(members, hits, events)?;
+        match stayed.map_or(0, |s| s.len()) {
+            0 => Ok(decided),
+            n => Err(lost_values(n)),
+        }
+    }
+
+    /// [`Touch::decide`] where a narrow state's member upserts may come without their
+    /// values: those that stay their key's winner keep their published row, which the
+    /// caller leaves as it is. Their keys come back (their rows in `public` have no
+    /// values and are to be dropped).
+    pub(crate) fn decide_keeping(
+        &self,
+        members: RecordBatch,
+        hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
+        events: &RecordBatch,
+    ) -> Result<(TouchedDecided, Option<KeySet>), ArrowError> {
         let rules = &self.rules;
         let values = rules
             .narrow_state()
@@ -256,24 +320,32 @@ impl Touch {
             public,
             metrics,
         } = decided.applied;
-        let state = match &values {
+        let (state, stayed) = match &values {
             Some(values) => {
-                values.check_missing(&self.layout, &decided_state, rules)?;
+                let stayed = values.stayed(&self.layout, &decided_state, rules)?;
                 let narrow = rules.narrow_columns();
-                decided_state
+                let state = decided_state
                     .iter()
                     .map(|batch| batch.project(&narrow))
-                    .collect::<Result<_, _>>()?
+                    .collect::<Result<_, _>>()?;
+                (state, Some(stayed))
             }
-            None => decided_state,
+            None => (decided_state, None),
         };
-        Ok(TouchedDecided {
+        let decided = TouchedDecided {
             state,
             public,
             metrics,
             recomputed: decided.recomputed,
-        })
+        };
+        Ok((decided, stayed))
     }
+}
+
+fn lost_values(n: usize) -> ArrowError {
+    ArrowError::InvalidArgumentError(format!(
+        "{n} key(s) live in the AUTO CDC state have no row in the published table (was it changed outside the pipeline?); run a full refresh of the table"
+    ))
 }
 
 /// Where a stored state row keeps its key, operation and recording time.
@@ -358,45 +430,42 @@ impl Values {
 }
 
 impl Values {
-    /// Fails when a stored upsert without a published row stayed its key's winner:
-    /// its values are lost (the published table was changed behind the pipeline's
-    /// back), and publishing nulls in their place would be silent damage.
-    fn check_missing(
+    /// The keys of the stored upserts without values that stayed their key's winner
+    /// in `decided_state`: their published rows are theirs, unchanged.
+    fn stayed(
         &self,
         layout: &Layout,
         decided_state: &[RecordBatch],
         rules: &Rules,
-    ) -> Result<(), ArrowError> {
+    ) -> Result<KeySet, ArrowError> {
+        let keys = key_columns(&self.members, &layout.keys);
         let ops = self.members.column(layout.op).as_primitive::<Int8Type>();
         let missing: Vec<usize> = (0..self.members.num_rows())
             .filter(|&r| ops.value(r) == Op::Upsert as i8 && self.at[r].is_none())
             .collect();
         if missing.is_empty() {
-            return Ok(());
+            return KeySet::new(keys, []);
         }
-        // A lost row is its key and sequence among the upserts the apply kept.
-        let mut lost_columns: Vec<ArrayRef> = key_columns(&self.members, &layout.keys);
-        lost_columns.push(Arc::clone(self.members.column(layout.seq)));
-        let lost = KeySet::new(lost_columns, missing)?;
+        // A member without values is its key and sequence among the upserts kept.
+        let mut missing_columns = keys.clone();
+        missing_columns.push(Arc::clone(self.members.column(layout.seq)));
+        let missing = KeySet::new(missing_columns, missing)?;
         let mut columns = rules.keys.clone();
         columns.push(rules.seq_col());
-        let mut count = 0;
+        let mut stayed = Vec::new();
         for batch in decided_state {
             let kept = key_columns(batch, &columns);
             let ops = batch.column(rules.op_col()).as_primitive::<Int8Type>();
-            count += lost
-                .find(&kept, &hashes(&kept)?)?
-                .iter()
-                .enumerate()
-                .filter(|&(r, &l)| l != NONE && ops.value(r) == Op::Upsert as i8)
-                .count();
+            stayed.extend(
+                missing
+                    .find(&kept, &hashes(&kept)?)?
+                    .iter()
+                    .enumerate()
+                    .filter(|&(r, &m)| m != NONE && ops.value(r) == Op::Upsert as i8)
+                    .map(|(_, &m)| m as usize),
+            );
         }
-        match count {
-            0 => Ok(()),
-            n => Err(ArrowError::InvalidArgumentError(format!(
-                "{n} key(s) live in the AUTO CDC state have no row in the published table (was it changed outside the pipeline?); run a full refresh of the table"
-            ))),
-        }
+        KeySet::new(keys, stayed)
     }
 }
 

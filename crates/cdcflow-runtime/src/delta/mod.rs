@@ -17,11 +17,15 @@ use url::Url;
 
 use crate::RunError;
 
+mod data_file;
+mod deletion_vectors;
 mod encoding;
+pub(crate) mod merge;
 mod parallel;
-mod read;
+pub(crate) mod read;
 mod rewrite;
 
+pub use data_file::DataFile;
 pub use read::read_parquet;
 pub use rewrite::{Rewrite, rewrite};
 
@@ -142,21 +146,52 @@ impl Table {
         RunError::delta(&self.dir, e)
     }
 
-    /// The data files of the current version, as local paths.
-    pub fn data_files(&self) -> Result<Vec<PathBuf>, RunError> {
+    /// The data files of the current version, with their deletion vectors loaded.
+    pub fn files(&self) -> Result<Vec<DataFile>, RunError> {
         let Some(t) = &self.table else {
             return Ok(vec![]);
         };
-        t.get_file_uris()
-            .map_err(|e| self.err(e))?
-            .map(|uri| local_path(&self.dir, &uri))
+        let snapshot = t.snapshot().map_err(|e| self.err(e))?;
+        let log_store = t.log_store();
+        snapshot
+            .snapshot()
+            .log_data()
+            .iter()
+            .map(|view| {
+                let uri = log_store.to_uri(&view.object_store_path());
+                let deleted = view
+                    .deletion_vector_descriptor()
+                    .map(|d| deletion_vectors::load(&self.dir, &d))
+                    .transpose()?;
+                // The add action is what a merge-on-write re-adds with a larger vector.
+                #[allow(deprecated)]
+                let add = view.add_action();
+                Ok(DataFile {
+                    path: local_path(&self.dir, &uri)?,
+                    deleted: deleted.map(Arc::new),
+                    add: Some(add),
+                })
+            })
             .collect()
     }
 
-    /// Every row of the current version, in the columns of `schema` (cast by name; a
-    /// column the files lack is null), in file order.
+    /// Whether the table's protocol lets rows be deleted by deletion vectors.
+    pub fn has_deletion_vectors(&self) -> bool {
+        let Some(snapshot) = self.table.as_ref().and_then(|t| t.snapshot().ok()) else {
+            return false;
+        };
+        // The kernel's feature list is internal; its JSON form is the protocol's own.
+        serde_json::to_value(snapshot.protocol())
+            .ok()
+            .and_then(|p| p.get("writerFeatures").cloned())
+            .and_then(|f| f.as_array().cloned())
+            .is_some_and(|f| f.iter().any(|x| x == "deletionVectors"))
+    }
+
+    /// Every live row of the current version, in the columns of `schema` (cast by
+    /// name; a column the files lack is null), in file order.
     pub fn read_batches(&self, schema: &SchemaRef) -> Result<Vec<RecordBatch>, RunError> {
-        read::read_files(&self.data_files()?, schema)
+        read::read_files(&self.files()?, schema)
     }
 
     /// Every row of the current version as one batch.
@@ -181,12 +216,13 @@ impl Table {
         let Some(after) = after else {
             // A first read takes the current snapshot, as Delta streaming sources do:
             // older versions may hold rows a full refresh removed since.
-            for path in self.data_files()? {
-                let name = path
+            for file in self.files()? {
+                let name = file
+                    .path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                for batch in read_parquet(&path, schema)? {
+                for batch in read::read_files(std::slice::from_ref(&file), schema)? {
                     out.push((name.clone(), batch));
                 }
             }
@@ -319,6 +355,9 @@ pub fn set_damaged_commit_aside(dir: &Path) -> Result<Option<PathBuf>, RunError>
 pub enum Mode {
     Append,
     Overwrite,
+    /// Rows deleted by deletion vectors and rows appended ([`merge::stage`]). Like an
+    /// overwrite, it may carry a batch again: it replaces what it read.
+    Merge,
 }
 
 /// What a commit records besides the data.
@@ -440,14 +479,14 @@ impl Staged {
         let mut builder = table
             .write(batches)
             .with_save_mode(match mode {
-                Mode::Append => SaveMode::Append,
+                Mode::Append | Mode::Merge => SaveMode::Append,
                 Mode::Overwrite => SaveMode::Overwrite,
             })
             .with_commit_properties(commit.properties())
             // Columns may be added (schema drift in landing files, `COLUMNS *`): appends
             // merge them in, rewrites take the new schema.
             .with_schema_mode(match mode {
-                Mode::Append => SchemaMode::Merge,
+                Mode::Append | Mode::Merge => SchemaMode::Merge,
                 Mode::Overwrite => SchemaMode::Overwrite,
             })
             .with_table_name(&commit.name)

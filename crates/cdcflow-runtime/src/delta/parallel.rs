@@ -181,13 +181,22 @@ async fn commit_to(
             .await?;
         actions.extend(removes);
     }
-    let operation = DeltaOperation::Write {
-        mode: match mode {
-            Mode::Append => SaveMode::Append,
-            Mode::Overwrite => SaveMode::Overwrite,
+    let operation = match mode {
+        Mode::Merge => DeltaOperation::Merge {
+            predicate: None,
+            merge_predicate: None,
+            matched_predicates: vec![],
+            not_matched_predicates: vec![],
+            not_matched_by_source_predicates: vec![],
         },
-        partition_by: None,
-        predicate: None,
+        Mode::Append | Mode::Overwrite => DeltaOperation::Write {
+            mode: match mode {
+                Mode::Overwrite => SaveMode::Overwrite,
+                _ => SaveMode::Append,
+            },
+            partition_by: None,
+            predicate: None,
+        },
     };
     CommitBuilder::from(commit.properties())
         .with_actions(actions)

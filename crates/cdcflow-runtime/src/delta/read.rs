@@ -5,18 +5,19 @@
 //! in file order.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
-
+use std::path::Path;
 use std::sync::Arc;
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{BooleanArray, RecordBatch, UInt64Array};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{FieldRef, Schema, SchemaRef};
 use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
 };
+use roaring::RoaringTreemap;
 
-use super::conform;
+use super::{DataFile, conform};
 use crate::{RunError, par};
 
 /// Rows per batch read.
@@ -24,7 +25,7 @@ const BATCH_ROWS: usize = 64 * 1024;
 
 /// Reads a Parquet file into batches of `schema`, matching columns by name.
 pub fn read_parquet(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, RunError> {
-    read_files(&[path.to_path_buf()], schema)
+    read_files(&[DataFile::plain(path.to_path_buf())], schema)
 }
 
 /// One row group of one of the files.
@@ -32,14 +33,17 @@ struct Group {
     file: usize,
     index: usize,
     rows: usize,
+    /// Position in its file of the group's first row.
+    first_row: u64,
 }
 
-/// Reads Parquet files into batches of `schema`, in order, on every core.
+/// Reads the live rows of `files` (those no deletion vector removes) into batches of
+/// `schema`, in order, on every core.
 pub(crate) fn read_files(
-    paths: &[PathBuf],
+    files: &[DataFile],
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, RunError> {
-    let (metadata, groups) = load(paths)?;
+    let (metadata, groups) = load(files)?;
     let runs = runs(&groups);
     let shares_per_run = (par::cores() / runs.len().max(1)).max(1);
     let mut units = Vec::new();
@@ -55,17 +59,91 @@ pub(crate) fn read_files(
         }
     }
     let parts = par::map(units, |(i, run, columns)| {
-        let batches = read_run(paths, &metadata, run, columns.as_deref())?;
-        Ok::<_, RunError>((i, batches))
+        let batches = read_run(files, &metadata, run, columns.as_deref())?;
+        Ok::<_, RunError>((i, run, batches))
     })?;
     let mut out = Vec::new();
     for shares in parts.chunk_by(|a, b| a.0 == b.0) {
-        let batches: Vec<&[RecordBatch]> = shares.iter().map(|(_, b)| b.as_slice()).collect();
+        let batches: Vec<&[RecordBatch]> = shares.iter().map(|(_, _, b)| b.as_slice()).collect();
+        let mut at = Positions::new(shares[0].1);
         for batch in zip_columns(&batches)? {
-            out.push(conform(&batch, schema)?);
+            let (file, first) = at.next(batch.num_rows());
+            let live = match &files[file].deleted {
+                Some(deleted) => live(&batch, first, deleted)?.0,
+                None => batch,
+            };
+            out.push(conform(&live, schema)?);
         }
     }
     Ok(out)
+}
+
+/// Walks a run's batches (which never span files) to the file and position of each.
+struct Positions<'a> {
+    groups: &'a [Group],
+    next_group: usize,
+    /// Rows of the current file's groups not yet given out.
+    left: usize,
+    file: usize,
+    position: u64,
+}
+
+impl<'a> Positions<'a> {
+    fn new(groups: &'a [Group]) -> Self {
+        Self {
+            groups,
+            next_group: 0,
+            left: 0,
+            file: usize::MAX,
+            position: 0,
+        }
+    }
+
+    /// The file and position of the first row of the next batch, of `rows` rows.
+    fn next(&mut self, rows: usize) -> (usize, u64) {
+        // Empty groups hold no batch: skip them with the exhausted file.
+        while self.left == 0 {
+            let Some(g) = self.groups.get(self.next_group) else {
+                break;
+            };
+            let file = g.file;
+            self.file = file;
+            self.position = g.first_row;
+            while let Some(g) = self.groups.get(self.next_group).filter(|g| g.file == file) {
+                self.left += g.rows;
+                self.next_group += 1;
+            }
+        }
+        let at = (self.file, self.position);
+        self.position += rows as u64;
+        self.left = self.left.saturating_sub(rows);
+        at
+    }
+}
+
+/// The rows of `batch` (whose first row is at `first` in its file) that `deleted` does
+/// not remove, and their positions.
+fn live(
+    batch: &RecordBatch,
+    first: u64,
+    deleted: &RoaringTreemap,
+) -> Result<(RecordBatch, UInt64Array), RunError> {
+    let end = first + batch.num_rows() as u64;
+    let mut keep = vec![true; batch.num_rows()];
+    let mut at = deleted.iter();
+    at.advance_to(first);
+    for p in at.take_while(|&p| p < end) {
+        keep[(p - first) as usize] = false;
+    }
+    let positions =
+        UInt64Array::from_iter_values((first..end).zip(&keep).filter(|(_, k)| **k).map(|(p, _)| p));
+    if positions.len() == batch.num_rows() {
+        return Ok((batch.clone(), positions));
+    }
+    Ok((
+        filter_record_batch(batch, &BooleanArray::from(keep))?,
+        positions,
+    ))
 }
 
 /// The root columns of row group `index`, in `n` sets of about equal bytes (each in
@@ -126,18 +204,23 @@ fn zip_columns(shares: &[&[RecordBatch]]) -> Result<Vec<RecordBatch>, RunError> 
 }
 
 /// The metadata of each file, and all their row groups in order.
-fn load(paths: &[PathBuf]) -> Result<(Vec<ArrowReaderMetadata>, Vec<Group>), RunError> {
-    let mut metadata = Vec::with_capacity(paths.len());
+fn load(files: &[DataFile]) -> Result<(Vec<ArrowReaderMetadata>, Vec<Group>), RunError> {
+    let mut metadata = Vec::with_capacity(files.len());
     let mut groups = Vec::new();
-    for (file, path) in paths.iter().enumerate() {
+    for (file, data_file) in files.iter().enumerate() {
+        let path = &data_file.path;
         let meta = ArrowReaderMetadata::load(&open(path)?, ArrowReaderOptions::default())
             .map_err(|e| file_error(path, e))?;
+        let mut first_row = 0u64;
         for (index, g) in meta.metadata().row_groups().iter().enumerate() {
+            let rows = usize::try_from(g.num_rows()).unwrap_or(0);
             groups.push(Group {
                 file,
                 index,
-                rows: usize::try_from(g.num_rows()).unwrap_or(0),
+                rows,
+                first_row,
             });
+            first_row += rows as u64;
         }
         metadata.push(meta);
     }
@@ -145,24 +228,44 @@ fn load(paths: &[PathBuf]) -> Result<(Vec<ArrowReaderMetadata>, Vec<Group>), Run
 }
 
 /// A core's share of the row groups of some files, for a reader of its own.
-pub(super) struct Run {
-    /// Per file: its path, metadata and the row groups of it to read.
-    files: Vec<(PathBuf, ArrowReaderMetadata, Vec<usize>)>,
-    pub(super) rows: usize,
+pub(crate) struct Run {
+    files: Vec<RunFile>,
+    pub(crate) rows: usize,
 }
 
-/// The row groups of `paths` in contiguous runs of about equal rows, one per core.
-pub(super) fn plan(paths: &[PathBuf]) -> Result<Vec<Run>, RunError> {
-    let (metadata, groups) = load(paths)?;
+/// The row groups of one file that a run reads.
+struct RunFile {
+    /// Its index among the files planned.
+    index: usize,
+    file: DataFile,
+    meta: ArrowReaderMetadata,
+    groups: Vec<usize>,
+    /// Position of the first row of its first group.
+    first_row: u64,
+}
+
+/// Rows of a table read with where they are: the file (its index among the files
+/// planned) and each row's position in it, as a deletion vector names rows.
+pub(crate) struct Located {
+    pub file: usize,
+    pub positions: UInt64Array,
+    pub batch: RecordBatch,
+}
+
+/// The row groups of `files` in contiguous runs of about equal rows, one per core.
+pub(crate) fn plan(files: &[DataFile]) -> Result<Vec<Run>, RunError> {
+    let (metadata, groups) = load(files)?;
     Ok(runs(&groups)
         .into_iter()
         .map(|run| Run {
             files: run
                 .chunk_by(|a, b| a.file == b.file)
-                .map(|groups| {
-                    let file = groups[0].file;
-                    let indexes = groups.iter().map(|g| g.index).collect();
-                    (paths[file].clone(), metadata[file].clone(), indexes)
+                .map(|groups| RunFile {
+                    index: groups[0].file,
+                    file: files[groups[0].file].clone(),
+                    meta: metadata[groups[0].file].clone(),
+                    groups: groups.iter().map(|g| g.index).collect(),
+                    first_row: groups[0].first_row,
                 })
                 .collect(),
             rows: run.iter().map(|g| g.rows).sum(),
@@ -171,15 +274,28 @@ pub(super) fn plan(paths: &[PathBuf]) -> Result<Vec<Run>, RunError> {
 }
 
 impl Run {
-    /// The run's rows in batches of `schema`, file after file.
+    /// The run's live rows in batches of `schema`, file after file.
     pub(super) fn batches(
         &self,
         schema: &SchemaRef,
     ) -> impl Iterator<Item = Result<RecordBatch, RunError>> {
-        self.files.iter().flat_map(move |(path, meta, indexes)| {
+        self.located(schema).map(|l| l.map(|l| l.batch))
+    }
+
+    /// The run's live rows in batches of `schema` (only the columns it names are
+    /// decoded), file after file, each with its file and positions.
+    pub(crate) fn located(
+        &self,
+        schema: &SchemaRef,
+    ) -> impl Iterator<Item = Result<Located, RunError>> {
+        self.files.iter().flat_map(move |f| {
+            let path = &f.file.path;
             let reader = open(path).and_then(|file| {
-                ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
-                    .with_row_groups(indexes.clone())
+                let roots = named_roots(&f.meta, schema);
+                let parquet_schema = f.meta.metadata().file_metadata().schema_descr();
+                ParquetRecordBatchReaderBuilder::new_with_metadata(file, f.meta.clone())
+                    .with_row_groups(f.groups.clone())
+                    .with_projection(ProjectionMask::roots(parquet_schema, roots))
                     .with_batch_size(BATCH_ROWS)
                     .build()
                     .map_err(|e| file_error(path, e))
@@ -188,14 +304,63 @@ impl Run {
                 Ok(r) => (Some(r), None),
                 Err(e) => (None, Some(Err(e))),
             };
-            failed.into_iter().chain(
-                reader
-                    .into_iter()
-                    .flatten()
-                    .map(move |batch| conform(&batch.map_err(|e| file_error(path, e))?, schema)),
-            )
+            let mut position = f.first_row;
+            failed
+                .into_iter()
+                .chain(reader.into_iter().flatten().map(move |batch| {
+                    let batch = batch.map_err(|e| file_error(path, e))?;
+                    let first = position;
+                    position += batch.num_rows() as u64;
+                    let (batch, positions) = match &f.file.deleted {
+                        Some(deleted) => live(&batch, first, deleted)?,
+                        None => {
+                            let end = first + batch.num_rows() as u64;
+                            (batch, UInt64Array::from_iter_values(first..end))
+                        }
+                    };
+                    Ok(Located {
+                        file: f.index,
+                        positions,
+                        batch: conform(&batch, schema)?,
+                    })
+                }))
         })
     }
+}
+
+/// The root columns of a file that `schema` names (all of them are decoded otherwise).
+fn named_roots(meta: &ArrowReaderMetadata, schema: &SchemaRef) -> Vec<usize> {
+    meta.schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| schema.field_with_name(f.name()).is_ok())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The rows at `positions` (ascending) of `file`, in batches of `schema`.
+pub(crate) fn fetch(
+    file: &DataFile,
+    positions: &[u64],
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>, RunError> {
+    let path = &file.path;
+    let meta = ArrowReaderMetadata::load(&open(path)?, ArrowReaderOptions::default())
+        .map_err(|e| file_error(path, e))?;
+    let total = usize::try_from(meta.metadata().file_metadata().num_rows()).unwrap_or(0);
+    let ranges = positions.iter().map(|&p| p as usize..p as usize + 1);
+    let roots = named_roots(&meta, schema);
+    let parquet_schema = meta.metadata().file_metadata().schema_descr();
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(open(path)?, meta.clone())
+        .with_projection(ProjectionMask::roots(parquet_schema, roots))
+        .with_row_selection(RowSelection::from_consecutive_ranges(ranges, total))
+        .with_batch_size(BATCH_ROWS)
+        .build()
+        .map_err(|e| file_error(path, e))?;
+    reader
+        .map(|b| conform(&b.map_err(|e| file_error(path, e))?, schema))
+        .collect()
 }
 
 /// `groups` in contiguous runs of about equal rows, one per core.
@@ -220,9 +385,10 @@ fn runs(groups: &[Group]) -> Vec<&[Group]> {
     out
 }
 
-/// The rows of `run` (of the `columns` roots only, when given), as the file has them.
+/// The rows of `run` (of the `columns` roots only, when given), as the file has them,
+/// deleted rows included.
 fn read_run(
-    paths: &[PathBuf],
+    files: &[DataFile],
     metadata: &[ArrowReaderMetadata],
     run: &[Group],
     columns: Option<&[usize]>,
@@ -230,7 +396,7 @@ fn read_run(
     let mut out = Vec::new();
     for file_groups in run.chunk_by(|a, b| a.file == b.file) {
         let file = file_groups[0].file;
-        let path = &paths[file];
+        let path = &files[file].path;
         let indexes: Vec<usize> = file_groups.iter().map(|g| g.index).collect();
         let meta = &metadata[file];
         let mut builder =

@@ -14,7 +14,7 @@ use deltalake::kernel::Action;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
 
-use super::{Commit, Staged, StagedData, Table, encoding, parallel, read, url_of};
+use super::{Commit, DataFile, Staged, StagedData, Table, encoding, parallel, read, url_of};
 use crate::RunError;
 
 /// Rows read to judge a new file's encoding before its writer starts.
@@ -34,7 +34,7 @@ pub struct Rewrite {
 /// `None` (nothing read) when the table has rules of its own or other columns, which
 /// only deltalake's write operation writes ([`parallel::applies`]).
 pub async fn rewrite<T, F>(
-    sources: &[PathBuf],
+    sources: &[DataFile],
     read: &SchemaRef,
     dest: &Table,
     schema: &SchemaRef,

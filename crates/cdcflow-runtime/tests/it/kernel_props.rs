@@ -26,7 +26,7 @@ fn event(truncates: bool) -> impl Strategy<Value = Event> {
 }
 
 /// An event set and how it is delivered: an arrival order, re-deliveries and batches.
-fn delivery(truncates: bool) -> impl Strategy<Value = (Vec<Event>, Vec<Vec<Event>>)> {
+pub(crate) fn delivery(truncates: bool) -> impl Strategy<Value = (Vec<Event>, Vec<Vec<Event>>)> {
     proptest::collection::vec(event(truncates), 0..24).prop_flat_map(|events| {
         let n = events.len();
         (

@@ -8,6 +8,7 @@ mod fuzz_readers;
 mod kernel_examples;
 mod kernel_props;
 mod landing_columns;
+mod merged;
 mod model;
 mod mv_fingerprint;
 mod recovery;

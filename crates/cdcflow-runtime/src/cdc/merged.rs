@@ -1,0 +1,374 @@
+//! A batch applied by merge-on-write: the stored rows it decides again are deleted by
+//! deletion vectors and their new rows appended, in both tables, so a batch writes what
+//! it changes and never the rows it does not touch (docs/runtime.md, "Merge-on-write").
+//!
+//! What is read: the state (its members are found by key, as in `touched.rs`; a plain
+//! SCD type 1 state is four narrow columns) and only the key columns of the published
+//! table, for the positions of the touched keys' rows; of both, only the files whose
+//! key statistics may hold a touched key (a single integer key). A plain SCD type 1
+//! state keeps no values; a stored upsert that stays its key's winner keeps its
+//! published row untouched, so its values are never needed, except where an incoming
+//! upsert ties it (same key and sequence: the kernel ranks the two by their values),
+//! and those few rows are fetched by position.
+//!
+//! Commits go published table first, state second, as in `streamed.rs`. A batch applied
+//! again after a crash between them reads the positions from the published table as it
+//! then is, so it deletes and appends the same rows again: the result is the same.
+//!
+//! Taken when both tables exist, allow deletion vectors and can be written file by
+//! file, and the batch does not concern every key (a TRUNCATE); `None` otherwise.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
+use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
+use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, Schema, SchemaRef};
+
+use super::kernel::{Op, Rules, filtered};
+use super::keyset::{KeySet, NONE, hashes};
+use super::streamed::{Streamed, Targets};
+use super::touched::{Touch, key_columns};
+use crate::RunError;
+use crate::delta::read::{self, Located};
+use crate::delta::{DataFile, Mode, Table, merge};
+use crate::par;
+
+/// Row positions to delete, per file index.
+type Deletes = BTreeMap<usize, Vec<u64>>;
+
+/// Published rows holding members' values, each with its member (`Touch::probe`).
+type Hits = Vec<Option<(RecordBatch, Vec<u32>)>>;
+
+/// Applies `events` by merge-on-write, staging both tables' changes; `None` when the
+/// batch must take another path (known before anything is written).
+pub async fn apply(
+    rules: &Rules,
+    targets: &Targets<'_>,
+    events: &RecordBatch,
+    now_micros: i64,
+) -> Result<Option<Streamed>, RunError> {
+    let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
+    let mergeable = |table: &Table, schema: &SchemaRef, commit| {
+        table.rewritable(schema, commit) && table.has_deletion_vectors()
+    };
+    if !mergeable(targets.state, &state_schema, targets.state_commit)
+        || !mergeable(targets.public, &public_schema, targets.public_commit)
+    {
+        return Ok(None);
+    }
+    let touch = Touch::new(rules, events, false, now_micros)?;
+    if touch.every_key() {
+        return Ok(None);
+    }
+    let touched = touched_values(rules, events)?;
+    let state_files = targets.state.files()?;
+    let state_read = Candidates::of(&state_files, touched.as_ref());
+    let (members, member_at) = scan_state(&touch, &state_read, &state_schema)?;
+    let public_files = targets.public.files()?;
+    let public_read = Candidates::of(&public_files, touched.as_ref());
+    let key_schema = key_schema(&public_schema, rules);
+    let mut published = scan_published(&touch, &public_read, &key_schema)?;
+    published.live_rows += public_read.skipped_rows;
+
+    let hits = match touch.tied(&members, events)? {
+        Some(tied) if tied.len() > 0 => {
+            fetch_tied(&touch, &tied, &published, &public_files, &public_schema)?
+        }
+        _ => vec![],
+    };
+    let (decided, stayed) = touch.decide_keeping(members, hits, events)?;
+
+    // The published rows of touched keys are replaced, except those of stored upserts
+    // that stayed their key's winner: they are kept, and the kernel's copies (without
+    // values) dropped.
+    let stayed_rows = match &stayed {
+        Some(stayed) => published.rows_of(stayed)?,
+        None => vec![false; published.keys.num_rows()],
+    };
+    if let Some(stayed) = &stayed {
+        published.check_every_key_found(stayed)?;
+    }
+    let mut public_deletes = Deletes::new();
+    for (r, kept) in stayed_rows.iter().enumerate() {
+        if !kept {
+            public_deletes
+                .entry(published.file[r])
+                .or_default()
+                .push(published.position[r]);
+        }
+    }
+    let appended = match &stayed {
+        Some(stayed) if stayed.len() > 0 => without_keys(decided.public, stayed, rules)?,
+        _ => decided.public,
+    };
+    let deleted_rows = public_deletes.values().map(Vec::len).sum::<usize>();
+    let public_rows = published.live_rows - deleted_rows
+        + appended.iter().map(RecordBatch::num_rows).sum::<usize>();
+    let (public, state) = tokio::try_join!(
+        merge::stage(
+            targets.public,
+            &public_files,
+            public_deletes,
+            &public_schema,
+            appended
+        ),
+        merge::stage(
+            targets.state,
+            &state_files,
+            member_at,
+            &state_schema,
+            decided.state
+        ),
+    )?;
+    Ok(Some(Streamed {
+        public,
+        state,
+        metrics: decided.metrics,
+        public_rows,
+        mode: Mode::Merge,
+    }))
+}
+
+/// The state's members, and where each was.
+fn scan_state(
+    touch: &Touch,
+    files: &Candidates,
+    schema: &SchemaRef,
+) -> Result<(RecordBatch, Deletes), RunError> {
+    let parts = par::map(read::plan(&files.files)?, |run| {
+        let mut members = Vec::new();
+        let mut at = Vec::new();
+        for located in run.located(schema) {
+            let Located {
+                file,
+                positions,
+                batch,
+            } = located?;
+            let mask = touch.members(&batch)?;
+            if let Some(m) = filtered(&batch, &mask)? {
+                members.push(m);
+                at.push((files.index[file], kept_positions(&positions, &mask)));
+            }
+        }
+        Ok::<_, RunError>((members, at))
+    })?;
+    let mut members = Vec::new();
+    let mut deletes = Deletes::new();
+    for (m, at) in parts {
+        members.extend(m);
+        for (file, positions) in at {
+            deletes.entry(file).or_default().extend(positions);
+        }
+    }
+    Ok((concat_batches(schema, &members)?, deletes))
+}
+
+fn kept_positions(positions: &UInt64Array, mask: &[bool]) -> Vec<u64> {
+    positions
+        .values()
+        .iter()
+        .zip(mask)
+        .filter(|(_, m)| **m)
+        .map(|(p, _)| *p)
+        .collect()
+}
+
+/// The files of a table a batch must read: those whose key statistics may hold a
+/// touched key (all of them when the key is not one integer column).
+struct Candidates {
+    files: Vec<DataFile>,
+    /// Per file read, its index among the table's files.
+    index: Vec<usize>,
+    /// Live rows of the files left unread.
+    skipped_rows: usize,
+}
+
+impl Candidates {
+    fn of(all: &[DataFile], touched: Option<&(String, Vec<i64>)>) -> Self {
+        let mut out = Self {
+            files: Vec::new(),
+            index: Vec::new(),
+            skipped_rows: 0,
+        };
+        for (i, file) in all.iter().enumerate() {
+            let skipped = touched
+                .filter(|(column, values)| !file.may_hold(column, values))
+                .and_then(|_| file.live_rows());
+            match skipped {
+                Some(rows) => out.skipped_rows += rows as usize,
+                None => {
+                    out.files.push(file.clone());
+                    out.index.push(i);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The key column's name and the touched keys, ascending, when the key is one integer
+/// column (what file statistics can prune by).
+fn touched_values(
+    rules: &Rules,
+    events: &RecordBatch,
+) -> Result<Option<(String, Vec<i64>)>, RunError> {
+    let [key] = rules.keys[..] else {
+        return Ok(None);
+    };
+    let column = events.column(key);
+    if !column.data_type().is_integer() {
+        return Ok(None);
+    }
+    let values = cast(column, &DataType::Int64)?;
+    let ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
+    let mut keys: Vec<i64> = values
+        .as_primitive::<Int64Type>()
+        .iter()
+        .zip(ops.values())
+        .filter(|(_, op)| **op == Op::Upsert as i8 || **op == Op::Delete as i8)
+        .filter_map(|(k, _)| k)
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let name = rules.columns.field(key).name().clone();
+    Ok(Some((name, keys)))
+}
+
+/// The published table's key columns, in KEYS order.
+fn key_schema(public: &SchemaRef, rules: &Rules) -> SchemaRef {
+    let fields: Vec<_> = rules
+        .keys
+        .iter()
+        .map(|&k| public.field(k).clone())
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// The published rows of touched keys: their keys, files and positions.
+struct Published {
+    keys: RecordBatch,
+    file: Vec<usize>,
+    position: Vec<u64>,
+    /// Rows of the published table before the batch.
+    live_rows: usize,
+}
+
+fn scan_published(
+    touch: &Touch,
+    files: &Candidates,
+    key_schema: &SchemaRef,
+) -> Result<Published, RunError> {
+    let parts = par::map(read::plan(&files.files)?, |run| {
+        let mut keys = Vec::new();
+        let mut file = Vec::new();
+        let mut position = Vec::new();
+        let mut live_rows = 0;
+        for located in run.located(key_schema) {
+            let located = located?;
+            live_rows += located.batch.num_rows();
+            let mask = touch.touches(located.batch.columns())?;
+            if let Some(touched) = filtered(&located.batch, &mask)? {
+                keys.push(touched);
+                let at = kept_positions(&located.positions, &mask);
+                file.extend(std::iter::repeat_n(files.index[located.file], at.len()));
+                position.extend(at);
+            }
+        }
+        Ok::<_, RunError>((keys, file, position, live_rows))
+    })?;
+    let mut out = Published {
+        keys: RecordBatch::new_empty(Arc::clone(key_schema)),
+        file: Vec::new(),
+        position: Vec::new(),
+        live_rows: 0,
+    };
+    let mut keys = Vec::new();
+    for (k, f, p, rows) in parts {
+        keys.extend(k);
+        out.file.extend(f);
+        out.position.extend(p);
+        out.live_rows += rows;
+    }
+    out.keys = concat_batches(key_schema, &keys)?;
+    Ok(out)
+}
+
+impl Published {
+    /// Per published row of a touched key, whether its key is in `set`.
+    fn rows_of(&self, set: &KeySet) -> Result<Vec<bool>, RunError> {
+        let keys: Vec<ArrayRef> = self.keys.columns().to_vec();
+        Ok(set
+            .find(&keys, &hashes(&keys)?)?
+            .iter()
+            .map(|&f| f != NONE)
+            .collect())
+    }
+
+    /// Fails when a stored upsert that stayed its key's winner has no published row:
+    /// its values are lost (the published table was changed behind the pipeline's back).
+    fn check_every_key_found(&self, stayed: &KeySet) -> Result<(), RunError> {
+        if stayed.len() == 0 {
+            return Ok(());
+        }
+        let keys: Vec<ArrayRef> = self.keys.columns().to_vec();
+        let found = KeySet::new(keys, 0..self.keys.num_rows())?;
+        let missing = stayed.len() - stayed.count_in(&found)?;
+        if missing == 0 {
+            return Ok(());
+        }
+        Err(RunError::input(format!(
+            "{missing} key(s) live in the AUTO CDC state have no row in the published table (was it changed outside the pipeline?); run a full refresh of the table"
+        )))
+    }
+}
+
+/// The published rows (all columns) of the `tied` keys, probed for their members'
+/// values as `Touch::probe` does.
+fn fetch_tied(
+    touch: &Touch,
+    tied: &KeySet,
+    published: &Published,
+    files: &[DataFile],
+    schema: &SchemaRef,
+) -> Result<Hits, RunError> {
+    let mut wanted: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for (r, is_tied) in published.rows_of(tied)?.into_iter().enumerate() {
+        if is_tied {
+            wanted
+                .entry(published.file[r])
+                .or_default()
+                .push(published.position[r]);
+        }
+    }
+    let mut hits = Vec::new();
+    for (file, mut positions) in wanted {
+        positions.sort_unstable();
+        for batch in read::fetch(&files[file], &positions, schema)? {
+            hits.push(touch.probe(&batch, Some(tied))?.hits);
+        }
+    }
+    Ok(hits)
+}
+
+/// `batches` (published rows) without the rows whose key is in `set`.
+fn without_keys(
+    batches: Vec<RecordBatch>,
+    set: &KeySet,
+    rules: &Rules,
+) -> Result<Vec<RecordBatch>, RunError> {
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let keys = key_columns(&batch, &rules.keys);
+        let keep: BooleanArray = set
+            .find(&keys, &hashes(&keys)?)?
+            .iter()
+            .map(|&f| Some(f == NONE))
+            .collect();
+        let kept = filter_record_batch(&batch, &keep)?;
+        if kept.num_rows() > 0 {
+            out.push(kept);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,103 @@
+//! A data file of a table's current version as cdcflow reads it: where it is on the
+//! local disk, the rows its deletion vector removes, and its log entry (which a
+//! merge-on-write re-adds with a larger vector).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use deltalake::kernel::Add;
+use roaring::RoaringTreemap;
+
+/// One data file of a table version.
+#[derive(Debug, Clone)]
+pub struct DataFile {
+    pub path: PathBuf,
+    /// The row positions its deletion vector removes.
+    pub deleted: Option<Arc<RoaringTreemap>>,
+    /// Its `add` action in the log; none for a file outside a table.
+    pub(crate) add: Option<Add>,
+}
+
+impl DataFile {
+    /// A Parquet file read whole: no table, no deletion vector.
+    pub fn plain(path: PathBuf) -> Self {
+        Self {
+            path,
+            deleted: None,
+            add: None,
+        }
+    }
+
+    /// Whether the file may hold a row whose integer `column` is one of `values`
+    /// (ascending), by its statistics: false only when every value falls outside the
+    /// file's minimum and maximum and the column has no nulls there. Bounds that a
+    /// deletion vector loosened still hold every live row.
+    pub fn may_hold(&self, column: &str, values: &[i64]) -> bool {
+        let Some(stats) = self.add.as_ref().and_then(|a| a.get_stats().ok().flatten()) else {
+            return true;
+        };
+        let nulls = stats
+            .null_count
+            .get(column)
+            .and_then(|c| c.as_value())
+            .unwrap_or(1);
+        let bound =
+            |m: &std::collections::HashMap<String, deltalake::protocol::ColumnValueStat>| {
+                m.get(column)
+                    .and_then(|v| v.as_value())
+                    .and_then(serde_json::Value::as_i64)
+            };
+        let (Some(min), Some(max)) = (bound(&stats.min_values), bound(&stats.max_values)) else {
+            return true;
+        };
+        if nulls != 0 {
+            return true;
+        }
+        let first = values.partition_point(|&v| v < min);
+        values.get(first).is_some_and(|&v| v <= max)
+    }
+
+    /// Rows a reader sees: the file's rows less those deleted (the log's count).
+    pub fn live_rows(&self) -> Option<u64> {
+        let physical = self.add.as_ref()?.get_stats().ok()??.num_records;
+        let deleted = self.deleted.as_ref().map_or(0, |d| d.len());
+        u64::try_from(physical).ok()?.checked_sub(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_stats(stats: &str) -> DataFile {
+        DataFile {
+            path: PathBuf::from("f.parquet"),
+            deleted: None,
+            add: Some(Add {
+                stats: Some(stats.to_string()),
+                ..Add::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_file_is_skipped_only_when_its_statistics_exclude_every_key() {
+        let file = with_stats(
+            r#"{"numRecords":10,"minValues":{"id":100},"maxValues":{"id":200},"nullCount":{"id":0}}"#,
+        );
+        assert!(file.may_hold("id", &[5, 150]));
+        assert!(file.may_hold("id", &[100]));
+        assert!(file.may_hold("id", &[200, 300]));
+        assert!(!file.may_hold("id", &[5, 99, 201]));
+        assert!(!file.may_hold("id", &[]));
+        assert!(file.may_hold("other", &[5]), "no statistics for the column");
+        let with_nulls = with_stats(
+            r#"{"numRecords":10,"minValues":{"id":100},"maxValues":{"id":200},"nullCount":{"id":1}}"#,
+        );
+        assert!(
+            with_nulls.may_hold("id", &[5]),
+            "a null key may be a marker"
+        );
+        assert!(DataFile::plain(PathBuf::from("x")).may_hold("id", &[5]));
+    }
+}

@@ -1,0 +1,133 @@
+//! A merge-on-write change of a table: rows of its files are deleted by deletion
+//! vectors and the new rows are appended as files of their own, all in one commit. The
+//! files that keep their rows are never rewritten, so what a change writes follows the
+//! change: its new rows, one vector per touched file, and the log entries.
+//!
+//! A touched file is removed with its old vector and added again with the union of old
+//! and new deletions (Delta replays a file by path and vector id); a file whose every
+//! row is deleted is only removed. Its statistics keep the file's row count and are
+//! marked not tight, because the minimum and maximum may belong to deleted rows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use deltalake::kernel::{Action, Add, Remove};
+
+use super::deletion_vectors::VectorFile;
+use super::{DataFile, Staged, StagedData, Table, parallel};
+use crate::RunError;
+
+/// Stages a merge-on-write of `table`: the rows at `deleted` (positions per index into
+/// `files`, the files it was read from) deleted, and `batches` (rows of `schema`) added.
+/// The new data files and the vector file are written; nothing is committed until the
+/// [`Staged`] is, with [`super::Mode::Merge`].
+pub async fn stage(
+    table: &Table,
+    files: &[DataFile],
+    deleted: BTreeMap<usize, Vec<u64>>,
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<Staged, RunError> {
+    let dir = table.dir.clone();
+    let Some(delta) = table.table.clone() else {
+        return Err(RunError::input(format!(
+            "{}: a merge-on-write needs an existing table",
+            dir.display()
+        )));
+    };
+    let mut actions = Vec::new();
+    if batches.iter().any(|b| b.num_rows() > 0) {
+        actions.extend(
+            parallel::stage(&delta, schema, batches)
+                .await
+                .map_err(|e| RunError::delta(&dir, e))?,
+        );
+    }
+    let mut vectors = VectorFile::new();
+    let mut any_vector = false;
+    for (index, positions) in deleted {
+        let Some(file) = files.get(index) else {
+            continue;
+        };
+        let mut all = file.deleted.as_deref().cloned().unwrap_or_default();
+        let before = all.len();
+        all.extend(positions);
+        if all.len() == before {
+            continue;
+        }
+        let Some(add) = &file.add else {
+            return Err(RunError::input(format!(
+                "{}: a file outside the table cannot take a deletion vector",
+                file.path.display()
+            )));
+        };
+        actions.push(Action::Remove(removed(add)));
+        let rows = row_count(file, add)?;
+        if all.len() >= rows {
+            continue;
+        }
+        any_vector = true;
+        let mut again = add.clone();
+        again.deletion_vector = Some(vectors.push(&all)?);
+        again.data_change = true;
+        again.stats = Some(loose_stats(add.stats.as_deref(), rows));
+        actions.push(Action::Add(again));
+    }
+    if any_vector {
+        vectors.write(&dir)?;
+    }
+    Ok(Staged {
+        dir,
+        table: delta,
+        schema: Arc::clone(schema),
+        data: StagedData::Files(actions),
+    })
+}
+
+/// The remove of a file as it stands, old vector and all.
+fn removed(add: &Add) -> Remove {
+    Remove {
+        path: add.path.clone(),
+        data_change: true,
+        deletion_timestamp: Some(Utc::now().timestamp_millis()),
+        extended_file_metadata: Some(true),
+        size: Some(add.size),
+        partition_values: Some(add.partition_values.clone()),
+        deletion_vector: add.deletion_vector.clone(),
+        tags: None,
+        base_row_id: add.base_row_id,
+        default_row_commit_version: add.default_row_commit_version,
+    }
+}
+
+/// Rows the file holds, deleted ones included: from its statistics, else its footer.
+fn row_count(file: &DataFile, add: &Add) -> Result<u64, RunError> {
+    if let Some(stats) = add.get_stats().ok().flatten() {
+        return Ok(u64::try_from(stats.num_records).unwrap_or(0));
+    }
+    let path = &file.path;
+    let handle = std::fs::File::open(path).map_err(|e| RunError::io(path, e))?;
+    let meta = ArrowReaderMetadata::load(&handle, ArrowReaderOptions::default()).map_err(|e| {
+        RunError::File {
+            path: path.clone(),
+            message: e.to_string(),
+        }
+    })?;
+    Ok(u64::try_from(meta.metadata().file_metadata().num_rows()).unwrap_or(0))
+}
+
+/// A file's statistics once a vector deletes some of its rows: the same row count (a
+/// reader subtracts the vector's), bounds kept but no longer tight.
+fn loose_stats(stats: Option<&str>, rows: u64) -> String {
+    let mut value = stats
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .filter(serde_json::Value::is_object)
+        .unwrap_or_else(|| serde_json::json!({}));
+    value["numRecords"] = serde_json::json!(rows);
+    value["tightBounds"] = serde_json::json!(false);
+    value.to_string()
+}
