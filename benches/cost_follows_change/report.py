@@ -48,7 +48,8 @@ def figures(rows):
         cases = []
         for r in mine:
             c = {"case": r["case"], "events": int(r["events"]), "seconds": float(r["seconds"]),
-                 "rss_mib": int(r["rss_kib"]) / 1024, "rows": r["rows"], "extra": r["extra"]}
+                 "rss_mib": int(r["rss_kib"]) / 1024, "rows": r["rows"], "extra": r["extra"],
+                 "flow_s": int(r["flow_ms"]) / 1000}
             if r["bytes_after"]:
                 c["added"] = int(r["bytes_after"]) - int(r["bytes_before"])
             if r["bytes_after"] and r["case"] != "load":   # the load is the reference
@@ -63,6 +64,7 @@ def figures(rows):
             added = int(last["bytes_after"]) - storage0
             total = {"case": "d all", "events": sum(c["events"] for c in d),
                      "seconds": sum(c["seconds"] for c in d),
+                     "flow_s": sum(c["flow_s"] for c in d),
                      "rss_mib": max(c["rss_mib"] for c in d), "rows": d[-1]["rows"], "extra": "",
                      "added": added, "added_pct": 100 * added / table0,
                      "storage_x": int(last["bytes_after"]) / storage0}
@@ -90,9 +92,9 @@ def render(args, rows):
         f"{' (uncommitted changes)' if run_text(['git', '-C', args.repo, 'status', '--porcelain']) not in ('', '?') else ''}; "
         f"{os.cpu_count()} cores, {platform.system()} {platform.release()}.",
         "",
-        "| SCD | case | events | time s | × (a) | peak RSS MiB | added MB | added / loaded table "
-        "| storage / loaded | rows | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| SCD | case | events | time s | × (a) | flow s | peak RSS MiB | added MB "
+        "| added / loaded table | storage / loaded | rows | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     met = total = 0
     notes = []
@@ -112,6 +114,7 @@ def render(args, rows):
             lines.append("| " + " | ".join([
                 mode[-1], c["case"], f"{c['events']:,}", seconds,
                 f"{c['x_a']:.3f}" if "x_a" in c and c["case"] not in ("a", "cont") else "",
+                f"{c['flow_s']:.2f}",
                 f"{c['rss_mib']:.0f}",
                 f"{c['added'] / MB:.1f}" if "added" in c else "",
                 f"{c['added_pct']:.1f}%" if "added_pct" in c else "",
@@ -129,7 +132,7 @@ def render(args, rows):
         "one batch of (d)'s size landed in `cdcflow run --continuous`, timed from its rename to "
         "the published table's commit and to `cdcflow query` returning the counts it implies "
         "(peak RSS of the whole continuous process). Time is the wall time of the whole `cdcflow "
-        "run` process; added is the growth of the storage folder in that run; rows is the "
+        "run` process; flow s the AUTO CDC flow's own time in the run's summary (no process start, no bronze append); added is the growth of the storage folder in that run; rows is the "
         "published table's row count, checked against the count the events imply.",
         "",
     ] + notes
