@@ -17,7 +17,7 @@ import subprocess
 MIB = 1024 * 1024
 MB = 1_000_000
 
-# Issue 18's targets, as (what, test on one case's figures, limit shown).
+# Issue 18's targets per case: (what is required, its test on the case's figures).
 TARGETS = {
     "load": [("peak RSS ≤ 1 GiB", lambda r: r["rss_mib"] <= 1024)],
     "a": [("peak RSS ≤ 512 MiB", lambda r: r["rss_mib"] <= 512)],
