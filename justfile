@@ -25,3 +25,9 @@ bench-apply n="1000000" m="100000":
     cargo bench --locked -p cdcflow-runtime --bench apply_peer --no-run
     bash ../shared/bench/run_all.sh {{n}} {{m}} --reps 3 --peer "cdcflow=$(ls -t ${CARGO_TARGET_DIR:-target}/release/deps/apply_peer-* | grep -v '\.d$' | head -1)"
 
+
+# Defaults: N = 1e7 and the release binary (`cargo build --workspace --locked --release`);
+# small: `just bench-cost target/debug/cdcflow --n 100000 --a 10000 --b 100 --c 100 --d 10`.
+# Issue 18's cost-follows-change benchmark: whole `cdcflow run` processes (docs/benchmarks.md).
+bench-cost bin=(env_var_or_default("CARGO_TARGET_DIR", "target") + "/release/cdcflow") *args="":
+    bash benches/cost_follows_change/run.sh {{bin}} {{args}}
