@@ -12,3 +12,4 @@ mod model;
 mod mv_fingerprint;
 mod recovery;
 mod streamed;
+mod vacuum;
