@@ -90,6 +90,8 @@ pub struct TableVacuum {
     pub through_links: Vec<String>,
     /// Why nothing was done (the table is not created yet).
     pub note: Option<String>,
+    /// How long the vacuum of this table took, listing, commits and deletes.
+    pub millis: u64,
 }
 
 impl TableVacuum {
@@ -113,6 +115,7 @@ impl TableVacuum {
             kept_for_readers: 0,
             through_links: vec![],
             note: Some(note.to_string()),
+            millis: 0,
         }
     }
 }
@@ -427,6 +430,7 @@ pub fn occupancy(table: &DeltaTable, dir: &Path) -> Result<Occupancy, RunError> 
 #[derive(Debug)]
 pub struct FolderVacuum {
     pub retention: chrono::Duration,
+    pub millis: u64,
     pub dry_run: bool,
     /// (path relative to the table folder, bytes) of each file removed.
     pub files: Vec<(String, u64)>,
@@ -447,6 +451,7 @@ impl FolderVacuum {
             kept_for_readers: self.kept_for_readers,
             through_links: self.through_links,
             note: None,
+            millis: self.millis,
         }
     }
 }
@@ -464,6 +469,7 @@ pub async fn vacuum_table(
     dir: &Path,
     how: &TableVacuumOptions,
 ) -> Result<Option<FolderVacuum>, RunError> {
+    let started = std::time::Instant::now();
     let Some(table) = Table::open(dir).await?.table else {
         return Ok(None);
     };
@@ -483,6 +489,7 @@ pub async fn vacuum_table(
     let mut doomed = Vec::new();
     let mut out = FolderVacuum {
         retention,
+        millis: 0,
         dry_run: how.dry_run,
         files: vec![],
         kept_for_readers: 0,
@@ -511,11 +518,11 @@ pub async fn vacuum_table(
         });
     }
     doomed.sort_by(|a, b| a.shown.cmp(&b.shown));
-    if how.dry_run || doomed.is_empty() {
-        out.files = doomed.into_iter().map(|d| (d.shown, d.bytes)).collect();
-        return Ok(Some(out));
-    }
-    out.files = delete(&table, dir, retention, own, how, doomed).await?;
+    out.files = match how.dry_run || doomed.is_empty() {
+        true => doomed.into_iter().map(|d| (d.shown, d.bytes)).collect(),
+        false => delete(&table, dir, retention, own, how, doomed).await?,
+    };
+    out.millis = started.elapsed().as_millis() as u64;
     Ok(Some(out))
 }
 

@@ -10,28 +10,9 @@ use std::path::{Path, PathBuf};
 use cdcflow_plan::Pipeline;
 use cdcflow_runtime::delta::Table;
 use cdcflow_runtime::vacuum::{TableVacuum, VacuumOptions, vacuum};
-use cdcflow_runtime::{RunOptions, RunReport, catalog, run};
+use cdcflow_runtime::{RunOptions, RunReport, run};
 
-const FLOWS: &str = "CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, v STRING, op STRING, seq BIGINT');
-CREATE OR REFRESH STREAMING TABLE cur;
-CREATE FLOW cur_cdc AS AUTO CDC INTO cur FROM STREAM(raw) KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op);
-CREATE OR REFRESH STREAMING TABLE hist;
-CREATE FLOW hist_cdc AS AUTO CDC INTO hist FROM STREAM(raw) KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op) STORED AS SCD TYPE 2;
-";
-
-const QUERIES: [&str; 3] = [
-    "SELECT * FROM raw ORDER BY seq, id",
-    "SELECT * FROM cur ORDER BY id",
-    "SELECT * FROM hist ORDER BY id, __START_AT",
-];
-
-fn pipeline_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    fs::write(dir.path().join("pipeline.yaml"), "name: vacuumed\n").expect("write");
-    fs::write(dir.path().join("flows.sql"), FLOWS).expect("write");
-    fs::create_dir_all(dir.path().join("landing")).expect("mkdir");
-    dir
-}
+use crate::recovery::{pipeline_dir, tables};
 
 /// Batch `n`: every one of 20 keys changes (key 7 is deleted in odd batches), so every
 /// batch rewrites both states.
@@ -70,26 +51,6 @@ async fn run_with(dir: &Path, options: &RunOptions) -> RunReport {
 
 async fn run_once(dir: &Path) -> RunReport {
     run_with(dir, &RunOptions::default()).await
-}
-
-async fn tables(dir: &Path) -> Vec<String> {
-    let ctx = catalog::session(&load(dir)).await.expect("session");
-    let mut out = Vec::new();
-    for sql in QUERIES {
-        let batches = ctx
-            .sql(sql)
-            .await
-            .expect("sql")
-            .collect()
-            .await
-            .expect("collect");
-        out.push(
-            datafusion::arrow::util::pretty::pretty_format_batches(&batches)
-                .expect("format")
-                .to_string(),
-        );
-    }
-    out
 }
 
 /// The tables after batches `0..n`, each run on its own, in a pipeline never vacuumed
