@@ -13,6 +13,7 @@ mod metrics_endpoint;
 mod query_read_only;
 mod run_cases;
 mod run_examples;
+mod vacuum;
 mod validate_cases;
 mod view_chains;
 

@@ -23,6 +23,7 @@ mod output;
 mod query;
 mod read_only;
 mod run;
+mod vacuum;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -176,6 +177,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Remove the files no table version within the retention needs; say the bytes freed.
+    Vacuum {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Only these tables (every table when none is named); an AUTO CDC target's
+        /// internal state goes with it.
+        #[arg(value_name = "TABLE")]
+        tables: Vec<String>,
+        /// Keep what the versions of the last HOURS hours need (default: each table's
+        /// delta.deletedFileRetentionDuration, 7 days unless set).
+        #[arg(long, value_name = "HOURS")]
+        retain: Option<f64>,
+        /// Go ahead with --retain shorter than a table's own retention.
+        #[arg(long)]
+        force: bool,
+        /// List what would be removed, and its bytes; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// One JSON object per table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The async runtime for commands that read or write tables.
@@ -228,6 +251,23 @@ fn main() -> ExitCode {
         } => query::query(&pipeline, &sql, format),
         Command::Tables { pipeline } => query::tables(&pipeline),
         Command::Status { pipeline, json } => query::status(&pipeline, json),
+        Command::Vacuum {
+            pipeline,
+            tables,
+            retain,
+            force,
+            dry_run,
+            json,
+        } => vacuum::run(
+            &pipeline,
+            &cdcflow_runtime::vacuum::VacuumOptions {
+                tables,
+                retain_hours: retain,
+                force,
+                dry_run,
+            },
+            json,
+        ),
     };
     output::finish(code)
 }

@@ -110,6 +110,15 @@ fn print_summary(name: &str, report: &RunReport) {
             }
         }
     }
+    for v in report.vacuumed.iter().filter(|v| v.files_removed > 0) {
+        outln!(
+            "  vacuumed {}: {} file(s), {} B freed  ({} ms)",
+            v.shown_name(),
+            v.files_removed,
+            v.bytes_freed,
+            v.millis
+        );
+    }
     let failed = report.flows.iter().filter(|f| f.failed()).count();
     if failed > 0 {
         errln!("error: {failed} flow(s) failed; work committed by the others stays");

@@ -1,5 +1,6 @@
-//! The event log: what each run did, one row per run start and end and per flow, in
-//! the Delta table `<storage>/system/event_log`, queryable as `event_log`.
+//! The event log: what each run did, one row per run start and end, per flow and per
+//! table vacuumed, in the Delta table `<storage>/system/event_log`, queryable as
+//! `event_log`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -112,6 +113,37 @@ pub async fn append(
                 f.lag_ms,
             ],
             message: (!notes.is_empty()).then(|| notes.join("; ")),
+        });
+    }
+    // Internal state tables vacuumed after the batches: `files` holds the files removed.
+    for v in &report.vacuumed {
+        rows.push(Row {
+            timestamp: ended,
+            event: "table_vacuumed",
+            target: Some(v.table.clone()),
+            counts: [
+                None,
+                None,
+                Some(v.files_removed as i64),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            ],
+            message: Some(format!(
+                "{}: freed {} bytes in {} file(s) (retention {} h)",
+                if v.internal_state {
+                    "internal state"
+                } else {
+                    "table"
+                },
+                v.bytes_freed,
+                v.files_removed,
+                v.retention_hours
+            )),
+            ..Row::default()
         });
     }
     rows.push(Row {

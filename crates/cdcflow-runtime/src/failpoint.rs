@@ -1,7 +1,10 @@
 //! Crash injection for the crash-safety tests: `CDCFLOW_FAILPOINT=name[,name…]` makes
 //! the process abort (no unwinding, no destructors, as a SIGKILL would) when it reaches
 //! a point of that name. Points: `offsets:<flow>` (offsets written, nothing committed),
-//! `before-commit:<table>` and `committed:<table>` around every Delta commit.
+//! `before-commit:<table>` and `committed:<table>` around every Delta commit, and in a
+//! vacuum `vacuum-started:<table>` (`VACUUM START` committed, nothing deleted),
+//! `vacuum-deleting:<table>` (one file deleted) and `vacuum-ended:<table>` (`VACUUM END`
+//! committed); an AUTO CDC state table is `<target>__state`.
 
 /// Aborts the process when `CDCFLOW_FAILPOINT` names `point`.
 pub fn hit(point: &str) {

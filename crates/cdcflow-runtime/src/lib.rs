@@ -39,6 +39,7 @@ pub mod quarantine;
 mod report;
 mod runner;
 pub mod status;
+pub mod vacuum;
 
 pub use error::RunError;
 pub use report::{FlowOutcome, FlowReport, RunReport};

@@ -91,6 +91,8 @@ pub struct RunReport {
     pub flows: Vec<FlowReport>,
     /// What the run did besides its flows (tables a full refresh left alone, …).
     pub notes: Vec<String>,
+    /// Internal state tables vacuumed after the batches committed.
+    pub vacuumed: Vec<crate::vacuum::TableVacuum>,
 }
 
 impl RunReport {

@@ -13,3 +13,4 @@ mod model;
 mod mv_fingerprint;
 mod recovery;
 mod streamed;
+mod vacuum;

@@ -23,7 +23,8 @@ const BATCHES: [&str; 3] = [
     "{\"id\":1,\"v\":\"x\",\"op\":\"U\",\"seq\":2}\n{\"id\":3,\"v\":\"d\",\"op\":\"I\",\"seq\":4}\n",
 ];
 
-fn pipeline_dir() -> tempfile::TempDir {
+/// A pipeline of `raw` (landing JSON) feeding `cur` (SCD type 1) and `hist` (SCD type 2).
+pub(crate) fn pipeline_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     fs::write(dir.path().join("pipeline.yaml"), "name: recovery\n").expect("write");
     fs::write(dir.path().join("flows.sql"), FLOWS).expect("write");
@@ -42,7 +43,8 @@ async fn run_once(dir: &Path) {
     assert!(!report.failed(), "{report:?}");
 }
 
-async fn tables(dir: &Path) -> Vec<String> {
+/// The rows of `raw`, `cur` and `hist`, printed.
+pub(crate) async fn tables(dir: &Path) -> Vec<String> {
     let loaded = cdcflow_plan::load(dir, &BTreeMap::new());
     let pipeline = loaded.pipeline.expect("pipeline");
     let ctx = catalog::session(&pipeline).await.expect("session");

@@ -1,0 +1,82 @@
+//! `cdcflow vacuum`: remove the files no table version within the retention needs, and
+//! print per table the files removed, the bytes freed and the retention used.
+
+use std::process::ExitCode;
+
+use cdcflow_runtime::vacuum::{TableVacuum, VacuumOptions};
+
+use crate::PipelineArgs;
+
+pub fn run(args: &PipelineArgs, options: &VacuumOptions, json: bool) -> ExitCode {
+    let Some(pipeline) = crate::query::load(args) else {
+        return ExitCode::from(1);
+    };
+    let result = crate::runtime().block_on(cdcflow_runtime::vacuum::vacuum(&pipeline, options));
+    let tables = match result {
+        Ok(t) => t,
+        Err(e) => {
+            errln!("error: {e}");
+            if let Some(h) = e.help() {
+                errln!("  help: {h}");
+            }
+            return ExitCode::from(1);
+        }
+    };
+    if json {
+        for t in &tables {
+            outln!("{}", serde_json::to_string(t).unwrap_or_default());
+        }
+    } else {
+        print_text(&pipeline.config.name, &tables, options.dry_run);
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_text(name: &str, tables: &[TableVacuum], dry_run: bool) {
+    match dry_run {
+        true => outln!("pipeline `{name}`: vacuum dry run, nothing removed"),
+        false => outln!("pipeline `{name}`: vacuum"),
+    }
+    let width = tables
+        .iter()
+        .map(|t| t.shown_name().len())
+        .max()
+        .unwrap_or(5);
+    for t in tables {
+        if let Some(note) = &t.note {
+            outln!("  {:width$}  {note}", t.shown_name());
+            continue;
+        }
+        outln!(
+            "  {:width$}  {:>5} file(s) {:>12} B  retention {} h",
+            t.shown_name(),
+            t.files_removed,
+            t.bytes_freed,
+            t.retention_hours
+        );
+        if dry_run {
+            for f in &t.files {
+                outln!("  {:width$}    would remove {f}", "");
+            }
+        }
+        if t.kept_for_readers > 0 {
+            outln!(
+                "  {:width$}    kept {} file(s) a streaming reader has yet to read",
+                "",
+                t.kept_for_readers
+            );
+        }
+        for f in &t.through_links {
+            outln!(
+                "  {:width$}    left alone: {f} is reached through a link",
+                ""
+            );
+        }
+    }
+    let files: u64 = tables.iter().map(|t| t.files_removed).sum();
+    let bytes: u64 = tables.iter().map(|t| t.bytes_freed).sum();
+    match dry_run {
+        true => outln!("total: {files} file(s), {bytes} B would be freed"),
+        false => outln!("total: {files} file(s) removed, {bytes} B freed"),
+    }
+}
