@@ -19,6 +19,7 @@ macro_rules! errln {
 }
 
 mod explain;
+mod optimize;
 mod output;
 mod query;
 mod read_only;
@@ -168,6 +169,19 @@ enum Command {
         #[command(flatten)]
         pipeline: PipelineArgs,
     },
+    /// Compact tables now: small files and files with many deleted rows rewritten into
+    /// right-sized ones (sorted by KEYS for AUTO CDC targets, whose state is compacted
+    /// too). Refused while a run holds the pipeline.
+    Optimize {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// The tables to compact (all when none is named).
+        #[arg(value_name = "TABLE")]
+        tables: Vec<String>,
+        /// Print one JSON object per table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Per flow: the last run, rows in and out, lag, backlog and the last error.
     Status {
         #[command(flatten)]
@@ -228,6 +242,11 @@ fn main() -> ExitCode {
         } => query::query(&pipeline, &sql, format),
         Command::Tables { pipeline } => query::tables(&pipeline),
         Command::Status { pipeline, json } => query::status(&pipeline, json),
+        Command::Optimize {
+            pipeline,
+            tables,
+            json,
+        } => optimize::optimize(&pipeline, &tables, json),
     };
     output::finish(code)
 }

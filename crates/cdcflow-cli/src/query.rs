@@ -20,7 +20,7 @@ pub enum OutputFormat {
     Json,
 }
 
-fn load(args: &PipelineArgs) -> Option<cdcflow_plan::Pipeline> {
+pub(crate) fn load(args: &PipelineArgs) -> Option<cdcflow_plan::Pipeline> {
     let loaded = cdcflow_plan::load(&args.dir, &args.overrides());
     if loaded.has_errors() {
         print_text(&loaded.diagnostics);

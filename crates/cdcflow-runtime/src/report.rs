@@ -91,6 +91,8 @@ pub struct RunReport {
     pub flows: Vec<FlowReport>,
     /// What the run did besides its flows (tables a full refresh left alone, …).
     pub notes: Vec<String>,
+    /// The tables compacted after the flows (each also a note).
+    pub compactions: Vec<crate::compact::TableCompaction>,
 }
 
 impl RunReport {

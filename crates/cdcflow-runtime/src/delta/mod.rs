@@ -24,6 +24,8 @@ mod rewrite;
 
 pub use read::read_parquet;
 pub use rewrite::{Rewrite, rewrite};
+/// Data files written in cdcflow's encodings, uncommitted: compaction's output.
+pub(crate) use parallel::stage as stage_files;
 
 /// A Delta table location and, when it exists, the table.
 pub struct Table {
