@@ -32,16 +32,23 @@ fn orders() -> (tempfile::TempDir, Vec<String>) {
 }
 
 fn land(dir: &Path, files: &[String], n: usize) {
-    fs::write(
-        dir.join(format!("landing/orders/{n:04}.json")),
-        &files[n],
-    )
-    .expect("land");
+    fs::write(dir.join(format!("landing/orders/{n:04}.json")), &files[n]).expect("land");
 }
 
 fn run(dir: &Path) {
     let out = cdcflow(&["run", "-p", dir.to_str().expect("utf-8")]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}
+
+/// The orders example after its first two files, one run each: two small files in
+/// each table, a third file to land.
+fn after_two_runs() -> (tempfile::TempDir, Vec<String>) {
+    let (dir, files) = orders();
+    for n in 0..2 {
+        land(dir.path(), &files, n);
+        run(dir.path());
+    }
+    (dir, files)
 }
 
 /// The tables after the three files, one run each.
@@ -57,12 +64,8 @@ fn uninterrupted() -> Vec<String> {
 #[test]
 fn optimize_after_several_runs_keeps_every_row_and_says_what_it_rewrote() {
     let want = uninterrupted();
-    let (dir, files) = orders();
+    let (dir, files) = after_two_runs();
     let p = dir.path().to_str().expect("utf-8");
-    for n in 0..2 {
-        land(dir.path(), &files, n);
-        run(dir.path());
-    }
     let before = snapshot(dir.path(), SNAPSHOT);
     let out = cdcflow(&["optimize", "-p", p]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
@@ -98,22 +101,26 @@ fn optimize_after_several_runs_keeps_every_row_and_says_what_it_rewrote() {
 #[test]
 fn optimize_refuses_while_a_run_holds_the_pipeline_and_names_what_is_wrong() {
     use cdcflow_runtime::lock::RunLock;
-    let (dir, files) = orders();
+    let (dir, _) = after_two_runs();
     let p = dir.path().to_str().expect("utf-8");
-    for n in 0..2 {
-        land(dir.path(), &files, n);
-        run(dir.path());
-    }
     let held = RunLock::acquire(&dir.path().join("_storage"), "orders").expect("lock");
     let out = cdcflow(&["optimize", "-p", p]);
     assert!(!out.status.success());
     let msg = format!("pipeline orders is being run by pid {}", std::process::id());
     assert!(stderr(&out).contains(&msg), "{}", stderr(&out));
     drop(held);
-    let bronze = dir.path().join("_storage/tables/bronze_order_changes/_delta_log");
+    let bronze = dir
+        .path()
+        .join("_storage/tables/bronze_order_changes/_delta_log");
     let commits = fs::read_dir(&bronze)
         .expect("log")
-        .filter(|e| e.as_ref().expect("entry").path().extension().is_some_and(|x| x == "json"))
+        .filter(|e| {
+            e.as_ref()
+                .expect("entry")
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
         .count();
     assert_eq!(commits, 2, "nothing committed");
 
@@ -133,13 +140,11 @@ fn an_optimize_killed_before_or_after_its_commit_leaves_tables_later_runs_go_on_
     for point in [
         "optimize-staged:bronze_order_changes",
         "optimize-committed:bronze_order_changes",
+        "optimize-staged:silver_orders_history__state",
+        "optimize-committed:silver_orders_history__state",
     ] {
-        let (dir, files) = orders();
+        let (dir, files) = after_two_runs();
         let p = dir.path().to_str().expect("utf-8");
-        for n in 0..2 {
-            land(dir.path(), &files, n);
-            run(dir.path());
-        }
         let before = snapshot(dir.path(), SNAPSHOT);
         let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
             .args(["optimize", "-p", p])

@@ -11,8 +11,7 @@ pub fn optimize(args: &PipelineArgs, tables: &[String], json: bool) -> ExitCode 
     let Some(pipeline) = crate::query::load(args) else {
         return ExitCode::from(1);
     };
-    let result =
-        crate::runtime().block_on(cdcflow_runtime::compact::optimize(&pipeline, tables));
+    let result = crate::runtime().block_on(cdcflow_runtime::compact::optimize(&pipeline, tables));
     let done = match result {
         Ok(done) => done,
         Err(e) => {

@@ -1,7 +1,9 @@
 //! Crash injection for the crash-safety tests: `CDCFLOW_FAILPOINT=name[,name…]` makes
 //! the process abort (no unwinding, no destructors, as a SIGKILL would) when it reaches
 //! a point of that name. Points: `offsets:<flow>` (offsets written, nothing committed),
-//! `before-commit:<table>` and `committed:<table>` around every Delta commit.
+//! `before-commit:<table>` and `committed:<table>` around every Delta commit,
+//! `optimize-staged:<table>` and `optimize-committed:<table>` around a compaction's
+//! commit (`<table>__state` for an AUTO CDC state).
 
 /// Aborts the process when `CDCFLOW_FAILPOINT` names `point`.
 pub fn hit(point: &str) {

@@ -53,7 +53,9 @@ pub struct FileFacts {
 impl FileFacts {
     /// Rows still live; a file without stats counts as full.
     pub fn live_rows(&self) -> usize {
-        self.records.unwrap_or(TARGET_ROWS).saturating_sub(self.deleted)
+        self.records
+            .unwrap_or(TARGET_ROWS)
+            .saturating_sub(self.deleted)
     }
 
     fn deleted_share(&self) -> Option<f64> {
@@ -85,9 +87,7 @@ pub fn victims(files: &[FileFacts], policy: Policy, keyed: bool) -> Vec<usize> {
             && f.size * (SMALL_SHARE as u64) < TARGET_BYTES
     };
     let deleted = |f: &FileFacts| {
-        f.deleted > 0
-            && f.deleted_share()
-                .is_some_and(|s| s >= policy.deleted_share)
+        f.deleted > 0 && f.deleted_share().is_some_and(|s| s >= policy.deleted_share)
     };
     let small_count = files.iter().filter(|f| small(f)).count();
     let take_small = small_count >= policy.min_small_files.max(2);
@@ -197,7 +197,10 @@ mod tests {
     #[test]
     fn files_are_cut_evenly_and_wide_rows_make_smaller_files() {
         assert_eq!(rows_per_file(10, TARGET_ROWS), 10);
-        assert_eq!(rows_per_file(TARGET_ROWS + 2, TARGET_ROWS), TARGET_ROWS / 2 + 1);
+        assert_eq!(
+            rows_per_file(TARGET_ROWS + 2, TARGET_ROWS),
+            TARGET_ROWS / 2 + 1
+        );
         let wide = vec![FileFacts {
             size: 1 << 30,
             records: Some(1 << 20),

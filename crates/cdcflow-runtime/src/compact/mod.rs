@@ -93,7 +93,9 @@ pub(crate) async fn after_run(pipeline: &Pipeline, storage: &Path, report: &mut 
         let targets = match targets_of(pipeline, storage, d) {
             Ok(t) => t,
             Err(e) => {
-                report.notes.push(format!("`{}` was not compacted: {e}", d.name));
+                report
+                    .notes
+                    .push(format!("`{}` was not compacted: {e}", d.name));
                 continue;
             }
         };

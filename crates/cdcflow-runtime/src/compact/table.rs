@@ -230,7 +230,11 @@ async fn write_files(
         delta::stage_files(table, schema, vec![part])
     });
     let mut adds = Vec::new();
-    for action in futures::future::try_join_all(writes).await?.into_iter().flatten() {
+    for action in futures::future::try_join_all(writes)
+        .await?
+        .into_iter()
+        .flatten()
+    {
         if let Action::Add(mut add) = action {
             add.data_change = false;
             adds.push(add);

@@ -22,10 +22,10 @@ mod parallel;
 mod read;
 mod rewrite;
 
-pub use read::read_parquet;
-pub use rewrite::{Rewrite, rewrite};
 /// Data files written in cdcflow's encodings, uncommitted: compaction's output.
 pub(crate) use parallel::stage as stage_files;
+pub use read::read_parquet;
+pub use rewrite::{Rewrite, rewrite};
 
 /// A Delta table location and, when it exists, the table.
 pub struct Table {

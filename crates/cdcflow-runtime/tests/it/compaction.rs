@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use cdcflow_runtime::compact::{self, TableCompaction};
 use cdcflow_runtime::delta::{Table, read_parquet};
-use cdcflow_runtime::{RunOptions, RunReport, catalog, layout, run};
+use cdcflow_runtime::{RunOptions, RunReport, layout, run};
+
+use crate::recovery::{drop_last_commit, pipeline_of, query_tables};
 use datafusion::arrow::array::{Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use deltalake::kernel::Action;
@@ -34,11 +36,7 @@ const QUERIES: [&str; 4] = [
 ];
 
 fn pipeline_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    fs::write(dir.path().join("pipeline.yaml"), "name: compaction\n").expect("write");
-    fs::write(dir.path().join("flows.sql"), FLOWS).expect("write");
-    fs::create_dir_all(dir.path().join("landing")).expect("mkdir");
-    dir
+    pipeline_of("compaction", FLOWS)
 }
 
 /// Landing file `n`: keys `n % 7` (an update, or a delete every fifth file) and a new
@@ -76,23 +74,7 @@ async fn runs(dir: &Path, from: i64, to: i64) {
 }
 
 async fn tables(dir: &Path) -> Vec<String> {
-    let ctx = catalog::session(&pipeline(dir)).await.expect("session");
-    let mut out = Vec::new();
-    for sql in QUERIES {
-        let batches = ctx
-            .sql(sql)
-            .await
-            .expect("sql")
-            .collect()
-            .await
-            .expect("collect");
-        out.push(
-            datafusion::arrow::util::pretty::pretty_format_batches(&batches)
-                .expect("format")
-                .to_string(),
-        );
-    }
-    out
+    query_tables(dir, &QUERIES).await
 }
 
 /// The tables after files `0..n`, one run each, never compacted on demand.
@@ -163,19 +145,6 @@ async fn fragment(dir: &Path, pieces: usize) -> usize {
     files
 }
 
-/// Removes the newest commit of a Delta table: a compaction that died after writing
-/// its files, before its commit (the files stay, unreferenced, as a crash leaves them).
-fn drop_last_commit(table: &Path) {
-    let log = table.join("_delta_log");
-    let mut commits: Vec<_> = fs::read_dir(&log)
-        .expect("log")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    commits.sort();
-    fs::remove_file(commits.last().expect("a commit")).expect("remove");
-}
-
 fn ids(file: &Path) -> Vec<i64> {
     let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
         datafusion::arrow::datatypes::Field::new(
@@ -244,7 +213,10 @@ async fn enough_small_appends_are_compacted_after_the_run_and_reported() {
     assert_eq!(raw_done.files_removed, 16);
     assert_eq!(raw_done.rows, 32);
     assert!(
-        report.notes.iter().any(|n| n.starts_with("compacted `raw`")),
+        report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("compacted `raw`")),
         "{:?}",
         report.notes
     );
