@@ -10,6 +10,7 @@ mod escape_attempt;
 mod landing;
 mod landing_columns;
 mod metrics_endpoint;
+mod optimize;
 mod query_read_only;
 mod run_cases;
 mod run_examples;

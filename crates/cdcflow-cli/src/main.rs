@@ -19,6 +19,7 @@ macro_rules! errln {
 }
 
 mod explain;
+mod optimize;
 mod output;
 mod query;
 mod read_only;
@@ -169,6 +170,19 @@ enum Command {
         #[command(flatten)]
         pipeline: PipelineArgs,
     },
+    /// Compact tables now: small files and files with many deleted rows rewritten into
+    /// right-sized ones (sorted by KEYS for AUTO CDC targets, whose state is compacted
+    /// too). Refused while a run holds the pipeline.
+    Optimize {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// The tables to compact (all when none is named).
+        #[arg(value_name = "TABLE")]
+        tables: Vec<String>,
+        /// Print one JSON object per table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Per flow: the last run, rows in and out, lag, backlog and the last error.
     Status {
         #[command(flatten)]
@@ -268,6 +282,11 @@ fn main() -> ExitCode {
             },
             json,
         ),
+        Command::Optimize {
+            pipeline,
+            tables,
+            json,
+        } => optimize::optimize(&pipeline, &tables, json),
     };
     output::finish(code)
 }

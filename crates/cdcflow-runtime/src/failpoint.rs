@@ -1,10 +1,11 @@
 //! Crash injection for the crash-safety tests: `CDCFLOW_FAILPOINT=name[,name…]` makes
 //! the process abort (no unwinding, no destructors, as a SIGKILL would) when it reaches
 //! a point of that name. Points: `offsets:<flow>` (offsets written, nothing committed),
-//! `before-commit:<table>` and `committed:<table>` around every Delta commit, and in a
-//! vacuum `vacuum-started:<table>` (`VACUUM START` committed, nothing deleted),
-//! `vacuum-deleting:<table>` (one file deleted) and `vacuum-ended:<table>` (`VACUUM END`
-//! committed); an AUTO CDC state table is `<target>__state`.
+//! `before-commit:<table>` and `committed:<table>` around every Delta commit;
+//! `optimize-staged:<table>` and `optimize-committed:<table>` around a compaction's
+//! commit; in a vacuum `vacuum-started:<table>` (`VACUUM START` committed, nothing
+//! deleted), `vacuum-deleting:<table>` (one file deleted) and `vacuum-ended:<table>`
+//! (`VACUUM END` committed). An AUTO CDC state table is `<target>__state`.
 
 /// Aborts the process when `CDCFLOW_FAILPOINT` names `point`.
 pub fn hit(point: &str) {

@@ -18,6 +18,7 @@ pub mod allocator;
 pub mod catalog;
 pub mod cdc;
 pub mod checkpoint;
+pub mod compact;
 pub mod continuous;
 pub mod delta;
 mod error;

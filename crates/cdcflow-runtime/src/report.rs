@@ -93,6 +93,8 @@ pub struct RunReport {
     pub notes: Vec<String>,
     /// Internal state tables vacuumed after the batches committed.
     pub vacuumed: Vec<crate::vacuum::TableVacuum>,
+    /// The tables compacted after the flows (each also a note).
+    pub compactions: Vec<crate::compact::TableCompaction>,
 }
 
 impl RunReport {

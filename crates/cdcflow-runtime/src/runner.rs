@@ -175,6 +175,7 @@ pub(crate) async fn run_locked(
         );
         report.flows.push(r);
     }
+    crate::compact::after_run(pipeline, &storage, &mut report).await;
     crate::vacuum::vacuum_changed_state(pipeline, &storage, &mut report).await;
     let ended = chrono::Utc::now().timestamp_micros();
     if let Err(e) =

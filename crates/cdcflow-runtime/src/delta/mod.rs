@@ -26,6 +26,8 @@ pub(crate) mod read;
 mod rewrite;
 
 pub use data_file::DataFile;
+/// Data files written in cdcflow's encodings, uncommitted: compaction's output.
+pub(crate) use parallel::stage as stage_files;
 pub use read::read_parquet;
 pub use rewrite::{Rewrite, rewrite};
 

@@ -98,7 +98,7 @@ pub(super) fn file_writer(
 }
 
 /// Writes the data files of `batches` (one per core), not yet committed.
-pub(super) async fn stage(
+pub(crate) async fn stage(
     table: &DeltaTable,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,

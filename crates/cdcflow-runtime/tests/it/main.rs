@@ -1,5 +1,6 @@
 //! cdcflow-runtime integration tests: one binary (build economy), one module per topic.
 
+mod compaction;
 mod containment;
 mod delta_writes;
 mod doubling;

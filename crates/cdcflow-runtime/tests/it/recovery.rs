@@ -25,9 +25,14 @@ const BATCHES: [&str; 3] = [
 
 /// A pipeline of `raw` (landing JSON) feeding `cur` (SCD type 1) and `hist` (SCD type 2).
 pub(crate) fn pipeline_dir() -> tempfile::TempDir {
+    pipeline_of("recovery", FLOWS)
+}
+
+/// A pipeline folder named `name` with `flows` and an empty `landing` folder.
+pub(crate) fn pipeline_of(name: &str, flows: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    fs::write(dir.path().join("pipeline.yaml"), "name: recovery\n").expect("write");
-    fs::write(dir.path().join("flows.sql"), FLOWS).expect("write");
+    fs::write(dir.path().join("pipeline.yaml"), format!("name: {name}\n")).expect("write");
+    fs::write(dir.path().join("flows.sql"), flows).expect("write");
     fs::create_dir_all(dir.path().join("landing")).expect("mkdir");
     dir
 }
@@ -45,15 +50,24 @@ async fn run_once(dir: &Path) {
 
 /// The rows of `raw`, `cur` and `hist`, printed.
 pub(crate) async fn tables(dir: &Path) -> Vec<String> {
+    query_tables(
+        dir,
+        &[
+            "SELECT * FROM raw ORDER BY seq, id",
+            "SELECT * FROM cur ORDER BY id",
+            "SELECT * FROM hist ORDER BY id, __START_AT",
+        ],
+    )
+    .await
+}
+
+/// The result of each query over the pipeline's tables, printed.
+pub(crate) async fn query_tables(dir: &Path, queries: &[&str]) -> Vec<String> {
     let loaded = cdcflow_plan::load(dir, &BTreeMap::new());
     let pipeline = loaded.pipeline.expect("pipeline");
     let ctx = catalog::session(&pipeline).await.expect("session");
     let mut out = Vec::new();
-    for sql in [
-        "SELECT * FROM raw ORDER BY seq, id",
-        "SELECT * FROM cur ORDER BY id",
-        "SELECT * FROM hist ORDER BY id, __START_AT",
-    ] {
+    for sql in queries {
         let batches = ctx
             .sql(sql)
             .await
@@ -72,7 +86,7 @@ pub(crate) async fn tables(dir: &Path) -> Vec<String> {
 
 /// Removes the newest commit of a Delta table, as if the process died before writing it
 /// (its data files stay behind, unreferenced, as a crash leaves them).
-fn drop_last_commit(table: &Path) {
+pub(crate) fn drop_last_commit(table: &Path) {
     let log = table.join("_delta_log");
     let mut commits: Vec<_> = fs::read_dir(&log)
         .expect("log")

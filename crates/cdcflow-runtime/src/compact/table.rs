@@ -1,0 +1,244 @@
+//! The compaction of one Delta table: the chosen files' live rows read group by group,
+//! sorted by the table's keys when it has any, written as new files in cdcflow's
+//! encodings and swapped for the old ones in one commit that changes no data.
+//!
+//! The commit is `DeltaOperation::Optimize`: `remove(dataChange=false)` of every
+//! rewritten file (its deletion vector kept in the remove) and `add(dataChange=false)`
+//! of the new files, no application transaction. Streaming readers skip it
+//! (`Table::appended_since` reads only `dataChange` adds), and the flows' transaction
+//! ids stay as they were. A crash before the commit leaves the new files unreferenced:
+//! the table reads as before.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{
+    LexicographicalComparator, SortColumn, concat_batches, take_record_batch,
+};
+use datafusion::arrow::datatypes::SchemaRef;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake::kernel::{Action, Add, LogicalFileView};
+use deltalake::protocol::DeltaOperation;
+use deltalake::{DeltaTable, DeltaTableError};
+use url::Url;
+
+use super::TableCompaction;
+use super::choose::{self, FileFacts, Policy};
+use crate::delta::{self, Commit, Table};
+use crate::{RunError, failpoint};
+
+/// A table to compact.
+pub(super) struct Target {
+    pub dir: PathBuf,
+    /// The dataset it belongs to.
+    pub dataset: String,
+    /// The AUTO CDC state of the dataset rather than its published table.
+    pub state: bool,
+    /// The columns its rows are sorted by (an AUTO CDC target's KEYS), none to keep
+    /// their order.
+    pub keys: Vec<String>,
+}
+
+impl Target {
+    /// The name of its commits (and failpoints): the dataset's, `__state` for the state.
+    fn commit_name(&self) -> String {
+        match self.state {
+            true => format!("{}__state", self.dataset),
+            false => self.dataset.clone(),
+        }
+    }
+
+    /// A report of nothing done yet.
+    pub fn outcome(&self) -> TableCompaction {
+        TableCompaction {
+            table: self.dataset.clone(),
+            state: self.state,
+            ..TableCompaction::default()
+        }
+    }
+
+    /// Compacts the table when `policy` finds files worth it.
+    pub async fn compact(&self, policy: Policy) -> Result<TableCompaction, RunError> {
+        let mut out = self.outcome();
+        let table = Table::open(&self.dir).await?;
+        let Some(t) = &table.table else {
+            out.skipped = Some("not created yet".into());
+            return Ok(out);
+        };
+        let err = |e: DeltaTableError| RunError::delta(&self.dir, e);
+        let snapshot = t.snapshot().map_err(err)?;
+        let schema = snapshot.snapshot().arrow_schema();
+        if !table.rewritable(&schema, &Commit::default()) {
+            out.skipped = Some(
+                "the table has Delta rules of its own (constraints, generated columns, column mapping, change data feed) that cdcflow's file writer does not keep".into(),
+            );
+            return Ok(out);
+        }
+        let views: Vec<LogicalFileView> = snapshot.log_data().iter().collect();
+        let keys: Vec<&str> = self
+            .keys
+            .iter()
+            .filter_map(|k| schema.fields().find(k).map(|(_, f)| f.name().as_str()))
+            .collect();
+        let facts: Vec<FileFacts> = views.iter().map(|v| facts(v, keys.first())).collect();
+        out.files_before = views.len();
+        let victims = choose::victims(&facts, policy, !keys.is_empty());
+        if victims.is_empty() {
+            return Ok(out);
+        }
+        let target = choose::target_rows(&facts);
+        let mut adds = Vec::new();
+        for group in choose::groups(&facts, &victims) {
+            let rows = self.read_group(&views, &group, &schema)?;
+            out.rows += rows.num_rows() as u64;
+            let rows = sorted(rows, &keys)?;
+            adds.extend(write_files(t, &schema, &rows, target).await.map_err(err)?);
+        }
+        out.files_removed = victims.len();
+        out.bytes_removed = victims.iter().map(|&i| facts[i].size).sum();
+        out.files_added = adds.len();
+        out.bytes_added = adds.iter().map(|a| a.size.max(0) as u64).sum();
+        let mut actions: Vec<Action> = victims
+            .iter()
+            .map(|&i| Action::Remove(views[i].remove_action(false)))
+            .collect();
+        actions.extend(adds.into_iter().map(Action::Add));
+        let name = self.commit_name();
+        failpoint::hit(&format!("optimize-staged:{name}"));
+        // No retry: a commit landing on another version than the one read could drop
+        // rows committed since (delta-rs's conflict check ignores removes that change
+        // no data). The run lock keeps cdcflow's own writers away.
+        CommitBuilder::from(CommitProperties::default().with_max_retries(0))
+            .with_actions(actions)
+            .build(
+                Some(snapshot),
+                t.log_store(),
+                DeltaOperation::Optimize {
+                    predicate: None,
+                    target_size: choose::TARGET_BYTES as i64,
+                },
+            )
+            .await
+            .map_err(err)?;
+        failpoint::hit(&format!("optimize-committed:{name}"));
+        Ok(out)
+    }
+
+    /// The live rows of the files `group` of `views`, in one batch.
+    fn read_group(
+        &self,
+        views: &[LogicalFileView],
+        group: &[usize],
+        schema: &SchemaRef,
+    ) -> Result<RecordBatch, RunError> {
+        let mut batches = Vec::new();
+        for &i in group {
+            batches.extend(read_live(&self.dir, &views[i], schema)?);
+        }
+        Ok(concat_batches(schema, &batches)?)
+    }
+}
+
+/// The live rows of one data file, in `schema`.
+///
+/// The one place compaction reads a file: deletion vectors are applied by the delta
+/// module's readers, and a file with one is refused until they do (reading it whole
+/// would bring its deleted rows back).
+fn read_live(
+    dir: &Path,
+    view: &LogicalFileView,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>, RunError> {
+    let path = local_file(dir, &view.path())?;
+    if view.deletion_vector_descriptor().is_some() {
+        return Err(RunError::internal(format!(
+            "{}: this build cannot read a file through its deletion vector",
+            path.display()
+        )));
+    }
+    delta::read_parquet(&path, schema)
+}
+
+/// A data file of the table at `dir` as a local path: relative in the log, or a
+/// `file://` URL.
+fn local_file(dir: &Path, path: &str) -> Result<PathBuf, RunError> {
+    if !path.contains("://") {
+        return Ok(dir.join(path));
+    }
+    Url::parse(path)
+        .ok()
+        .filter(|u| u.scheme() == "file")
+        .and_then(|u| u.to_file_path().ok())
+        .ok_or_else(|| RunError::File {
+            path: dir.to_path_buf(),
+            message: format!("data file {path} is not on the local disk"),
+        })
+}
+
+/// What the log says about a file; `key` names the column whose smallest value orders
+/// the files.
+fn facts(view: &LogicalFileView, key: Option<&&str>) -> FileFacts {
+    let min_key = key.and_then(|k| {
+        let stats: serde_json::Value = serde_json::from_str(&view.stats()?).ok()?;
+        stats.get("minValues")?.get(*k).cloned()
+    });
+    FileFacts {
+        size: view.size().max(0) as u64,
+        records: view.num_records(),
+        deleted: view
+            .deletion_vector_descriptor()
+            .map_or(0, |dv| dv.cardinality.max(0) as usize),
+        min_key,
+    }
+}
+
+/// `rows` ordered by the columns `keys` (as they are without keys). The sort is stable:
+/// rows of one key keep their order.
+fn sorted(rows: RecordBatch, keys: &[&str]) -> Result<RecordBatch, RunError> {
+    if keys.is_empty() || rows.num_rows() < 2 {
+        return Ok(rows);
+    }
+    let columns: Vec<SortColumn> = keys
+        .iter()
+        .filter_map(|k| rows.column_by_name(k))
+        .map(|c| SortColumn {
+            values: Arc::clone(c),
+            options: None,
+        })
+        .collect();
+    let order = LexicographicalComparator::try_new(&columns)?;
+    let mut indices: Vec<u32> = (0..rows.num_rows() as u32).collect();
+    indices.sort_by(|&a, &b| order.compare(a as usize, b as usize));
+    Ok(take_record_batch(&rows, &UInt32Array::from(indices))?)
+}
+
+/// `rows` written as new data files of `table` of at most `target` rows each, evenly
+/// cut, encoded at once; their adds change no data.
+async fn write_files(
+    table: &DeltaTable,
+    schema: &SchemaRef,
+    rows: &RecordBatch,
+    target: usize,
+) -> Result<Vec<Add>, DeltaTableError> {
+    if rows.num_rows() == 0 {
+        return Ok(vec![]);
+    }
+    let per_file = choose::rows_per_file(rows.num_rows(), target);
+    let writes = (0..rows.num_rows()).step_by(per_file).map(|start| {
+        let part = rows.slice(start, per_file.min(rows.num_rows() - start));
+        delta::stage_files(table, schema, vec![part])
+    });
+    let mut adds = Vec::new();
+    for action in futures::future::try_join_all(writes)
+        .await?
+        .into_iter()
+        .flatten()
+    {
+        if let Action::Add(mut add) = action {
+            add.data_change = false;
+            adds.push(add);
+        }
+    }
+    Ok(adds)
+}
