@@ -142,22 +142,14 @@ impl Target {
 
 /// The live rows of one data file, in `schema`.
 ///
-/// The one place compaction reads a file: deletion vectors are applied by the delta
-/// module's readers, and a file with one is refused until they do (reading it whole
-/// would bring its deleted rows back).
+/// The one place compaction reads a file: its live rows, deletion vector applied.
 fn read_live(
     dir: &Path,
     view: &LogicalFileView,
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, RunError> {
-    let path = local_file(dir, &view.path())?;
-    if view.deletion_vector_descriptor().is_some() {
-        return Err(RunError::internal(format!(
-            "{}: this build cannot read a file through its deletion vector",
-            path.display()
-        )));
-    }
-    delta::read_parquet(&path, schema)
+    let file = delta::data_file(dir, local_file(dir, &view.path())?, view)?;
+    delta::read::read_files(&[file], schema)
 }
 
 /// A data file of the table at `dir` as a local path: relative in the log, or a

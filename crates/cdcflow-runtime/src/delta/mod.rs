@@ -161,18 +161,7 @@ impl Table {
             .iter()
             .map(|view| {
                 let uri = log_store.to_uri(&view.object_store_path());
-                let deleted = view
-                    .deletion_vector_descriptor()
-                    .map(|d| deletion_vectors::load(&self.dir, &d))
-                    .transpose()?;
-                // The add action is what a merge-on-write re-adds with a larger vector.
-                #[allow(deprecated)]
-                let add = view.add_action();
-                Ok(DataFile {
-                    path: local_path(&self.dir, &uri)?,
-                    deleted: deleted.map(Arc::new),
-                    add: Some(add),
-                })
+                data_file(&self.dir, local_path(&self.dir, &uri)?, &view)
             })
             .collect()
     }
@@ -277,6 +266,27 @@ impl Table {
         }
         Ok((out, current))
     }
+}
+
+/// The data file at `path` of the table at `dir`, from its log entry `view`, with its
+/// deletion vector loaded.
+pub(crate) fn data_file(
+    dir: &Path,
+    path: PathBuf,
+    view: &deltalake::kernel::LogicalFileView,
+) -> Result<DataFile, RunError> {
+    let deleted = view
+        .deletion_vector_descriptor()
+        .map(|d| deletion_vectors::load(dir, &d))
+        .transpose()?;
+    // The add action is what a merge-on-write re-adds with a larger vector.
+    #[allow(deprecated)]
+    let add = view.add_action();
+    Ok(DataFile {
+        path,
+        deleted: deleted.map(Arc::new),
+        add: Some(add),
+    })
 }
 
 /// The newest commit file of the table at `dir` when it is damaged: cut short (a full
