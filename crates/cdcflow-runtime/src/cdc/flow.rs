@@ -19,7 +19,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::events::{Sourced, to_events};
 use super::kernel::{self, Rules, Visible};
-use super::{rules_for, streamed};
+use super::{partitioned, rules_for, streamed};
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::{self, Commit, Mode, Table};
 use crate::inputs::BatchInputs;
@@ -102,17 +102,21 @@ pub(crate) async fn run(
     };
     let done = match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
         Some(done) => done,
-        None => {
-            let applied = apply_in_memory(target, &rules, &state, &public, &events, rc.now_micros)?;
-            if let Some(change) = delta::added_columns(
-                public.arrow_schema().as_ref(),
-                &rules.public_schema(),
-                &target.name,
-            ) {
-                report.warnings.push(change);
+        None => match partitioned::apply(&rules, &targets, &events, rc.now_micros).await? {
+            Some(done) => done,
+            None => {
+                let applied =
+                    apply_in_memory(target, &rules, &state, &public, &events, rc.now_micros)?;
+                if let Some(change) = delta::added_columns(
+                    public.arrow_schema().as_ref(),
+                    &rules.public_schema(),
+                    &target.name,
+                ) {
+                    report.warnings.push(change);
+                }
+                streamed::Streamed::staged(applied, &rules, &targets).await?
             }
-            streamed::Streamed::staged(applied, &rules, &targets).await?
-        }
+        },
     };
     if done.metrics.late_after_gc > 0 {
         report.warnings.push(format!(

@@ -5,6 +5,7 @@ pub mod events;
 pub(crate) mod flow;
 pub mod kernel;
 mod keyset;
+pub mod partitioned;
 mod shares;
 pub mod streamed;
 mod touched;

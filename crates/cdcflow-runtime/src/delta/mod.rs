@@ -21,9 +21,11 @@ mod encoding;
 mod parallel;
 mod read;
 mod rewrite;
+mod sink;
 
 pub use read::read_parquet;
 pub use rewrite::{Rewrite, rewrite};
+pub use sink::Sink;
 
 /// A Delta table location and, when it exists, the table.
 pub struct Table {

@@ -1,0 +1,192 @@
+//! The first batch of a target (an initial load) applied a share of its keys at a time,
+//! each share's rows encoded into the tables' files as soon as it is decided.
+//!
+//! A target without tables has no stored rows to stream through (`streamed.rs`), and
+//! applied in one piece its kernel would hold every event's keys, sequence values and
+//! decisions, and then the whole new state and published table, at once. But the rules
+//! are per key: the events are split by key hash into partitions of about
+//! [`PARTITION_ROWS`] rows, and each is decided by the kernel on its own, its output
+//! handed to one file writer per core and table ([`Sink`]) and let go before the next.
+//! What is held beyond the events is one partition's worth, whatever the batch's size.
+//!
+//! A TRUNCATE has no key: every partition sees it (as every share does in `shares.rs`),
+//! and of the markers the partitions write back, the newest of each kind is kept. The
+//! state rows and published rows are those of one in-memory apply; only their order in
+//! the files differs.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::arrow::datatypes::Int8Type;
+use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::row::{RowConverter, SortField};
+
+use super::kernel::{self, ApplyMetrics, Op, OP, Rules, SEQ, Visible, filtered};
+use super::keyset::hashes;
+use super::streamed::{Streamed, Targets};
+use super::touched::{is_keyed, key_columns};
+use crate::RunError;
+use crate::delta::Sink;
+
+/// Events per partition: a partition's kernel holds several times its rows, and the
+/// shares it is decided in on every core need some tens of thousands to pay.
+pub const PARTITION_ROWS: usize = 256 * 1024;
+
+/// Rows hashed at a time while the events are split.
+const HASH_ROWS: usize = 64 * 1024;
+
+/// Applies `events` to a target whose state and published table do not exist yet,
+/// [`PARTITION_ROWS`] events at a time, staging both tables' files; `None` when the
+/// target has tables, or tables only deltalake's write operation writes (known before
+/// anything is written).
+pub async fn apply(
+    rules: &Rules,
+    targets: &Targets<'_>,
+    events: &RecordBatch,
+    now_micros: i64,
+) -> Result<Option<Streamed>, RunError> {
+    apply_in_partitions(rules, targets, events, now_micros, PARTITION_ROWS).await
+}
+
+/// [`apply`] with partitions of at most about `partition_rows` events (tests force many
+/// small partitions).
+#[doc(hidden)]
+pub async fn apply_in_partitions(
+    rules: &Rules,
+    targets: &Targets<'_>,
+    events: &RecordBatch,
+    now_micros: i64,
+    partition_rows: usize,
+) -> Result<Option<Streamed>, RunError> {
+    if targets.state.exists() || targets.public.exists() {
+        return Ok(None);
+    }
+    let rows = events.num_rows();
+    let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
+    let Some(mut public) =
+        Sink::new(targets.public, &public_schema, targets.public_commit, rows).await?
+    else {
+        return Ok(None);
+    };
+    let Some(mut state) =
+        Sink::new(targets.state, &state_schema, targets.state_commit, rows).await?
+    else {
+        return Ok(None);
+    };
+    let mut metrics = ApplyMetrics::default();
+    let mut markers = Vec::new();
+    let mut public_rows = 0;
+    for part in partitions(rules, events, rows.div_ceil(partition_rows.max(1)))? {
+        let part = take_record_batch(events, &UInt32Array::from(part))?;
+        let applied = kernel::apply(rules, vec![], Visible::Rows(vec![]), &part, now_micros)?;
+        drop(part);
+        metrics.add(&applied.metrics);
+        public_rows += applied.public_rows();
+        let mut keyed = Vec::with_capacity(applied.state.len());
+        for batch in &applied.state {
+            let (k, m) = split_markers(batch)?;
+            keyed.extend(k);
+            markers.extend(m);
+        }
+        drop(applied.state);
+        tokio::try_join!(public.write(applied.public), state.write(keyed))?;
+    }
+    state.write(newest_markers(&state_schema, &markers)?).await?;
+    // Every partition counted the TRUNCATE events it was given.
+    metrics.events = rows as u64;
+    let (public, state) = tokio::try_join!(public.finish(), state.finish())?;
+    Ok(Some(Streamed {
+        public,
+        state,
+        metrics,
+        public_rows,
+    }))
+}
+
+/// The rows of `events` in `count` partitions (at least one): each keyed row in the
+/// partition of its key's hash, each TRUNCATE in every partition; partitions without a
+/// keyed row are left out, unless all are.
+fn partitions(
+    rules: &Rules,
+    events: &RecordBatch,
+    count: usize,
+) -> Result<Vec<Vec<u32>>, ArrowError> {
+    let count = count.max(1);
+    let ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
+    let mut parts: Vec<Vec<u32>> = vec![Vec::new(); count];
+    let mut keyed = vec![false; count];
+    for start in (0..events.num_rows()).step_by(HASH_ROWS) {
+        let len = HASH_ROWS.min(events.num_rows() - start);
+        // The kernel's shares take the low bits of the same hash: a partition takes
+        // the high ones, so each partition still spreads over every share.
+        let hashes = hashes(&key_columns(&events.slice(start, len), &rules.keys))?;
+        for (i, hash) in hashes.into_iter().enumerate() {
+            let row = u32::try_from(start + i).map_err(|_| overflow())?;
+            match is_keyed(ops.value(start + i)) {
+                true => {
+                    let p = ((hash >> 32) % count as u64) as usize;
+                    parts[p].push(row);
+                    keyed[p] = true;
+                }
+                false => parts.iter_mut().for_each(|part| part.push(row)),
+            }
+        }
+    }
+    if !keyed.iter().any(|&k| k) {
+        parts.truncate(1);
+        return Ok(parts);
+    }
+    Ok(parts
+        .into_iter()
+        .zip(keyed)
+        .filter_map(|(part, keyed)| keyed.then_some(part))
+        .collect())
+}
+
+fn overflow() -> ArrowError {
+    ArrowError::InvalidArgumentError("more than 2^32 events in one batch".into())
+}
+
+/// The keyed rows of a state batch (in the state's columns), and its marker rows.
+fn split_markers(
+    batch: &RecordBatch,
+) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ArrowError> {
+    let ops = batch
+        .column(batch.schema().index_of(OP)?)
+        .as_primitive::<Int8Type>();
+    let keyed: Vec<bool> = ops.values().iter().map(|&op| is_keyed(op)).collect();
+    if keyed.iter().all(|&k| k) {
+        return Ok((Some(batch.clone()), None));
+    }
+    let marker: Vec<bool> = keyed.iter().map(|k| !k).collect();
+    Ok((filtered(batch, &keyed)?, filtered(batch, &marker)?))
+}
+
+/// Of the partitions' marker rows, the newest GC horizon and the newest TRUNCATE, in
+/// that order, as one apply writes them.
+fn newest_markers(
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    markers: &[RecordBatch],
+) -> Result<Vec<RecordBatch>, ArrowError> {
+    if markers.is_empty() {
+        return Ok(vec![]);
+    }
+    let all = concat_batches(schema, markers)?;
+    let seq_column = Arc::clone(all.column(schema.index_of(SEQ)?));
+    let seq = RowConverter::new(vec![SortField::new(seq_column.data_type().clone())])?
+        .convert_columns(&[seq_column])?;
+    let ops = all
+        .column(schema.index_of(OP)?)
+        .as_primitive::<Int8Type>();
+    let mut picks = Vec::new();
+    for kind in [Op::GcHorizon, Op::Truncate] {
+        let newest = (0..all.num_rows())
+            .filter(|&r| ops.value(r) == kind as i8)
+            .max_by(|&a, &b| seq.row(a).cmp(&seq.row(b)));
+        if let Some(r) = newest {
+            picks.push(u32::try_from(r).map_err(|_| overflow())?);
+        }
+    }
+    Ok(vec![take_record_batch(&all, &UInt32Array::from(picks))?])
+}
