@@ -29,12 +29,7 @@ const ORIGIN: &str = "__cdcflow_origin";
 pub type Sourced = Vec<(String, RecordBatch)>;
 
 /// Evaluates the flow over `rows` (of `source` schema) into events of
-/// [`Rules::event_schema`], recorded at `now_micros`.
-///
-/// The events share their buffers with the source rows where a column passes through
-/// unchanged, and are put together into one batch a column at a time, each column's
-/// source buffers let go once it is copied: the batch's memory is about one copy of its
-/// rows, not the source, its events and their concatenation at once.
+/// [`Rules::event_schema`], recorded at `now_micros`, as one batch.
 pub async fn to_events(
     spec: &AutoCdcSpec,
     rules: &Rules,
@@ -42,9 +37,23 @@ pub async fn to_events(
     rows: Sourced,
     now_micros: i64,
 ) -> Result<RecordBatch, RunError> {
+    let parts = event_parts(spec, rules, source, rows, now_micros).await?;
+    Ok(concat_parts(&rules.event_schema(), parts)?)
+}
+
+/// [`to_events`] in parts, as the flow's expressions give them. The parts share their
+/// buffers with the source rows where a column passes through unchanged, so they cost
+/// little more than the source rows, which are let go.
+pub async fn event_parts(
+    spec: &AutoCdcSpec,
+    rules: &Rules,
+    source: &SchemaRef,
+    rows: Sourced,
+    now_micros: i64,
+) -> Result<Vec<RecordBatch>, RunError> {
     let event_schema = rules.event_schema();
     if rows.iter().all(|(_, b)| b.num_rows() == 0) {
-        return Ok(RecordBatch::new_empty(event_schema));
+        return Ok(vec![]);
     }
     let (origins, batches) = with_origin(source, rows)?;
     let out = evaluate(spec, batches).await?;
@@ -62,7 +71,7 @@ pub async fn to_events(
         )?);
     }
     problems.check(spec)?;
-    Ok(concat_consuming(&event_schema, events)?)
+    Ok(events)
 }
 
 /// The source rows with a column naming, by its index in the returned list, what each
@@ -120,13 +129,14 @@ async fn evaluate(
     Ok(df.select(exprs)?.collect().await?)
 }
 
-/// `batches` as one batch, put together a column at a time: each column's inputs are
-/// let go once it is copied, so at most one column is held twice.
-fn concat_consuming(
+/// Event `parts` as one batch, put together a column at a time: each column's parts
+/// are let go once it is copied.
+pub fn concat_parts(
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> Result<RecordBatch, ArrowError> {
-    let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(batches.len()); schema.fields().len()];
+    let mut columns: Vec<Vec<ArrayRef>> =
+        vec![Vec::with_capacity(batches.len()); schema.fields().len()];
     for batch in batches {
         for (c, column) in batch.columns().iter().enumerate() {
             columns[c].push(Arc::clone(column));
@@ -231,7 +241,9 @@ fn to_state_row(
         _ => Arc::clone(&seq_arrays[0]),
     };
     let ops = batch.column(n_cols + n_seq).as_primitive::<Int8Type>();
-    let origin_of = batch.column(n_cols + n_seq + 1).as_primitive::<UInt32Type>();
+    let origin_of = batch
+        .column(n_cols + n_seq + 1)
+        .as_primitive::<UInt32Type>();
     let origin = |row: usize| {
         origins
             .get(origin_of.value(row) as usize)
@@ -241,15 +253,9 @@ fn to_state_row(
     for row in 0..rows {
         let truncate = ops.value(row) == Op::Truncate as i8;
         if !truncate && rules.keys.iter().any(|&k| columns[k].is_null(row)) {
-            *problems
-                .keys
-                .entry(origin(row))
-                .or_default() += 1;
+            *problems.keys.entry(origin(row)).or_default() += 1;
         } else if seq_arrays.iter().any(|a| a.is_null(row)) {
-            *problems
-                .sequence
-                .entry(origin(row))
-                .or_default() += 1;
+            *problems.sequence.entry(origin(row)).or_default() += 1;
         }
     }
     columns.push(seq);

@@ -17,12 +17,12 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, take_record_batch};
-use datafusion::arrow::datatypes::Int8Type;
+use datafusion::arrow::compute::{concat_batches, interleave_record_batch, take_record_batch};
+use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
 
-use super::kernel::{self, ApplyMetrics, Op, OP, Rules, SEQ, Visible, filtered};
+use super::kernel::{self, ApplyMetrics, OP, Op, Rules, SEQ, Visible, filtered};
 use super::keyset::hashes;
 use super::streamed::{Streamed, Targets};
 use super::touched::{is_keyed, key_columns};
@@ -31,7 +31,7 @@ use crate::delta::Sink;
 
 /// Events per partition: a partition's kernel holds several times its rows, and the
 /// shares it is decided in on every core need some tens of thousands to pay.
-pub const PARTITION_ROWS: usize = 256 * 1024;
+pub const PARTITION_ROWS: usize = 128 * 1024;
 
 /// Rows hashed at a time while the events are split.
 const HASH_ROWS: usize = 64 * 1024;
@@ -43,7 +43,7 @@ const HASH_ROWS: usize = 64 * 1024;
 pub async fn apply(
     rules: &Rules,
     targets: &Targets<'_>,
-    events: &RecordBatch,
+    events: &[RecordBatch],
     now_micros: i64,
 ) -> Result<Option<Streamed>, RunError> {
     apply_in_partitions(rules, targets, events, now_micros, PARTITION_ROWS).await
@@ -55,14 +55,14 @@ pub async fn apply(
 pub async fn apply_in_partitions(
     rules: &Rules,
     targets: &Targets<'_>,
-    events: &RecordBatch,
+    events: &[RecordBatch],
     now_micros: i64,
     partition_rows: usize,
 ) -> Result<Option<Streamed>, RunError> {
     if targets.state.exists() || targets.public.exists() {
         return Ok(None);
     }
-    let rows = events.num_rows();
+    let rows: usize = events.iter().map(RecordBatch::num_rows).sum();
     let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
     let Some(mut public) =
         Sink::new(targets.public, &public_schema, targets.public_commit, rows).await?
@@ -77,8 +77,10 @@ pub async fn apply_in_partitions(
     let mut metrics = ApplyMetrics::default();
     let mut markers = Vec::new();
     let mut public_rows = 0;
+    let event_schema = rules.event_schema();
+    let starts = part_starts(events);
     for part in partitions(rules, events, rows.div_ceil(partition_rows.max(1)))? {
-        let part = take_record_batch(events, &UInt32Array::from(part))?;
+        let part = gather(&event_schema, events, &starts, &part)?;
         let applied = kernel::apply(rules, vec![], Visible::Rows(vec![]), &part, now_micros)?;
         drop(part);
         metrics.add(&applied.metrics);
@@ -92,7 +94,9 @@ pub async fn apply_in_partitions(
         drop(applied.state);
         tokio::try_join!(public.write(applied.public), state.write(keyed))?;
     }
-    state.write(newest_markers(&state_schema, &markers)?).await?;
+    state
+        .write(newest_markers(&state_schema, &markers)?)
+        .await?;
     // Every partition counted the TRUNCATE events it was given.
     metrics.events = rows as u64;
     let (public, state) = tokio::try_join!(public.finish(), state.finish())?;
@@ -104,32 +108,72 @@ pub async fn apply_in_partitions(
     }))
 }
 
-/// The rows of `events` in `count` partitions (at least one): each keyed row in the
-/// partition of its key's hash, each TRUNCATE in every partition; partitions without a
-/// keyed row are left out, unless all are.
+/// Where each of the `events` parts starts, counting rows over all of them.
+fn part_starts(events: &[RecordBatch]) -> Vec<usize> {
+    let mut starts = Vec::with_capacity(events.len());
+    let mut at = 0;
+    for part in events {
+        starts.push(at);
+        at += part.num_rows();
+    }
+    starts
+}
+
+/// The rows `rows` (ascending, counted over all the `events` parts from `starts`) as
+/// one batch.
+fn gather(
+    schema: &SchemaRef,
+    events: &[RecordBatch],
+    starts: &[usize],
+    rows: &[u32],
+) -> Result<RecordBatch, ArrowError> {
+    if events.is_empty() {
+        return Ok(RecordBatch::new_empty(Arc::clone(schema)));
+    }
+    let mut part = 0;
+    let indices: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|&row| {
+            let row = row as usize;
+            while part + 1 < starts.len() && starts[part + 1] <= row {
+                part += 1;
+            }
+            (part, row - starts[part])
+        })
+        .collect();
+    let parts: Vec<&RecordBatch> = events.iter().collect();
+    interleave_record_batch(&parts, &indices)
+}
+
+/// The rows of the `events` parts (counted over all of them) in `count` partitions (at
+/// least one): each keyed row in the partition of its key's hash, each TRUNCATE in
+/// every partition; partitions without a keyed row are left out, unless all are.
 fn partitions(
     rules: &Rules,
-    events: &RecordBatch,
+    events: &[RecordBatch],
     count: usize,
 ) -> Result<Vec<Vec<u32>>, ArrowError> {
     let count = count.max(1);
-    let ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
     let mut parts: Vec<Vec<u32>> = vec![Vec::new(); count];
     let mut keyed = vec![false; count];
-    for start in (0..events.num_rows()).step_by(HASH_ROWS) {
-        let len = HASH_ROWS.min(events.num_rows() - start);
-        // The kernel's shares take the low bits of the same hash: a partition takes
-        // the high ones, so each partition still spreads over every share.
-        let hashes = hashes(&key_columns(&events.slice(start, len), &rules.keys))?;
-        for (i, hash) in hashes.into_iter().enumerate() {
-            let row = u32::try_from(start + i).map_err(|_| overflow())?;
-            match is_keyed(ops.value(start + i)) {
-                true => {
-                    let p = ((hash >> 32) % count as u64) as usize;
-                    parts[p].push(row);
-                    keyed[p] = true;
+    let mut row = 0u32;
+    for events in events {
+        let ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
+        for start in (0..events.num_rows()).step_by(HASH_ROWS) {
+            let len = HASH_ROWS.min(events.num_rows() - start);
+            // The kernel's shares take the low bits of the same hash: a partition
+            // takes the high ones, so each partition still spreads over every share.
+            let hashes = hashes(&key_columns(&events.slice(start, len), &rules.keys))?;
+            for (i, hash) in hashes.into_iter().enumerate() {
+                match is_keyed(ops.value(start + i)) {
+                    true => {
+                        let p = ((hash >> 32) % count as u64) as usize;
+                        parts[p].push(row);
+                        keyed[p] = true;
+                    }
+                    false => parts.iter_mut().for_each(|part| part.push(row)),
                 }
-                false => parts.iter_mut().for_each(|part| part.push(row)),
+                row = row.checked_add(1).ok_or_else(overflow)?;
             }
         }
     }
@@ -166,7 +210,7 @@ fn split_markers(
 /// Of the partitions' marker rows, the newest GC horizon and the newest TRUNCATE, in
 /// that order, as one apply writes them.
 fn newest_markers(
-    schema: &datafusion::arrow::datatypes::SchemaRef,
+    schema: &SchemaRef,
     markers: &[RecordBatch],
 ) -> Result<Vec<RecordBatch>, ArrowError> {
     if markers.is_empty() {
@@ -176,9 +220,7 @@ fn newest_markers(
     let seq_column = Arc::clone(all.column(schema.index_of(SEQ)?));
     let seq = RowConverter::new(vec![SortField::new(seq_column.data_type().clone())])?
         .convert_columns(&[seq_column])?;
-    let ops = all
-        .column(schema.index_of(OP)?)
-        .as_primitive::<Int8Type>();
+    let ops = all.column(schema.index_of(OP)?).as_primitive::<Int8Type>();
     let mut picks = Vec::new();
     for kind in [Op::GcHorizon, Op::Truncate] {
         let newest = (0..all.num_rows())

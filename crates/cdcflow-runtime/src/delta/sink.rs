@@ -116,7 +116,10 @@ impl Sink {
         let mut adds = Vec::new();
         for task in tasks {
             let written = task.await.map_err(|e| {
-                RunError::delta(&dir, DeltaTableError::Generic(format!("file sink task: {e}")))
+                RunError::delta(
+                    &dir,
+                    DeltaTableError::Generic(format!("file sink task: {e}")),
+                )
             })?;
             adds.extend(written.map_err(|e| RunError::delta(&dir, e))?);
         }

@@ -10,5 +10,6 @@ mod kernel_props;
 mod landing_columns;
 mod model;
 mod mv_fingerprint;
+mod partitioned;
 mod recovery;
 mod streamed;
