@@ -16,14 +16,14 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, interleave_record_batch, take_record_batch};
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::compute::interleave_record_batch;
 use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::arrow::error::ArrowError;
-use datafusion::arrow::row::{RowConverter, SortField};
 
-use super::kernel::{self, ApplyMetrics, OP, Op, Rules, SEQ, Visible, filtered};
+use super::kernel::{self, ApplyMetrics, Rules, Visible};
 use super::keyset::hashes;
+use super::shares::{newest_markers, without_markers};
 use super::streamed::{Streamed, Targets};
 use super::touched::{is_keyed, key_columns};
 use crate::RunError;
@@ -87,7 +87,7 @@ pub async fn apply_in_partitions(
         public_rows += applied.public_rows();
         let mut keyed = Vec::with_capacity(applied.state.len());
         for batch in &applied.state {
-            let (k, m) = split_markers(batch)?;
+            let (k, m) = without_markers(batch)?;
             keyed.extend(k);
             markers.extend(m);
         }
@@ -190,45 +190,4 @@ fn partitions(
 
 fn overflow() -> ArrowError {
     ArrowError::InvalidArgumentError("more than 2^32 events in one batch".into())
-}
-
-/// The keyed rows of a state batch (in the state's columns), and its marker rows.
-fn split_markers(
-    batch: &RecordBatch,
-) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ArrowError> {
-    let ops = batch
-        .column(batch.schema().index_of(OP)?)
-        .as_primitive::<Int8Type>();
-    let keyed: Vec<bool> = ops.values().iter().map(|&op| is_keyed(op)).collect();
-    if keyed.iter().all(|&k| k) {
-        return Ok((Some(batch.clone()), None));
-    }
-    let marker: Vec<bool> = keyed.iter().map(|k| !k).collect();
-    Ok((filtered(batch, &keyed)?, filtered(batch, &marker)?))
-}
-
-/// Of the partitions' marker rows, the newest GC horizon and the newest TRUNCATE, in
-/// that order, as one apply writes them.
-fn newest_markers(
-    schema: &SchemaRef,
-    markers: &[RecordBatch],
-) -> Result<Vec<RecordBatch>, ArrowError> {
-    if markers.is_empty() {
-        return Ok(vec![]);
-    }
-    let all = concat_batches(schema, markers)?;
-    let seq_column = Arc::clone(all.column(schema.index_of(SEQ)?));
-    let seq = RowConverter::new(vec![SortField::new(seq_column.data_type().clone())])?
-        .convert_columns(&[seq_column])?;
-    let ops = all.column(schema.index_of(OP)?).as_primitive::<Int8Type>();
-    let mut picks = Vec::new();
-    for kind in [Op::GcHorizon, Op::Truncate] {
-        let newest = (0..all.num_rows())
-            .filter(|&r| ops.value(r) == kind as i8)
-            .max_by(|&a, &b| seq.row(a).cmp(&seq.row(b)));
-        if let Some(r) = newest {
-            picks.push(u32::try_from(r).map_err(|_| overflow())?);
-        }
-    }
-    Ok(vec![take_record_batch(&all, &UInt32Array::from(picks))?])
 }
