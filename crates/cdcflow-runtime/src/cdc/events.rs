@@ -8,10 +8,12 @@ use std::sync::Arc;
 use cdcflow_plan::autocdc::AutoCdcSpec;
 use cdcflow_plan::planner::session_config;
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch, StringArray, StructArray,
+    Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch, StructArray, UInt32Array,
+    new_empty_array,
 };
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
+use datafusion::arrow::compute::{cast, concat};
+use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef, UInt32Type};
+use datafusion::arrow::error::ArrowError;
 use datafusion::common::{Column, TableReference};
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, lit, when};
@@ -27,7 +29,7 @@ const ORIGIN: &str = "__cdcflow_origin";
 pub type Sourced = Vec<(String, RecordBatch)>;
 
 /// Evaluates the flow over `rows` (of `source` schema) into events of
-/// [`Rules::event_schema`], recorded at `now_micros`.
+/// [`Rules::event_schema`], recorded at `now_micros`, as one batch.
 pub async fn to_events(
     spec: &AutoCdcSpec,
     rules: &Rules,
@@ -35,26 +37,80 @@ pub async fn to_events(
     rows: Sourced,
     now_micros: i64,
 ) -> Result<RecordBatch, RunError> {
+    let parts = event_parts(spec, rules, source, rows, now_micros).await?;
+    Ok(concat_parts(&rules.event_schema(), parts)?)
+}
+
+/// [`to_events`] in parts, as the flow's expressions give them. The parts share their
+/// buffers with the source rows where a column passes through unchanged, so they cost
+/// little more than the source rows, which are let go.
+pub async fn event_parts(
+    spec: &AutoCdcSpec,
+    rules: &Rules,
+    source: &SchemaRef,
+    rows: Sourced,
+    now_micros: i64,
+) -> Result<Vec<RecordBatch>, RunError> {
     let event_schema = rules.event_schema();
     if rows.iter().all(|(_, b)| b.num_rows() == 0) {
-        return Ok(RecordBatch::new_empty(event_schema));
+        return Ok(vec![]);
     }
+    let (origins, batches) = with_origin(source, rows)?;
+    let out = evaluate(spec, batches).await?;
+    let mut problems = NullRows::default();
+    let mut events = Vec::with_capacity(out.len());
+    for batch in out {
+        events.push(to_state_row(
+            spec,
+            rules,
+            &event_schema,
+            &batch,
+            &origins,
+            now_micros,
+            &mut problems,
+        )?);
+    }
+    problems.check(spec)?;
+    Ok(events)
+}
+
+/// The source rows with a column naming, by its index in the returned list, what each
+/// row was read from (an index, not the name: four bytes a row).
+fn with_origin(
+    source: &SchemaRef,
+    rows: Sourced,
+) -> Result<(Vec<String>, Vec<RecordBatch>), RunError> {
     let mut fields: Vec<Field> = source.fields().iter().map(|f| f.as_ref().clone()).collect();
-    fields.push(Field::new(ORIGIN, DataType::Utf8, false));
-    let with_origin: SchemaRef = Arc::new(Schema::new(fields));
-    let batches = rows
-        .into_iter()
-        .map(|(origin, b)| {
-            let mut columns = b.columns().to_vec();
-            columns.push(Arc::new(StringArray::from(vec![origin; b.num_rows()])));
-            RecordBatch::try_new(Arc::clone(&with_origin), columns)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    fields.push(Field::new(ORIGIN, DataType::UInt32, false));
+    let schema: SchemaRef = Arc::new(Schema::new(fields));
+    let mut origins: Vec<String> = Vec::new();
+    let mut batches = Vec::with_capacity(rows.len());
+    for (origin, b) in rows {
+        if origins.last() != Some(&origin) {
+            origins.push(origin);
+        }
+        let index = u32::try_from(origins.len() - 1).unwrap_or(u32::MAX);
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(UInt32Array::from_value(index, b.num_rows())));
+        batches.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+    }
+    Ok((origins, batches))
+}
+
+/// The flow's WHERE and its columns, sequence, operation and origin, evaluated by
+/// DataFusion over `batches`; the inputs are let go with the session.
+async fn evaluate(
+    spec: &AutoCdcSpec,
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<RecordBatch>, RunError> {
+    let Some(schema) = batches.first().map(RecordBatch::schema) else {
+        return Ok(vec![]);
+    };
     let ctx = SessionContext::new_with_config(session_config());
     let table = TableReference::bare(spec.source.as_str());
     ctx.register_table(
         table.clone(),
-        Arc::new(MemTable::try_new(with_origin, vec![batches])?),
+        Arc::new(MemTable::try_new(schema, vec![batches])?),
     )?;
     let mut df = ctx.table(table).await?;
     if let Some(f) = &spec.filter {
@@ -70,25 +126,36 @@ pub async fn to_events(
     );
     exprs.push(op_expr(spec)?.alias("__op"));
     exprs.push(column(ORIGIN));
-    let out = df.select(exprs)?.collect().await?;
+    Ok(df.select(exprs)?.collect().await?)
+}
 
-    let mut problems = NullRows::default();
-    let mut events = Vec::with_capacity(out.len());
-    for batch in &out {
-        events.push(to_state_row(
-            spec,
-            rules,
-            &event_schema,
-            batch,
-            now_micros,
-            &mut problems,
-        )?);
+/// Event `parts` as one batch, put together a column at a time: each column's parts
+/// are let go once it is copied.
+pub fn concat_parts(
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<RecordBatch, ArrowError> {
+    let mut columns: Vec<Vec<ArrayRef>> =
+        vec![Vec::with_capacity(batches.len()); schema.fields().len()];
+    for batch in batches {
+        for (c, column) in batch.columns().iter().enumerate() {
+            columns[c].push(Arc::clone(column));
+        }
     }
-    problems.check(spec)?;
-    Ok(datafusion::arrow::compute::concat_batches(
-        &event_schema,
-        &events,
-    )?)
+    let mut out = Vec::with_capacity(columns.len());
+    for (parts, field) in columns.iter_mut().zip(schema.fields()) {
+        let column = match parts.len() {
+            0 => new_empty_array(field.data_type()),
+            1 => parts.remove(0),
+            _ => {
+                let arrays: Vec<&dyn Array> = parts.iter().map(AsRef::as_ref).collect();
+                concat(&arrays)?
+            }
+        };
+        parts.clear();
+        out.push(column);
+    }
+    RecordBatch::try_new(Arc::clone(schema), out)
 }
 
 fn op_expr(spec: &AutoCdcSpec) -> Result<Expr, RunError> {
@@ -151,6 +218,7 @@ fn to_state_row(
     rules: &Rules,
     event_schema: &SchemaRef,
     batch: &RecordBatch,
+    origins: &[String],
     now_micros: i64,
     problems: &mut NullRows,
 ) -> Result<RecordBatch, RunError> {
@@ -173,19 +241,21 @@ fn to_state_row(
         _ => Arc::clone(&seq_arrays[0]),
     };
     let ops = batch.column(n_cols + n_seq).as_primitive::<Int8Type>();
-    let origins = batch.column(n_cols + n_seq + 1).as_string::<i32>();
+    let origin_of = batch
+        .column(n_cols + n_seq + 1)
+        .as_primitive::<UInt32Type>();
+    let origin = |row: usize| {
+        origins
+            .get(origin_of.value(row) as usize)
+            .cloned()
+            .unwrap_or_default()
+    };
     for row in 0..rows {
         let truncate = ops.value(row) == Op::Truncate as i8;
         if !truncate && rules.keys.iter().any(|&k| columns[k].is_null(row)) {
-            *problems
-                .keys
-                .entry(origins.value(row).to_string())
-                .or_default() += 1;
+            *problems.keys.entry(origin(row)).or_default() += 1;
         } else if seq_arrays.iter().any(|a| a.is_null(row)) {
-            *problems
-                .sequence
-                .entry(origins.value(row).to_string())
-                .or_default() += 1;
+            *problems.sequence.entry(origin(row)).or_default() += 1;
         }
     }
     columns.push(seq);

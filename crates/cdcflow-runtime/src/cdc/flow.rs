@@ -17,9 +17,9 @@ use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
-use super::events::{Sourced, to_events};
+use super::events::{Sourced, concat_parts, event_parts};
 use super::kernel::{self, Rules, Visible};
-use super::{merged, rules_for, streamed};
+use super::{merged, partitioned, rules_for, streamed};
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::{self, Commit, Mode, Table};
 use crate::inputs::BatchInputs;
@@ -91,7 +91,7 @@ pub(crate) async fn run(
     checkpoint.write_intent(&offsets)?;
     shape.record(&shape_file)?;
 
-    let events = to_events(spec, &rules, &source_schema, rows, rc.now_micros).await?;
+    let events = event_parts(spec, &rules, &source_schema, rows, rc.now_micros).await?;
     report.oldest_change_micros = oldest_commit_time(&events);
     let (public_commit, state_commit) = commits(target, vec![(app, batch)], &offsets);
     let targets = streamed::Targets {
@@ -100,24 +100,37 @@ pub(crate) async fn run(
         public: &public,
         public_commit: &public_commit,
     };
-    let merged = merged::apply(&rules, &targets, &events, rc.now_micros).await?;
-    let done = match merged {
+    // A target's first batch goes a partition of its keys at a time (`partitioned.rs`);
+    // later ones by merge-on-write where the tables allow it (`merged.rs`).
+    let done = match partitioned::apply(&rules, &targets, &events, rc.now_micros).await? {
         Some(done) => done,
-        None => match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
-            Some(done) => done,
-            None => {
-                let applied =
-                    apply_in_memory(target, &rules, &state, &public, &events, rc.now_micros)?;
-                if let Some(change) = delta::added_columns(
-                    public.arrow_schema().as_ref(),
-                    &rules.public_schema(),
-                    &target.name,
-                ) {
-                    report.warnings.push(change);
-                }
-                streamed::Streamed::staged(applied, &rules, &targets).await?
+        None => {
+            let events = concat_parts(&rules.event_schema(), events)?;
+            match merged::apply(&rules, &targets, &events, rc.now_micros).await? {
+                Some(done) => done,
+                None => match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
+                    Some(done) => done,
+                    None => {
+                        let applied = apply_in_memory(
+                            target,
+                            &rules,
+                            &state,
+                            &public,
+                            &events,
+                            rc.now_micros,
+                        )?;
+                        if let Some(change) = delta::added_columns(
+                            public.arrow_schema().as_ref(),
+                            &rules.public_schema(),
+                            &target.name,
+                        ) {
+                            report.warnings.push(change);
+                        }
+                        streamed::Streamed::staged(applied, &rules, &targets).await?
+                    }
+                },
             }
-        },
+        }
     };
     if done.metrics.late_after_gc > 0 {
         report.warnings.push(format!(
@@ -373,9 +386,13 @@ impl Shape {
     }
 }
 
-/// The earliest source commit time among `events`, when the SEQUENCE BY value is a
-/// timestamp (or a struct whose first field is one), µs since the epoch.
-fn oldest_commit_time(events: &RecordBatch) -> Option<i64> {
+/// The earliest source commit time among the `events` parts, when the SEQUENCE BY value
+/// is a timestamp (or a struct whose first field is one), µs since the epoch.
+fn oldest_commit_time(events: &[RecordBatch]) -> Option<i64> {
+    events.iter().filter_map(oldest_commit_time_of).min()
+}
+
+fn oldest_commit_time_of(events: &RecordBatch) -> Option<i64> {
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
     let seq = events.column_by_name(kernel::SEQ)?;

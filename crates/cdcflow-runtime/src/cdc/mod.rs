@@ -6,6 +6,7 @@ pub(crate) mod flow;
 pub mod kernel;
 mod keyset;
 pub mod merged;
+pub mod partitioned;
 mod shares;
 pub mod streamed;
 mod touched;

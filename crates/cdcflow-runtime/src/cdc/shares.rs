@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
-use datafusion::arrow::datatypes::Int8Type;
+use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
 
-use super::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, apply_events, filtered};
+use super::kernel::{Applied, ApplyMetrics, Decided, OP, Op, Rules, SEQ, apply_events, filtered};
 use super::keyset::hashes;
 use super::touched::{is_keyed, key_columns};
 use crate::par;
@@ -53,12 +53,12 @@ pub(super) fn decide(
         metrics.add(&d.applied.metrics);
         public.extend(d.applied.public);
         for batch in d.applied.state {
-            let (keyed, marks) = without_markers(rules, &batch)?;
+            let (keyed, marks) = without_markers(&batch)?;
             state.extend(keyed);
             markers.extend(marks);
         }
     }
-    state.extend(newest_markers(rules, &markers)?);
+    state.extend(newest_markers(&rules.event_schema(), &markers)?);
     Ok(Decided {
         applied: Applied {
             state,
@@ -89,12 +89,14 @@ fn overflow() -> ArrowError {
     ArrowError::InvalidArgumentError("more than 2^32 rows in one batch".into())
 }
 
-/// The keyed rows of a state batch, and its marker rows.
-fn without_markers(
-    rules: &Rules,
+/// The keyed rows of a state batch (in the events' columns or a narrow state's), and its
+/// marker rows.
+pub(super) fn without_markers(
     batch: &RecordBatch,
 ) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ArrowError> {
-    let ops = batch.column(rules.op_col()).as_primitive::<Int8Type>();
+    let ops = batch
+        .column(batch.schema().index_of(OP)?)
+        .as_primitive::<Int8Type>();
     let keyed: Vec<bool> = ops.values().iter().map(|&op| is_keyed(op)).collect();
     if keyed.iter().all(|&k| k) {
         return Ok((Some(batch.clone()), None));
@@ -103,16 +105,20 @@ fn without_markers(
     Ok((filtered(batch, &keyed)?, filtered(batch, &marker)?))
 }
 
-/// Of the marker rows, the newest GC horizon and the newest TRUNCATE, in that order.
-fn newest_markers(rules: &Rules, markers: &[RecordBatch]) -> Result<Vec<RecordBatch>, ArrowError> {
+/// Of the marker rows (of `schema`), the newest GC horizon and the newest TRUNCATE, in
+/// that order.
+pub(super) fn newest_markers(
+    schema: &SchemaRef,
+    markers: &[RecordBatch],
+) -> Result<Vec<RecordBatch>, ArrowError> {
     if markers.is_empty() {
         return Ok(vec![]);
     }
-    let all = concat_batches(&rules.event_schema(), markers)?;
-    let seq_field = rules.event_schema().field(rules.seq_col()).clone();
-    let seq = RowConverter::new(vec![SortField::new(seq_field.data_type().clone())])?
-        .convert_columns(&[Arc::clone(all.column(rules.seq_col()))])?;
-    let ops = all.column(rules.op_col()).as_primitive::<Int8Type>();
+    let all = concat_batches(schema, markers)?;
+    let seq_column = Arc::clone(all.column(schema.index_of(SEQ)?));
+    let seq = RowConverter::new(vec![SortField::new(seq_column.data_type().clone())])?
+        .convert_columns(&[seq_column])?;
+    let ops = all.column(schema.index_of(OP)?).as_primitive::<Int8Type>();
     let mut picks = Vec::new();
     for kind in [Op::GcHorizon, Op::Truncate] {
         let newest = (0..all.num_rows())

@@ -24,12 +24,14 @@ pub(crate) mod merge;
 mod parallel;
 pub(crate) mod read;
 mod rewrite;
+mod sink;
 
 pub use data_file::DataFile;
 /// Data files written in cdcflow's encodings, uncommitted: compaction's output.
 pub(crate) use parallel::stage as stage_files;
 pub use read::read_parquet;
 pub use rewrite::{Rewrite, rewrite};
+pub use sink::Sink;
 
 /// A Delta table location and, when it exists, the table.
 pub struct Table {

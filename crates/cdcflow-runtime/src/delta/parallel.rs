@@ -205,12 +205,17 @@ async fn commit_to(
     Ok(())
 }
 
+/// How many files a write of `rows` rows takes: one per core, fewer when the rows are
+/// few, at least one.
+pub(super) fn files_for(rows: usize) -> usize {
+    (rows / MIN_ROWS_PER_FILE).clamp(1, crate::par::cores())
+}
+
 /// The batches in as many runs of about equal rows as there are cores (fewer when the
 /// rows are few), in order; at least one run, so that an empty write commits too.
 fn split(batches: Vec<RecordBatch>) -> Vec<Vec<RecordBatch>> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let cores = crate::par::cores();
-    let parts = (rows / MIN_ROWS_PER_FILE).clamp(1, cores);
+    let parts = files_for(rows);
     let per_part = rows.div_ceil(parts).max(1);
     let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new()];
     let mut filled = 0;

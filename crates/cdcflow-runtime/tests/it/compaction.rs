@@ -92,8 +92,11 @@ async fn live_files(table: &Path) -> Vec<PathBuf> {
     Table::open(table)
         .await
         .expect("open")
-        .data_files()
+        .files()
         .expect("files")
+        .into_iter()
+        .map(|f| f.path)
+        .collect()
 }
 
 async fn optimize(dir: &Path, tables: &[&str]) -> Vec<TableCompaction> {

@@ -12,6 +12,7 @@ mod landing_columns;
 mod merged;
 mod model;
 mod mv_fingerprint;
+mod partitioned;
 mod recovery;
 mod streamed;
 mod vacuum;

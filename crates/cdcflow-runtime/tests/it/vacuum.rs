@@ -78,12 +78,12 @@ async fn on_disk(table: &Path) -> ((u64, usize), (u64, usize)) {
     let live_files = Table::open(table)
         .await
         .expect("open")
-        .data_files()
+        .files()
         .expect("files");
     let live = (
         live_files
             .iter()
-            .map(|f| fs::metadata(f).expect("live file on disk").len())
+            .map(|f| fs::metadata(&f.path).expect("live file on disk").len())
             .sum(),
         live_files.len(),
     );

@@ -1,0 +1,194 @@
+//! The first batch of a target (an initial load) applied a share of its keys at a time,
+//! each share's rows encoded into the tables' files as soon as it is decided.
+//!
+//! A target without tables has no stored rows to stream through (`streamed.rs`), and
+//! applied in one piece its kernel would hold every event's keys, sequence values and
+//! decisions, and then the whole new state and published table, at once. But the rules
+//! are per key: the events are split by key hash into partitions of about
+//! [`PARTITION_ROWS`] rows, and each is decided by the kernel on its own, its output
+//! handed to one file writer per core and table ([`Sink`]) and let go before the next.
+//! What is held beyond the events is one partition's worth, whatever the batch's size.
+//!
+//! A TRUNCATE has no key: every partition sees it (as every share does in `shares.rs`),
+//! and of the markers the partitions write back, the newest of each kind is kept. The
+//! state rows and published rows are those of one in-memory apply; only their order in
+//! the files differs.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::compute::interleave_record_batch;
+use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
+use datafusion::arrow::error::ArrowError;
+
+use super::kernel::{self, ApplyMetrics, Rules, Visible};
+use super::keyset::hashes;
+use super::shares::{newest_markers, without_markers};
+use super::streamed::{Streamed, Targets};
+use super::touched::{is_keyed, key_columns};
+use crate::RunError;
+use crate::delta::{Mode, Sink};
+
+/// Events per partition: a partition's kernel holds several times its rows, and the
+/// shares it is decided in on every core need some tens of thousands to pay.
+pub const PARTITION_ROWS: usize = 128 * 1024;
+
+/// Rows hashed at a time while the events are split.
+const HASH_ROWS: usize = 64 * 1024;
+
+/// Applies `events` to a target whose state and published table do not exist yet,
+/// [`PARTITION_ROWS`] events at a time, staging both tables' files; `None` when the
+/// target has tables, or tables only deltalake's write operation writes (known before
+/// anything is written).
+pub async fn apply(
+    rules: &Rules,
+    targets: &Targets<'_>,
+    events: &[RecordBatch],
+    now_micros: i64,
+) -> Result<Option<Streamed>, RunError> {
+    apply_in_partitions(rules, targets, events, now_micros, PARTITION_ROWS).await
+}
+
+/// [`apply`] with partitions of at most about `partition_rows` events (tests force many
+/// small partitions).
+#[doc(hidden)]
+pub async fn apply_in_partitions(
+    rules: &Rules,
+    targets: &Targets<'_>,
+    events: &[RecordBatch],
+    now_micros: i64,
+    partition_rows: usize,
+) -> Result<Option<Streamed>, RunError> {
+    if targets.state.exists() || targets.public.exists() {
+        return Ok(None);
+    }
+    let rows: usize = events.iter().map(RecordBatch::num_rows).sum();
+    let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
+    let Some(mut public) =
+        Sink::new(targets.public, &public_schema, targets.public_commit, rows).await?
+    else {
+        return Ok(None);
+    };
+    let Some(mut state) =
+        Sink::new(targets.state, &state_schema, targets.state_commit, rows).await?
+    else {
+        return Ok(None);
+    };
+    let mut metrics = ApplyMetrics::default();
+    let mut markers = Vec::new();
+    let mut public_rows = 0;
+    let event_schema = rules.event_schema();
+    let starts = part_starts(events);
+    for part in partitions(rules, events, rows.div_ceil(partition_rows.max(1)))? {
+        let part = gather(&event_schema, events, &starts, &part)?;
+        let applied = kernel::apply(rules, vec![], Visible::Rows(vec![]), &part, now_micros)?;
+        drop(part);
+        metrics.add(&applied.metrics);
+        public_rows += applied.public_rows();
+        let mut keyed = Vec::with_capacity(applied.state.len());
+        for batch in &applied.state {
+            let (k, m) = without_markers(batch)?;
+            keyed.extend(k);
+            markers.extend(m);
+        }
+        drop(applied.state);
+        tokio::try_join!(public.write(applied.public), state.write(keyed))?;
+    }
+    state
+        .write(newest_markers(&state_schema, &markers)?)
+        .await?;
+    // Every partition counted the TRUNCATE events it was given.
+    metrics.events = rows as u64;
+    let (public, state) = tokio::try_join!(public.finish(), state.finish())?;
+    Ok(Some(Streamed {
+        public,
+        state,
+        metrics,
+        public_rows,
+        mode: Mode::Overwrite,
+    }))
+}
+
+/// Where each of the `events` parts starts, counting rows over all of them.
+fn part_starts(events: &[RecordBatch]) -> Vec<usize> {
+    let mut starts = Vec::with_capacity(events.len());
+    let mut at = 0;
+    for part in events {
+        starts.push(at);
+        at += part.num_rows();
+    }
+    starts
+}
+
+/// The rows `rows` (ascending, counted over all the `events` parts from `starts`) as
+/// one batch.
+fn gather(
+    schema: &SchemaRef,
+    events: &[RecordBatch],
+    starts: &[usize],
+    rows: &[u32],
+) -> Result<RecordBatch, ArrowError> {
+    if events.is_empty() {
+        return Ok(RecordBatch::new_empty(Arc::clone(schema)));
+    }
+    let mut part = 0;
+    let indices: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|&row| {
+            let row = row as usize;
+            while part + 1 < starts.len() && starts[part + 1] <= row {
+                part += 1;
+            }
+            (part, row - starts[part])
+        })
+        .collect();
+    let parts: Vec<&RecordBatch> = events.iter().collect();
+    interleave_record_batch(&parts, &indices)
+}
+
+/// The rows of the `events` parts (counted over all of them) in `count` partitions (at
+/// least one): each keyed row in the partition of its key's hash, each TRUNCATE in
+/// every partition; partitions without a keyed row are left out, unless all are.
+fn partitions(
+    rules: &Rules,
+    events: &[RecordBatch],
+    count: usize,
+) -> Result<Vec<Vec<u32>>, ArrowError> {
+    let count = count.max(1);
+    let mut parts: Vec<Vec<u32>> = vec![Vec::new(); count];
+    let mut keyed = vec![false; count];
+    let mut row = 0u32;
+    for events in events {
+        let ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
+        for start in (0..events.num_rows()).step_by(HASH_ROWS) {
+            let len = HASH_ROWS.min(events.num_rows() - start);
+            // The kernel's shares take the low bits of the same hash: a partition
+            // takes the high ones, so each partition still spreads over every share.
+            let hashes = hashes(&key_columns(&events.slice(start, len), &rules.keys))?;
+            for (i, hash) in hashes.into_iter().enumerate() {
+                match is_keyed(ops.value(start + i)) {
+                    true => {
+                        let p = ((hash >> 32) % count as u64) as usize;
+                        parts[p].push(row);
+                        keyed[p] = true;
+                    }
+                    false => parts.iter_mut().for_each(|part| part.push(row)),
+                }
+                row = row.checked_add(1).ok_or_else(overflow)?;
+            }
+        }
+    }
+    if !keyed.iter().any(|&k| k) {
+        parts.truncate(1);
+        return Ok(parts);
+    }
+    Ok(parts
+        .into_iter()
+        .zip(keyed)
+        .filter_map(|(part, keyed)| keyed.then_some(part))
+        .collect())
+}
+
+fn overflow() -> ArrowError {
+    ArrowError::InvalidArgumentError("more than 2^32 events in one batch".into())
+}
