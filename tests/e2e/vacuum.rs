@@ -123,8 +123,14 @@ fn a_forced_vacuum_frees_what_the_dry_run_named_and_the_tables_read_the_same() {
     let text = stdout(&out);
     assert!(text.contains("dry run, nothing removed"), "{text}");
     assert!(text.contains("retention 168 h"), "{text}");
+    // Only internal state (retention 0: cdcflow alone reads it) may have files to go;
+    // runs vacuum it once its unreferenced bytes pass its live bytes.
     assert!(
-        text.contains("total: 0 file(s), 0 B would be freed"),
+        text.lines()
+            .filter(|l| l.contains("file(s)")
+                && !l.contains("(internal state)")
+                && !l.starts_with("total"))
+            .all(|l| l.contains(" 0 file(s)")),
         "{text}"
     );
 

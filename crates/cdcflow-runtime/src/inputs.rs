@@ -171,7 +171,7 @@ impl InputReader<'_> {
                         batch.fingerprint.push(format!(
                             "{}@{}",
                             d.name,
-                            table.version().unwrap_or(-1)
+                            table.data_version().await?.unwrap_or(-1)
                         ));
                         vec![table.read_all(&schema)?]
                     };

@@ -63,10 +63,19 @@ pub async fn apply(
     }
     let touched = touched_values(rules, events)?;
     let state_files = targets.state.files()?;
-    let state_read = Candidates::of(&state_files, touched.as_ref());
+    // The state's files are read where they may hold a touched key, and where they may
+    // hold an SCD type 1 tombstone past its retention, which every batch collects.
+    let (op, recorded) = (
+        state_schema.field(touch.op()).name(),
+        state_schema.field(touch.recorded()).name(),
+    );
+    let horizon = touch.horizon();
+    let state_read = Candidates::of(&state_files, touched.as_ref(), |f| {
+        f.may_hold_before(op, Op::Delete as i64, recorded, horizon)
+    });
     let (members, member_at) = scan_state(&touch, &state_read, &state_schema)?;
     let public_files = targets.public.files()?;
-    let public_read = Candidates::of(&public_files, touched.as_ref());
+    let public_read = Candidates::of(&public_files, touched.as_ref(), |_| false);
     let key_schema = key_schema(&public_schema, rules);
     let mut published = scan_published(&touch, &public_read, &key_schema)?;
     published.live_rows += public_read.skipped_rows;
@@ -185,7 +194,12 @@ struct Candidates {
 }
 
 impl Candidates {
-    fn of(all: &[DataFile], touched: Option<&(String, Vec<i64>)>) -> Self {
+    /// The files of `all` that may hold a `touched` key or that `also` asks for.
+    fn of(
+        all: &[DataFile],
+        touched: Option<&(String, Vec<i64>)>,
+        also: impl Fn(&DataFile) -> bool,
+    ) -> Self {
         let mut out = Self {
             files: Vec::new(),
             index: Vec::new(),
@@ -193,7 +207,7 @@ impl Candidates {
         };
         for (i, file) in all.iter().enumerate() {
             let skipped = touched
-                .filter(|(column, values)| !file.may_hold(column, values))
+                .filter(|(column, values)| !file.may_hold(column, values) && !also(file))
                 .and_then(|_| file.live_rows());
             match skipped {
                 Some(rows) => out.skipped_rows += rows as usize,

@@ -154,6 +154,20 @@ impl Touch {
         })
     }
 
+    /// Where a stored state row keeps its operation and its recording time.
+    pub(crate) fn op(&self) -> usize {
+        self.layout.op
+    }
+
+    pub(crate) fn recorded(&self) -> usize {
+        self.layout.recorded
+    }
+
+    /// SCD type 1 tombstones recorded before this time are collected (members).
+    pub(crate) fn horizon(&self) -> i64 {
+        self.horizon
+    }
+
     /// Every stored row is a member: nothing is kept as it is.
     pub(crate) fn every_key(&self) -> bool {
         self.every_key

@@ -2,10 +2,12 @@
 //! local disk, the rows its deletion vector removes, and its log entry (which a
 //! merge-on-write re-adds with a larger vector).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use deltalake::kernel::Add;
+use deltalake::protocol::ColumnValueStat;
 use roaring::RoaringTreemap;
 
 /// One data file of a table version.
@@ -41,12 +43,11 @@ impl DataFile {
             .get(column)
             .and_then(|c| c.as_value())
             .unwrap_or(1);
-        let bound =
-            |m: &std::collections::HashMap<String, deltalake::protocol::ColumnValueStat>| {
-                m.get(column)
-                    .and_then(|v| v.as_value())
-                    .and_then(serde_json::Value::as_i64)
-            };
+        let bound = |m: &HashMap<String, ColumnValueStat>| {
+            m.get(column)
+                .and_then(|v| v.as_value())
+                .and_then(serde_json::Value::as_i64)
+        };
         let (Some(min), Some(max)) = (bound(&stats.min_values), bound(&stats.max_values)) else {
             return true;
         };
@@ -55,6 +56,27 @@ impl DataFile {
         }
         let first = values.partition_point(|&v| v < min);
         values.get(first).is_some_and(|&v| v <= max)
+    }
+
+    /// Whether the file may hold a row whose integer `op` column is `value` and whose
+    /// integer `time` column is before `before`, by its statistics.
+    pub fn may_hold_before(&self, op: &str, value: i64, time: &str, before: i64) -> bool {
+        let Some(stats) = self.add.as_ref().and_then(|a| a.get_stats().ok().flatten()) else {
+            return true;
+        };
+        let bound = |m: &HashMap<String, ColumnValueStat>, column: &str| {
+            m.get(column)
+                .and_then(|v| v.as_value())
+                .and_then(serde_json::Value::as_i64)
+        };
+        let (Some(low), Some(high), Some(earliest)) = (
+            bound(&stats.min_values, op),
+            bound(&stats.max_values, op),
+            bound(&stats.min_values, time),
+        ) else {
+            return true;
+        };
+        (low..=high).contains(&value) && earliest < before
     }
 
     /// Rows a reader sees: the file's rows less those deleted (the log's count).

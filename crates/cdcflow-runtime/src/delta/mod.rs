@@ -91,6 +91,38 @@ impl Table {
             .map(|v| v as i64)
     }
 
+    /// The newest version whose commit changed the table's rows or columns: the
+    /// commits of compaction and vacuum, which change neither, are passed over, so a
+    /// reader that fingerprints its inputs sees the table unchanged.
+    pub async fn data_version(&self) -> Result<Option<i64>, RunError> {
+        let (Some(t), Some(mut v)) = (&self.table, self.version()) else {
+            return Ok(None);
+        };
+        while v > 0 {
+            let Some(bytes) = t
+                .log_store()
+                .read_commit_entry(v as u64)
+                .await
+                .map_err(|e| self.err(e))?
+            else {
+                break;
+            };
+            let actions =
+                deltalake::logstore::get_actions(v as u64, &bytes).map_err(|e| self.err(e))?;
+            let changes = actions.iter().any(|a| match a {
+                Action::Add(add) => add.data_change,
+                Action::Remove(remove) => remove.data_change,
+                Action::Metadata(_) | Action::Protocol(_) => true,
+                _ => false,
+            });
+            if changes {
+                break;
+            }
+            v -= 1;
+        }
+        Ok(Some(v))
+    }
+
     /// The last batch committed by application `app`.
     pub async fn txn_version(&self, app: &str) -> Result<Option<i64>, RunError> {
         let Some(t) = &self.table else {
