@@ -24,12 +24,14 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, Schema, SchemaRef};
+use datafusion::parquet::file::metadata::RowGroupMetaData;
 
 use super::kernel::{Op, Rules, filtered};
 use super::keyset::{KeySet, NONE, hashes};
 use super::streamed::{Streamed, Targets};
 use super::touched::{Touch, key_columns};
 use crate::RunError;
+use crate::delta::pruning::KeyStats;
 use crate::delta::read::{self, Located};
 use crate::delta::{DataFile, Mode, Table, merge};
 use crate::par;
@@ -73,11 +75,22 @@ pub async fn apply(
     let state_read = Candidates::of(&state_files, touched.as_ref(), |f| {
         f.may_hold_before(op, Op::Delete as i64, recorded, horizon)
     });
-    let (members, member_at) = scan_state(&touch, &state_read, &state_schema)?;
+    let state_keep = |g: &RowGroupMetaData| {
+        touched
+            .as_ref()
+            .is_none_or(|(key, values)| g.may_hold(key, values))
+            || g.may_hold_before(op, Op::Delete as i64, recorded, horizon)
+    };
+    let (members, member_at) = scan_state(&touch, &state_read, &state_schema, state_keep)?;
     let public_files = targets.public.files()?;
     let public_read = Candidates::of(&public_files, touched.as_ref(), |_| false);
     let key_schema = key_schema(&public_schema, rules);
-    let mut published = scan_published(&touch, &public_read, &key_schema)?;
+    let public_keep = |g: &RowGroupMetaData| {
+        touched
+            .as_ref()
+            .is_none_or(|(key, values)| g.may_hold(key, values))
+    };
+    let mut published = scan_published(&touch, &public_read, &key_schema, public_keep)?;
     published.live_rows += public_read.skipped_rows;
 
     let hits = match touch.tied(&members, events)? {
@@ -144,8 +157,10 @@ fn scan_state(
     touch: &Touch,
     files: &Candidates,
     schema: &SchemaRef,
+    keep: impl Fn(&RowGroupMetaData) -> bool,
 ) -> Result<(RecordBatch, Deletes), RunError> {
-    let parts = par::map(read::plan(&files.files)?, |run| {
+    let (runs, _) = read::plan_where(&files.files, keep)?;
+    let parts = par::map(runs, |run| {
         let mut members = Vec::new();
         let mut at = Vec::new();
         for located in run.located(schema) {
@@ -272,8 +287,10 @@ fn scan_published(
     touch: &Touch,
     files: &Candidates,
     key_schema: &SchemaRef,
+    keep: impl Fn(&RowGroupMetaData) -> bool,
 ) -> Result<Published, RunError> {
-    let parts = par::map(read::plan(&files.files)?, |run| {
+    let (runs, skipped) = read::plan_where(&files.files, keep)?;
+    let parts = par::map(runs, |run| {
         let mut keys = Vec::new();
         let mut file = Vec::new();
         let mut position = Vec::new();
@@ -295,7 +312,7 @@ fn scan_published(
         keys: RecordBatch::new_empty(Arc::clone(key_schema)),
         file: Vec::new(),
         position: Vec::new(),
-        live_rows: 0,
+        live_rows: skipped as usize,
     };
     let mut keys = Vec::new();
     for (k, f, p, rows) in parts {

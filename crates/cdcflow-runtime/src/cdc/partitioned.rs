@@ -16,9 +16,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
-use datafusion::arrow::compute::interleave_record_batch;
-use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::compute::{cast, interleave_record_batch};
+use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 
 use super::kernel::{self, ApplyMetrics, Rules, Visible};
@@ -158,17 +158,29 @@ fn partitions(
     let mut parts: Vec<Vec<u32>> = vec![Vec::new(); count];
     let mut keyed = vec![false; count];
     let mut row = 0u32;
+    let bounds = range_bounds(rules, events, count)?;
     for events in events {
         let ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
         for start in (0..events.num_rows()).step_by(HASH_ROWS) {
             let len = HASH_ROWS.min(events.num_rows() - start);
+            let slice = events.slice(start, len);
             // The kernel's shares take the low bits of the same hash: a partition
             // takes the high ones, so each partition still spreads over every share.
-            let hashes = hashes(&key_columns(&events.slice(start, len), &rules.keys))?;
+            let hashes = hashes(&key_columns(&slice, &rules.keys))?;
+            let ranged = bounds
+                .as_ref()
+                .map(|b| Ok::<_, ArrowError>((b, integer_keys(rules, &slice)?)))
+                .transpose()?;
             for (i, hash) in hashes.into_iter().enumerate() {
                 match is_keyed(ops.value(start + i)) {
                     true => {
-                        let p = ((hash >> 32) % count as u64) as usize;
+                        let p = match &ranged {
+                            // Key ranges: each partition's rows, and so the row groups
+                            // written from them, hold a narrow range of keys, which
+                            // later batches skip by their statistics.
+                            Some((bounds, keys)) => bounds.partition_point(|&b| b <= keys.value(i)),
+                            None => ((hash >> 32) % count as u64) as usize,
+                        };
                         parts[p].push(row);
                         keyed[p] = true;
                     }
@@ -187,6 +199,45 @@ fn partitions(
         .zip(keyed)
         .filter_map(|(part, keyed)| keyed.then_some(part))
         .collect())
+}
+
+/// For a single integer key, the `count - 1` keys that split the events into ranges of
+/// about equal rows (from a sample of the keys); `None` for other keys, which are
+/// split by hash.
+fn range_bounds(
+    rules: &Rules,
+    events: &[RecordBatch],
+    count: usize,
+) -> Result<Option<Vec<i64>>, ArrowError> {
+    if rules.keys.len() != 1 || count <= 1 {
+        return Ok(None);
+    }
+    let mut sample = Vec::new();
+    for batch in events {
+        if !batch.column(rules.keys[0]).data_type().is_integer() {
+            return Ok(None);
+        }
+        let keys = integer_keys(rules, batch)?;
+        sample.extend(keys.iter().step_by(RANGE_SAMPLE_STEP).flatten());
+    }
+    sample.sort_unstable();
+    if sample.is_empty() {
+        return Ok(None);
+    }
+    let mut bounds: Vec<i64> = (1..count)
+        .map(|i| sample[i * sample.len() / count])
+        .collect();
+    bounds.dedup();
+    Ok(Some(bounds))
+}
+
+/// Keys sampled to find the ranges: one in this many.
+const RANGE_SAMPLE_STEP: usize = 64;
+
+/// The single integer key column of `batch`, as 64-bit integers.
+fn integer_keys(rules: &Rules, batch: &RecordBatch) -> Result<Int64Array, ArrowError> {
+    let keys = cast(batch.column(rules.keys[0]), &DataType::Int64)?;
+    Ok(keys.as_primitive::<Int64Type>().clone())
 }
 
 fn overflow() -> ArrowError {

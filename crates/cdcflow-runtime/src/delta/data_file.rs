@@ -2,13 +2,14 @@
 //! local disk, the rows its deletion vector removes, and its log entry (which a
 //! merge-on-write re-adds with a larger vector).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use deltalake::kernel::Add;
-use deltalake::protocol::ColumnValueStat;
+use deltalake::protocol::Stats;
 use roaring::RoaringTreemap;
+
+use super::pruning::KeyStats;
 
 /// One data file of a table version.
 #[derive(Debug, Clone)]
@@ -31,52 +32,20 @@ impl DataFile {
     }
 
     /// Whether the file may hold a row whose integer `column` is one of `values`
-    /// (ascending), by its statistics: false only when every value falls outside the
-    /// file's minimum and maximum and the column has no nulls there. Bounds that a
-    /// deletion vector loosened still hold every live row.
+    /// (ascending), by its statistics ([`KeyStats::may_hold`]).
     pub fn may_hold(&self, column: &str, values: &[i64]) -> bool {
-        let Some(stats) = self.add.as_ref().and_then(|a| a.get_stats().ok().flatten()) else {
-            return true;
-        };
-        let nulls = stats
-            .null_count
-            .get(column)
-            .and_then(|c| c.as_value())
-            .unwrap_or(1);
-        let bound = |m: &HashMap<String, ColumnValueStat>| {
-            m.get(column)
-                .and_then(|v| v.as_value())
-                .and_then(serde_json::Value::as_i64)
-        };
-        let (Some(min), Some(max)) = (bound(&stats.min_values), bound(&stats.max_values)) else {
-            return true;
-        };
-        if nulls != 0 {
-            return true;
-        }
-        let first = values.partition_point(|&v| v < min);
-        values.get(first).is_some_and(|&v| v <= max)
+        self.stats().is_none_or(|s| s.may_hold(column, values))
     }
 
     /// Whether the file may hold a row whose integer `op` column is `value` and whose
     /// integer `time` column is before `before`, by its statistics.
     pub fn may_hold_before(&self, op: &str, value: i64, time: &str, before: i64) -> bool {
-        let Some(stats) = self.add.as_ref().and_then(|a| a.get_stats().ok().flatten()) else {
-            return true;
-        };
-        let bound = |m: &HashMap<String, ColumnValueStat>, column: &str| {
-            m.get(column)
-                .and_then(|v| v.as_value())
-                .and_then(serde_json::Value::as_i64)
-        };
-        let (Some(low), Some(high), Some(earliest)) = (
-            bound(&stats.min_values, op),
-            bound(&stats.max_values, op),
-            bound(&stats.min_values, time),
-        ) else {
-            return true;
-        };
-        (low..=high).contains(&value) && earliest < before
+        self.stats()
+            .is_none_or(|s| s.may_hold_before(op, value, time, before))
+    }
+
+    fn stats(&self) -> Option<Stats> {
+        self.add.as_ref()?.get_stats().ok().flatten()
     }
 
     /// Rows a reader sees: the file's rows less those deleted (the log's count).

@@ -22,6 +22,7 @@ mod deletion_vectors;
 mod encoding;
 pub(crate) mod merge;
 mod parallel;
+pub mod pruning;
 pub(crate) mod read;
 mod rewrite;
 mod sink;

@@ -15,6 +15,7 @@ use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
 };
+use datafusion::parquet::file::metadata::RowGroupMetaData;
 use roaring::RoaringTreemap;
 
 use super::{DataFile, conform};
@@ -254,12 +255,36 @@ pub(crate) struct Located {
 
 /// The row groups of `files` in contiguous runs of about equal rows, one per core.
 pub(crate) fn plan(files: &[DataFile]) -> Result<Vec<Run>, RunError> {
-    let (metadata, groups) = load(files)?;
-    Ok(runs(&groups)
+    Ok(plan_where(files, |_| true)?.0)
+}
+
+/// [`plan`] of the row groups `keep` accepts by their statistics, and the live rows of
+/// those it passed over.
+pub(crate) fn plan_where(
+    files: &[DataFile],
+    keep: impl Fn(&RowGroupMetaData) -> bool,
+) -> Result<(Vec<Run>, u64), RunError> {
+    let (metadata, mut groups) = load(files)?;
+    let mut skipped = 0;
+    groups.retain(|g| {
+        let kept = keep(metadata[g.file].metadata().row_group(g.index));
+        if !kept {
+            let end = g.first_row + g.rows as u64;
+            let deleted = files[g.file]
+                .deleted
+                .as_ref()
+                .map_or(0, |d| d.range_cardinality(g.first_row..end));
+            skipped += g.rows as u64 - deleted;
+        }
+        kept
+    });
+    let runs = runs(&groups)
         .into_iter()
         .map(|run| Run {
+            // A reader of a file's groups gives their rows one after another: each
+            // reader takes adjacent groups only, so positions follow from the first.
             files: run
-                .chunk_by(|a, b| a.file == b.file)
+                .chunk_by(|a, b| a.file == b.file && b.index == a.index + 1)
                 .map(|groups| RunFile {
                     index: groups[0].file,
                     file: files[groups[0].file].clone(),
@@ -270,7 +295,8 @@ pub(crate) fn plan(files: &[DataFile]) -> Result<Vec<Run>, RunError> {
                 .collect(),
             rows: run.iter().map(|g| g.rows).sum(),
         })
-        .collect())
+        .collect();
+    Ok((runs, skipped))
 }
 
 impl Run {
@@ -432,6 +458,59 @@ mod tests {
     use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, StructArray};
     use datafusion::arrow::datatypes::{DataType, Field};
     use datafusion::parquet::arrow::ArrowWriter;
+
+    #[test]
+    fn row_groups_whose_statistics_hold_no_wanted_key_are_passed_over_and_counted() {
+        use crate::delta::pruning::KeyStats;
+        use datafusion::parquet::file::properties::WriterProperties;
+        let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..300));
+        let written = RecordBatch::try_from_iter(vec![("id", ids)]).expect("batch");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("three_groups.parquet");
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(100))
+            .build();
+        let mut writer = ArrowWriter::try_new(
+            File::create(&path).expect("create"),
+            written.schema(),
+            Some(properties),
+        )
+        .expect("writer");
+        writer.write(&written).expect("write");
+        writer.close().expect("close");
+        // Rows 150 and 250 deleted: the middle group's and the last group's.
+        let file = DataFile {
+            deleted: Some(Arc::new([150u64, 250].into_iter().collect())),
+            ..DataFile::plain(path)
+        };
+        let (runs, skipped) = plan_where(std::slice::from_ref(&file), |g| {
+            g.may_hold("id", &[120, 260])
+        })
+        .expect("plan");
+        assert_eq!(skipped, 100, "the first group, none of it deleted");
+        let schema = written.schema();
+        let mut seen = Vec::new();
+        for run in &runs {
+            for located in run.located(&schema) {
+                let located = located.expect("read");
+                let ids = located
+                    .batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .expect("ids");
+                for (id, position) in ids.values().iter().zip(located.positions.values()) {
+                    assert_eq!(
+                        *id as u64, *position,
+                        "a row's position is its place in the file"
+                    );
+                    seen.push(*id);
+                }
+            }
+        }
+        let want: Vec<i64> = (100..300).filter(|i| *i != 150 && *i != 250).collect();
+        assert_eq!(seen, want);
+    }
 
     #[test]
     fn a_row_group_read_by_column_shares_gives_the_written_rows() {
