@@ -100,38 +100,7 @@ pub(crate) async fn run(
         public: &public,
         public_commit: &public_commit,
     };
-    // A target's first batch goes a partition of its keys at a time (`partitioned.rs`);
-    // later ones by merge-on-write where the tables allow it (`merged.rs`).
-    let done = match partitioned::apply(&rules, &targets, &events, rc.now_micros).await? {
-        Some(done) => done,
-        None => {
-            let events = concat_parts(&rules.event_schema(), events)?;
-            match merged::apply(&rules, &targets, &events, rc.now_micros).await? {
-                Some(done) => done,
-                None => match streamed::apply(&rules, &targets, &events, rc.now_micros).await? {
-                    Some(done) => done,
-                    None => {
-                        let applied = apply_in_memory(
-                            target,
-                            &rules,
-                            &state,
-                            &public,
-                            &events,
-                            rc.now_micros,
-                        )?;
-                        if let Some(change) = delta::added_columns(
-                            public.arrow_schema().as_ref(),
-                            &rules.public_schema(),
-                            &target.name,
-                        ) {
-                            report.warnings.push(change);
-                        }
-                        streamed::Streamed::staged(applied, &rules, &targets).await?
-                    }
-                },
-            }
-        }
-    };
+    let done = stage_batch(target, &rules, &targets, events, rc.now_micros, report).await?;
     if done.metrics.late_after_gc > 0 {
         report.warnings.push(format!(
             "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",
@@ -144,6 +113,40 @@ pub(crate) async fn run(
     done.commit(&targets).await?;
     report.outcome = FlowOutcome::Committed { batch };
     Ok(())
+}
+
+/// The batch applied and both tables' files staged, by the cheapest way the tables
+/// allow: a target's first batch a partition of its keys at a time (`partitioned.rs`),
+/// later ones by merge-on-write (`merged.rs`), else streaming through the tables
+/// (`streamed.rs`), else in memory.
+async fn stage_batch(
+    target: &Dataset,
+    rules: &Rules,
+    targets: &streamed::Targets<'_>,
+    events: Vec<RecordBatch>,
+    now_micros: i64,
+    report: &mut FlowReport,
+) -> Result<streamed::Streamed, RunError> {
+    if let Some(done) = partitioned::apply(rules, targets, &events, now_micros).await? {
+        return Ok(done);
+    }
+    let events = concat_parts(&rules.event_schema(), events)?;
+    if let Some(done) = merged::apply(rules, targets, &events, now_micros).await? {
+        return Ok(done);
+    }
+    if let Some(done) = streamed::apply(rules, targets, &events, now_micros).await? {
+        return Ok(done);
+    }
+    let (state, public) = (targets.state, targets.public);
+    let applied = apply_in_memory(target, rules, state, public, &events, now_micros)?;
+    if let Some(change) = delta::added_columns(
+        public.arrow_schema().as_ref(),
+        &rules.public_schema(),
+        &target.name,
+    ) {
+        report.warnings.push(change);
+    }
+    streamed::Streamed::staged(applied, rules, targets).await
 }
 
 /// The batch applied with both tables read whole.
