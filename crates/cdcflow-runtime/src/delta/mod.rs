@@ -71,6 +71,19 @@ impl Table {
         self.table.is_some()
     }
 
+    /// The table a write goes to: the snapshot read (the one its commit replaces), or
+    /// a new one at `dir` (its folder created) that the write's commit creates.
+    pub(crate) async fn for_write(&self) -> Result<DeltaTable, RunError> {
+        if let Some(table) = &self.table {
+            return Ok(table.clone());
+        }
+        let dir = self.dir.as_path();
+        std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
+        DeltaTable::try_from_url(url_of(dir)?)
+            .await
+            .map_err(|e| RunError::delta(dir, e))
+    }
+
     /// Whether a write of `schema` can go file by file ([`rewrite`]): the table exists,
     /// keeps these columns and has no rules of its own.
     pub fn rewritable(&self, schema: &SchemaRef, commit: &Commit) -> bool {
@@ -100,16 +113,9 @@ impl Table {
             return Ok(None);
         };
         while v > 0 {
-            let Some(bytes) = t
-                .log_store()
-                .read_commit_entry(v as u64)
-                .await
-                .map_err(|e| self.err(e))?
-            else {
+            let Some(actions) = self.commit_actions(t, v).await? else {
                 break;
             };
-            let actions =
-                deltalake::logstore::get_actions(v as u64, &bytes).map_err(|e| self.err(e))?;
             let changes = actions.iter().any(|a| match a {
                 Action::Add(add) => add.data_change,
                 Action::Remove(remove) => remove.data_change,
@@ -122,6 +128,25 @@ impl Table {
             v -= 1;
         }
         Ok(Some(v))
+    }
+
+    /// The actions of commit `v` of `t` (this table), `None` when log cleanup removed it.
+    async fn commit_actions(
+        &self,
+        t: &DeltaTable,
+        v: i64,
+    ) -> Result<Option<Vec<Action>>, RunError> {
+        let Some(bytes) = t
+            .log_store()
+            .read_commit_entry(v as u64)
+            .await
+            .map_err(|e| self.err(e))?
+        else {
+            return Ok(None);
+        };
+        deltalake::logstore::get_actions(v as u64, &bytes)
+            .map(Some)
+            .map_err(|e| self.err(e))
     }
 
     /// The last batch committed by application `app`.
@@ -152,16 +177,9 @@ impl Table {
             if found.len() == batches.len() {
                 break;
             }
-            let Some(bytes) = t
-                .log_store()
-                .read_commit_entry(v as u64)
-                .await
-                .map_err(|e| self.err(e))?
-            else {
+            let Some(actions) = self.commit_actions(t, v).await? else {
                 break;
             };
-            let actions =
-                deltalake::logstore::get_actions(v as u64, &bytes).map_err(|e| self.err(e))?;
             let batch = actions.iter().find_map(|a| match a {
                 Action::Txn(t) if t.app_id == app && batches.contains(&t.version) => {
                     Some(t.version)

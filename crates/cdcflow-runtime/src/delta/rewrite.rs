@@ -14,7 +14,7 @@ use deltalake::kernel::Action;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
 
-use super::{Commit, DataFile, Staged, StagedData, Table, encoding, parallel, read, url_of};
+use super::{Commit, DataFile, Staged, StagedData, Table, encoding, parallel, read};
 use crate::RunError;
 
 /// Rows read to judge a new file's encoding before its writer starts.
@@ -46,16 +46,7 @@ where
     F: Fn(RecordBatch) -> Result<(Option<RecordBatch>, T), ArrowError> + Send + Sync + 'static,
 {
     let dir = dest.dir.as_path();
-    // The snapshot the caller read is the one the commit replaces.
-    let table = match &dest.table {
-        Some(table) => table.clone(),
-        None => {
-            std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
-            DeltaTable::try_from_url(url_of(dir)?)
-                .await
-                .map_err(|e| RunError::delta(dir, e))?
-        }
-    };
+    let table = dest.for_write().await?;
     if !parallel::applies(&table, schema, commit) {
         return Ok(None);
     }

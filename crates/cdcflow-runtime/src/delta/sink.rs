@@ -15,7 +15,7 @@ use deltalake::kernel::Action;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
 
-use super::{Commit, Staged, StagedData, Table, encoding, parallel, url_of};
+use super::{Commit, Staged, StagedData, Table, encoding, parallel};
 use crate::RunError;
 
 /// Rows a file's encoding is judged on before its writer starts.
@@ -40,15 +40,7 @@ impl Sink {
         rows: usize,
     ) -> Result<Option<Self>, RunError> {
         let dir = dest.dir.as_path();
-        let table = match &dest.table {
-            Some(table) => table.clone(),
-            None => {
-                std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
-                DeltaTable::try_from_url(url_of(dir)?)
-                    .await
-                    .map_err(|e| RunError::delta(dir, e))?
-            }
-        };
+        let table = dest.for_write().await?;
         if !parallel::applies(&table, schema, commit) {
             return Ok(None);
         }
