@@ -306,12 +306,13 @@ impl Table {
                         }
                     }
                     Action::Remove(r) if r.data_change => {
-                        return Err(RunError::input(format!(
-                            "{} is not append-only: commit {v} removed {}",
-                            self.dir.display(),
-                            r.path
-                        ))
-                        .with_help("a streaming read needs an append-only source; the source was rewritten (by a full refresh?), so run --full-refresh on the tables reading it"));
+                        // The reader names the source and the tables reading it.
+                        let name = self
+                            .dir
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        return Err(RunError::rewritten(&name, v as i64, &[]));
                     }
                     _ => {}
                 }
