@@ -47,6 +47,8 @@ pub struct BatchInputs {
     pub refused_links: Vec<String>,
     /// `read_files` paths that do not exist (as written): nothing was read from them.
     pub missing: Vec<String>,
+    /// The landing files read as a stream, as shown to users: the commit names them.
+    pub landing: Vec<String>,
     /// The earliest modification time of the new landing files (their arrival), µs.
     pub oldest_arrival_micros: Option<i64>,
 }
@@ -68,6 +70,7 @@ impl BatchInputs {
             changed: vec![],
             refused_links: vec![],
             missing: vec![],
+            landing: vec![],
             oldest_arrival_micros: None,
         }
     }
@@ -319,6 +322,9 @@ impl InputReader<'_> {
                     Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
             }
             rows.extend(read.batches);
+            if rf.streaming {
+                batch.landing.push(shown.clone());
+            }
             let source = quarantine::Source {
                 bytes: name.bytes_under(rf),
                 shown,
