@@ -4,6 +4,7 @@ build:
     cargo build --workspace --locked
 
 test:
+    bash .ci/py-delta >/dev/null
     cargo test --workspace --locked
 
 lint:

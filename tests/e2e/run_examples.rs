@@ -195,29 +195,62 @@ fn parquet_landing_files_are_read_incrementally() {
     );
 }
 
-/// The Python `deltalake` package (delta-rs' Python reader), when installed: `.ci/run`
-/// installs it and sets `CDCFLOW_PYTHON`; elsewhere the test says how to get it.
-fn python_with_deltalake() -> Option<String> {
-    let python = std::env::var("CDCFLOW_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import deltalake, pyarrow"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then_some(python)
+/// The Python with the `deltalake` package (delta-rs' Python reader) that the
+/// round-trip tests read tables with: `CDCFLOW_PYTHON`, else the venv `.ci/py-delta`
+/// makes, else `python3`. Without one those tests fail, saying how to get it: a test
+/// that passed without its reader would claim a check that did not happen.
+fn python_with_deltalake() -> String {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    find_python_with_deltalake(std::env::var("CDCFLOW_PYTHON").ok(), home.as_deref())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn find_python_with_deltalake(
+    named: Option<String>,
+    home: Option<&std::path::Path>,
+) -> Result<String, String> {
+    let venv = home.map(|h| h.join(".cache/cdcflow/pyvenv/bin/python"));
+    let candidates: Vec<String> = match named {
+        Some(p) => vec![p],
+        None => venv
+            .filter(|v| v.exists())
+            .map(|v| v.to_string_lossy().into_owned())
+            .into_iter()
+            .chain(["python3".to_string()])
+            .collect(),
+    };
+    candidates
+        .iter()
+        .find(|python| {
+            Command::new(python)
+                .args(["-c", "import deltalake, pyarrow"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "no Python with the `deltalake` and `pyarrow` packages (tried {}): run `bash .ci/py-delta` once (it makes the venv ~/.cache/cdcflow/pyvenv these tests find), or set CDCFLOW_PYTHON to a python that has them",
+                candidates.join(", ")
+            )
+        })
+}
+
+#[test]
+fn a_missing_delta_reader_is_a_failure_that_says_how_to_install_it() {
+    let err = find_python_with_deltalake(Some("/nonexistent/python3".into()), None)
+        .expect_err("no such python");
+    assert!(err.contains("/nonexistent/python3"), "{err}");
+    assert!(err.contains("bash .ci/py-delta"), "{err}");
+    // A python that runs but fails the import (here one that fails everything) is no
+    // reader either.
+    let err = find_python_with_deltalake(Some("false".into()), None).expect_err("false");
+    assert!(err.contains("CDCFLOW_PYTHON"), "{err}");
 }
 
 #[test]
 fn an_independent_delta_reader_sees_the_same_silver_rows() {
-    let Some(python) = python_with_deltalake() else {
-        assert!(
-            std::env::var("CDCFLOW_REQUIRE_PY_DELTA").is_err(),
-            "CDCFLOW_REQUIRE_PY_DELTA is set but no Python with `deltalake` was found"
-        );
-        eprintln!(
-            "skipped: no Python with `deltalake` (pip install deltalake pyarrow, or run .ci/run)"
-        );
-        return;
-    };
+    let python = python_with_deltalake();
     let dir = example_copy("orders");
     let p = dir.path().to_str().expect("utf-8");
     assert!(cdcflow(&["run", "-p", p]).status.success());
@@ -289,11 +322,7 @@ os._exit(0)
 /// state the same); the independent reader decodes them.
 #[test]
 fn an_independent_delta_reader_reads_delta_encoded_keys() {
-    let Some(python) = python_with_deltalake() else {
-        assert!(std::env::var("CDCFLOW_REQUIRE_PY_DELTA").is_err());
-        eprintln!("skipped: no Python with `deltalake`");
-        return;
-    };
+    let python = python_with_deltalake();
     let dir = parquet_items_pipeline();
     let rows = 200_000i64;
     land_items(

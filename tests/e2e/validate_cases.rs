@@ -1,7 +1,8 @@
 //! Table-driven diagnostics: every folder under `tests/validate/` is a pipeline, and its
 //! `expected` file lists the errors `cdcflow validate --format json` must report, one
-//! `file:line:col code` per line (empty: the pipeline is valid). Add a case by adding a
-//! folder; no Rust needed.
+//! `file:line:col code` per line (empty: the pipeline is valid); an optional `warnings`
+//! file lists its warnings the same way (without it, warnings are not compared). Add a
+//! case by adding a folder; no Rust needed.
 
 use std::fs;
 
@@ -21,6 +22,11 @@ fn every_validate_case_reports_exactly_its_expected_errors() {
     for case in cases {
         let expected = fs::read_to_string(case.join("expected")).expect("expected file");
         let expected: Vec<&str> = expected.lines().filter(|l| !l.trim().is_empty()).collect();
+        let expected_warnings = fs::read_to_string(case.join("warnings")).ok();
+        let expected_warnings: Option<Vec<&str>> = expected_warnings
+            .as_deref()
+            .map(|w| w.lines().filter(|l| !l.trim().is_empty()).collect());
+        let mut warnings = Vec::new();
         let out = cdcflow(&[
             "validate",
             "-p",
@@ -49,14 +55,17 @@ fn every_validate_case_reports_exactly_its_expected_errors() {
                     case.display()
                 );
             }
-            if v["severity"] == "error" {
-                actual.push(format!(
-                    "{}:{}:{} {}",
-                    v["file"].as_str().unwrap_or("?"),
-                    v["line"],
-                    v["column"],
-                    v["code"].as_str().unwrap_or("?")
-                ));
+            let at = format!(
+                "{}:{}:{} {}",
+                v["file"].as_str().unwrap_or("?"),
+                v["line"],
+                v["column"],
+                v["code"].as_str().unwrap_or("?")
+            );
+            match v["severity"].as_str() {
+                Some("error") => actual.push(at),
+                Some("warning") => warnings.push(at),
+                _ => {}
             }
         }
         let code = out.status.code();
@@ -65,6 +74,14 @@ fn every_validate_case_reports_exactly_its_expected_errors() {
         } else {
             Some(1)
         };
+        if let Some(want) = &expected_warnings
+            && &warnings != want
+        {
+            failures.push(format!(
+                "{}: warnings\n  expected: {want:?}\n  actual:   {warnings:?}",
+                case.display()
+            ));
+        }
         if actual != expected || code != want_code {
             failures.push(format!(
                 "{}: exit {code:?} (want {want_code:?})\n  expected: {expected:?}\n  actual:   {actual:?}\n  output:\n{}",

@@ -1,7 +1,8 @@
 //! Chains of views. A flow plans the views it reads inline; a chain deeper than the limit
 //! (100, as Spark's `spark.sql.view.maxNestedViewDepth`) is an error at the view that
 //! passes it, `validate` reports it and `run` refuses the pipeline: neither overflows the
-//! stack, however long the chain.
+//! stack, however long the chain. A view over a stream, read as a stream, is as
+//! incremental as the stream.
 
 use crate::{cdcflow, stderr, stdout};
 
@@ -72,4 +73,66 @@ fn chains_of_400_and_1000_views_are_an_error_at_the_101st_view() {
             "{n}: nothing was written"
         );
     }
+}
+
+/// A view between bronze and an AUTO CDC flow, as the help of a refused WHERE suggests:
+/// read as a stream, it reads only what bronze appended since the flow's last batch, so
+/// a continuous run with nothing new commits nothing (it committed about once a second).
+#[test]
+fn a_continuous_run_over_a_view_of_a_stream_commits_nothing_when_nothing_is_new() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("pipeline.yaml"),
+        "name: idle\ntrigger_interval_seconds: 0.2\nlanding_settle_seconds: 0\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("flows.sql"),
+        "CREATE OR REFRESH STREAMING TABLE bronze AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, seq BIGINT');\n\
+         CREATE TEMPORARY VIEW keyed AS SELECT * FROM STREAM(bronze) WHERE id IS NOT NULL;\n\
+         CREATE OR REFRESH STREAMING TABLE users;\n\
+         CREATE FLOW users_cdc AS AUTO CDC INTO users FROM STREAM(keyed) KEYS (id) SEQUENCE BY seq;\n",
+    )
+    .expect("write");
+    std::fs::create_dir_all(dir.path().join("landing")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("landing/1.json"),
+        "{\"id\": 1, \"seq\": 1}\n{\"id\": null, \"seq\": 2}\n",
+    )
+    .expect("write");
+    let p = dir.path().to_str().expect("utf-8");
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let commits = |table: &str| {
+        std::fs::read_dir(
+            dir.path()
+                .join("_storage/tables")
+                .join(table)
+                .join("_delta_log"),
+        )
+        .expect("log")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        })
+        .count()
+    };
+    assert_eq!(commits("users"), 1);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", p, "--continuous"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Ten trigger intervals and more.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(commits("users"), 1, "{}", stdout(&out));
+    assert_eq!(commits("bronze"), 1, "{}", stdout(&out));
 }

@@ -145,6 +145,10 @@ enum Command {
         /// With --full-refresh: go ahead even when landing files read before are gone.
         #[arg(long, requires = "full_refresh")]
         force: bool,
+        /// With --full-refresh: refresh too the tables that read a refreshed table as a
+        /// stream (they fail until refreshed otherwise), and their readers after them.
+        #[arg(long, requires = "full_refresh")]
+        cascade: bool,
         /// Print one JSON object per flow instead of the summary.
         #[arg(long)]
         json: bool,
@@ -244,6 +248,7 @@ fn main() -> ExitCode {
             flows,
             full_refresh,
             force,
+            cascade,
             json,
             continuous,
             metrics_addr,
@@ -253,6 +258,7 @@ fn main() -> ExitCode {
                 flows,
                 full_refresh,
                 force,
+                cascade,
                 json,
                 continuous,
                 metrics_addr,

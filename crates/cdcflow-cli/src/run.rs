@@ -11,6 +11,7 @@ pub struct RunArgs {
     pub flows: Vec<String>,
     pub full_refresh: Option<Vec<String>>,
     pub force: bool,
+    pub cascade: bool,
     pub json: bool,
     pub continuous: bool,
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -29,10 +30,16 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         errln!("error: the pipeline is not valid; nothing was run");
         return ExitCode::from(1);
     };
+    if let Some(tables) = &run.full_refresh
+        && !run.cascade
+    {
+        warn_broken_readers(pipeline, tables);
+    }
     let options = RunOptions {
         flows: run.flows,
         full_refresh: run.full_refresh,
         force: run.force,
+        cascade: run.cascade,
         now_micros: std::env::var("CDCFLOW_NOW_MICROS")
             .ok()
             .and_then(|v| v.parse().ok()),
@@ -83,6 +90,31 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Said before anything is done: the tables a full refresh of `tables` breaks (they
+/// read one as a stream), and how to refresh them in the same run.
+fn warn_broken_readers(pipeline: &cdcflow_plan::Pipeline, tables: &[String]) {
+    let broken = cdcflow_runtime::cascade::broken_readers(pipeline, tables);
+    if broken.is_empty() {
+        return;
+    }
+    let quoted = |names: &[String]| {
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    errln!(
+        "warning: {} read {} as a stream: after this full refresh they fail until they are refreshed too",
+        quoted(&broken),
+        quoted(tables)
+    );
+    errln!(
+        "  help: add --cascade to refresh them in this run: `cdcflow run --full-refresh {} --cascade`",
+        tables.join(" ")
+    );
 }
 
 fn print_summary(name: &str, report: &RunReport) {

@@ -14,6 +14,14 @@ pub enum RunError {
         message: String,
         help: Option<String>,
     },
+    /// A streaming source that removed rows its reader had read (a full refresh
+    /// rewrote it): the reader's table must be refreshed too.
+    #[error("{message}")]
+    Rewritten {
+        message: String,
+        help: String,
+        version: i64,
+    },
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
     #[error("Delta table {path}: {source}")]
@@ -58,6 +66,7 @@ impl RunError {
     pub fn help(&self) -> Option<&str> {
         match self {
             Self::Input { help, .. } => help.as_deref(),
+            Self::Rewritten { help, .. } => Some(help),
             _ => None,
         }
     }
@@ -67,6 +76,28 @@ impl RunError {
         match self.help() {
             Some(help) => format!("{self} ({help})"),
             None => self.to_string(),
+        }
+    }
+
+    /// Streaming source `source` removed rows at `version` (a full refresh rewrote it);
+    /// `readers` are the tables that read it as a stream, which fail until refreshed.
+    pub fn rewritten(source: &str, version: i64, readers: &[String]) -> Self {
+        let message = format!(
+            "`{source}` was rewritten at version {version} (a full refresh?) after this flow read it: a streaming read needs an append-only source"
+        );
+        let help = match readers {
+            [] => "run --full-refresh on the tables reading it as a stream".to_string(),
+            _ => {
+                let list = readers.join(" ");
+                format!(
+                    "the tables that read `{source}` as a stream fail until they are refreshed too: run `cdcflow run --full-refresh {list}` (next time, `--full-refresh {source} --cascade` refreshes them in the same run)"
+                )
+            }
+        };
+        Self::Rewritten {
+            message,
+            help,
+            version,
         }
     }
 

@@ -121,7 +121,9 @@ impl QueryBatch {
         {
             report.warnings.push(change);
         }
-        let commit = commit_for(rc, flow, &self.app, batch).with_offsets(&self.inputs.offsets);
+        let commit = commit_for(rc, flow, &self.app, batch)
+            .with_offsets(&self.inputs.offsets)
+            .with_landing_files(&self.inputs.landing);
         delta::write(&self.dir, &schema, batches, mode, &commit).await?;
         report.outcome = FlowOutcome::Committed { batch };
         report.oldest_change_micros = self.inputs.oldest_arrival_micros;

@@ -22,7 +22,7 @@ use cdcflow_plan::planner::Planner;
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::Table;
 use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
-use crate::{RunError, files, layout, quarantine};
+use crate::{RunError, cascade, files, layout, quarantine};
 
 /// The inputs of one batch.
 pub struct BatchInputs {
@@ -45,6 +45,10 @@ pub struct BatchInputs {
     pub changed: Vec<String>,
     /// Symbolic links in landing folders not followed: they lead out of the folder.
     pub refused_links: Vec<String>,
+    /// `read_files` paths that do not exist (as written): nothing was read from them.
+    pub missing: Vec<String>,
+    /// The landing files read as a stream, as shown to users: the commit names them.
+    pub landing: Vec<String>,
     /// The earliest modification time of the new landing files (their arrival), µs.
     pub oldest_arrival_micros: Option<i64>,
 }
@@ -65,6 +69,8 @@ impl BatchInputs {
             new_columns: vec![],
             changed: vec![],
             refused_links: vec![],
+            missing: vec![],
+            landing: vec![],
             oldest_arrival_micros: None,
         }
     }
@@ -72,6 +78,12 @@ impl BatchInputs {
     /// What the user should hear about the landing files of this batch.
     pub fn landing_warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        // Said on every run: a misspelt folder would otherwise read nothing, silently.
+        for path in &self.missing {
+            out.push(format!(
+                "landing path `{path}` does not exist: nothing was read from it (correct the path, or create the folder if files are yet to come)"
+            ));
+        }
         if !self.incomplete.is_empty() {
             out.push(format!(
                 "{} landing file(s) still being written (changed within `landing_settle_seconds`, or no final line end) were left for a later run: {}",
@@ -153,7 +165,11 @@ impl InputReader<'_> {
                 Input::Dataset { name, streaming } => {
                     let d = self.dataset(name)?;
                     if d.kind == DatasetKind::View {
-                        self.register_view(d, planner, batch).await?;
+                        let read = match *streaming {
+                            true => ViewRead::Stream(progress),
+                            false => ViewRead::Whole,
+                        };
+                        self.register_view(d, read, planner, batch).await?;
                         continue;
                     }
                     let schema = self.schema_of(d)?;
@@ -191,7 +207,17 @@ impl InputReader<'_> {
         schema: &SchemaRef,
     ) -> Result<(Vec<(String, RecordBatch)>, Option<i64>), RunError> {
         let table = Table::open(&layout::table_dir(self.storage, d)?).await?;
-        let (rows, version) = table.appended_since(after, schema).await?;
+        let (rows, version) = table
+            .appended_since(after, schema)
+            .await
+            .map_err(|e| match e {
+                RunError::Rewritten { version, .. } => {
+                    let readers =
+                        cascade::broken_readers(self.pipeline, std::slice::from_ref(&d.name));
+                    RunError::rewritten(&d.name, version, &readers)
+                }
+                e => e,
+            })?;
         let rows = rows
             .into_iter()
             .map(|(file, b)| (format!("{} ({file})", d.name), b))
@@ -220,6 +246,9 @@ impl InputReader<'_> {
             true => Links::Anywhere,
             false => Links::InsideOnly,
         };
+        if !rf.path.exists() {
+            batch.missing.push(rf.path_text.clone());
+        }
         let listing = rf.list(links).map_err(|e| RunError::io(&rf.path, e))?;
         batch.refused_links.extend(
             listing
@@ -293,6 +322,9 @@ impl InputReader<'_> {
                     Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
             }
             rows.extend(read.batches);
+            if rf.streaming {
+                batch.landing.push(shown.clone());
+            }
             let source = quarantine::Source {
                 bytes: name.bytes_under(rf),
                 shown,
@@ -315,10 +347,14 @@ impl InputReader<'_> {
         register_rows(planner, &rf.table, schema, rows)
     }
 
-    /// A view is planned over its own inputs (read whole) and registered as a view.
+    /// A view is planned over its own inputs and registered as a view. Read as a stream,
+    /// its streaming inputs are read as the reading flow's own (the rows appended since
+    /// the version its last batch read, recorded in its offsets), so that the view's
+    /// query runs over the new rows only; read whole, so are its inputs.
     async fn register_view(
         &self,
         view: &Dataset,
+        read: ViewRead<'_>,
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
@@ -333,28 +369,41 @@ impl InputReader<'_> {
                 view.name
             )));
         };
-        let whole: Vec<Input> = flow
-            .inputs
-            .iter()
-            .map(|i| match i {
-                Input::Dataset { name, .. } => Input::Dataset {
-                    name: name.clone(),
-                    streaming: false,
-                },
-                Input::Files(rf) => Input::Files(ReadFiles {
-                    streaming: false,
-                    ..rf.clone()
-                }),
-            })
-            .collect();
+        let whole = Progress::default();
+        let (inputs, progress) = match read {
+            ViewRead::Stream(progress) => (flow.inputs.clone(), progress),
+            ViewRead::Whole => (flow.inputs.iter().map(read_whole).collect(), &whole),
+        };
         let mut inner = Planner::with_state(self.ctx.state());
-        Box::pin(self.register(&whole, &Progress::default(), &mut inner, batch)).await?;
+        Box::pin(self.register(&inputs, progress, &mut inner, batch)).await?;
         let plan = inner.plan_query(query)?;
         planner.register(
             &view.name,
             provider_as_source(Arc::new(ViewTable::new(plan, None))),
         );
         Ok(())
+    }
+}
+
+/// How a flow reads a view.
+enum ViewRead<'p> {
+    /// As a stream (`STREAM(view)`, an AUTO CDC source): incrementally, after `progress`.
+    Stream(&'p Progress),
+    /// Whole, every input of the view read in full.
+    Whole,
+}
+
+/// `input` read in full, not as a stream.
+fn read_whole(input: &Input) -> Input {
+    match input {
+        Input::Dataset { name, .. } => Input::Dataset {
+            name: name.clone(),
+            streaming: false,
+        },
+        Input::Files(rf) => Input::Files(ReadFiles {
+            streaming: false,
+            ..rf.clone()
+        }),
     }
 }
 

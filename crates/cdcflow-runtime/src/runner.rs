@@ -9,6 +9,7 @@ use cdcflow_plan::{Flow, FlowKind, Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
 use datafusion::prelude::SessionContext;
 
+use crate::cascade::{self, reset_allowed};
 use crate::checkpoint::Checkpoint;
 use crate::delta::{self, Commit, Mode, Table};
 use crate::inputs::InputReader;
@@ -26,6 +27,9 @@ pub struct RunOptions {
     /// Full refresh even when landing files read before are gone or changed (their
     /// rows, and the history built from them, are lost).
     pub force: bool,
+    /// With `full_refresh`: refresh too the tables that read a refreshed table as a
+    /// stream (they would fail otherwise), and their readers after them.
+    pub cascade: bool,
     /// The wall clock, µs since the epoch (tests pin it); now when `None`.
     pub now_micros: Option<i64>,
     /// Told the name of each flow as it starts (progress display).
@@ -92,6 +96,14 @@ pub(crate) async fn run_locked(
         ..RunReport::default()
     };
     if let Some(tables) = &options.full_refresh {
+        let cascaded;
+        let tables = match options.cascade {
+            true => {
+                cascaded = cascade::with_broken_readers(pipeline, tables);
+                &cascaded
+            }
+            false => tables,
+        };
         report.notes = set_damaged_commits_aside(pipeline, &storage, tables).await?;
         if !options.force {
             refuse_lossy_refresh(pipeline, &storage, tables).await?;
@@ -99,6 +111,14 @@ pub(crate) async fn run_locked(
         report
             .notes
             .extend(full_refresh(pipeline, &storage, tables).await?);
+        if let Some(requested) = &options.full_refresh
+            && tables.len() > requested.len()
+        {
+            report.notes.push(format!(
+                "--cascade: also refreshed {}, which read a refreshed table as a stream",
+                names(&tables[requested.len()..])
+            ));
+        }
     }
     let rc = RunContext {
         pipeline,
@@ -237,6 +257,12 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
 }
 
 /// Whether `name` is among the tables a full refresh names (all when none is named).
+/// `a`, `b` and `c` as "`a`, `b`, `c`".
+fn names(tables: &[String]) -> String {
+    let quoted: Vec<String> = tables.iter().map(|t| format!("`{t}`")).collect();
+    quoted.join(", ")
+}
+
 fn selected(tables: &[String], name: &str) -> bool {
     tables.is_empty() || tables.iter().any(|t| t.eq_ignore_ascii_case(name))
 }
@@ -337,14 +363,6 @@ async fn set_damaged_commits_aside(
         }
     }
     Ok(notes)
-}
-
-/// Whether `TBLPROPERTIES (pipelines.reset.allowed = false)` protects `d` from a full
-/// refresh.
-fn reset_allowed(d: &cdcflow_plan::Dataset) -> bool {
-    !d.properties.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("pipelines.reset.allowed") && v.eq_ignore_ascii_case("false")
-    })
 }
 
 /// Empties the selected tables (and AUTO CDC state) in a commit that resets their

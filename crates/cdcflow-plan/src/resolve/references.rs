@@ -77,6 +77,9 @@ impl Resolver<'_> {
             return None;
         };
         let path = self.root.join(&path_text);
+        if !path.exists() {
+            self.missing_landing(call, file, &path_text, &path);
+        }
         let options: BTreeMap<String, String> = call
             .options
             .iter()
@@ -167,6 +170,35 @@ impl Resolver<'_> {
             inferred_schema: None,
             span: call.span,
         })
+    }
+
+    /// A landing path that does not exist is a warning, not an error: the folder may be
+    /// created when the first files land. A misspelt one would read nothing, silently.
+    fn missing_landing(&mut self, call: &FilesCall, file: FileId, text: &str, path: &Path) {
+        let mut help = String::from(
+            "correct the path (relative paths start at the pipeline folder), or create the folder if files are yet to come",
+        );
+        let parent = path.parent().filter(|p| p.is_dir());
+        let mut siblings: Vec<String> = parent
+            .and_then(|p| std::fs::read_dir(p).ok())
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with(['.', '_']))
+            .collect();
+        siblings.sort();
+        if !siblings.is_empty() && siblings.len() <= 20 {
+            help.push_str(&format!("; folders beside it: {}", siblings.join(", ")));
+        }
+        let d = Diagnostic::warning(
+            "cdcflow::landing_missing",
+            format!("landing path `{text}` does not exist: flows reading it read nothing until it is created"),
+        )
+        .at(self.locate(file, call.span, "no such file or folder"))
+        .help(help);
+        self.diags.push(d);
     }
 
     /// Auto Loader options with no meaning here are accepted, with a note on what

@@ -73,9 +73,10 @@ pub(crate) async fn run(
         shape.check(&shape_file, &target.name)?;
     }
     let batch = progress.next_batch();
-    let (rows, offsets) = read_source(rc, spec, source, &source_schema, &progress, batch).await?;
+    let (rows, offsets, has_new) =
+        read_source(rc, spec, source, &source_schema, &progress, batch, report).await?;
     report.rows_read = rows.iter().map(|(_, b)| b.num_rows() as u64).sum();
-    if report.rows_read == 0 && published_ahead {
+    if !has_new && published_ahead {
         return Err(RunError::input(format!(
             "flow `{}`: batch {batch} reached `{}` but not its state, and its input is gone",
             flow.name, target.name
@@ -85,7 +86,7 @@ pub(crate) async fn run(
             target.name
         )));
     }
-    if report.rows_read == 0 && committed.is_some() && public.exists() {
+    if !has_new && committed.is_some() && public.exists() {
         return Ok(());
     }
     checkpoint.write_intent(&offsets)?;
@@ -263,7 +264,10 @@ async fn sync_published(
     Ok(true)
 }
 
-/// The source rows of this batch and the offsets that name them.
+/// The source rows of this batch, the offsets that name them, and whether the source
+/// had anything new (a view over a stream can have new input and give no rows: the
+/// batch still commits, so that its offsets move on). What the user should hear about
+/// landing files a view reads goes to `report`.
 async fn read_source(
     rc: &RunContext<'_>,
     spec: &AutoCdcSpec,
@@ -271,7 +275,8 @@ async fn read_source(
     schema: &SchemaRef,
     progress: &Progress,
     batch: i64,
-) -> Result<(Sourced, Offsets), RunError> {
+    report: &mut FlowReport,
+) -> Result<(Sourced, Offsets, bool), RunError> {
     let mut offsets = Offsets {
         batch,
         ..Offsets::default()
@@ -285,32 +290,41 @@ async fn read_source(
             if let Some(v) = version {
                 offsets.sources.insert(source.name.clone(), v);
             }
-            Ok((rows, offsets))
+            let has_new = !rows.is_empty();
+            Ok((rows, offsets, has_new))
         }
         DatasetKind::View => {
-            // A view is evaluated over its inputs; re-reading is harmless because
-            // applying an event twice changes nothing.
+            // Read as a stream, the view runs over what its streaming inputs appended
+            // since this flow's last batch; read whole, over all of them (applying an
+            // event twice changes nothing).
             let mut planner = Planner::with_state(rc.ctx.state());
             let mut inputs = BatchInputs::new(batch);
             let input = [Input::Dataset {
                 name: source.name.clone(),
-                streaming: false,
+                streaming: spec.streaming,
             }];
             rc.reader()
                 .register(&input, progress, &mut planner, &mut inputs)
                 .await?;
             let df = rc.ctx.read_table(planner_table(&planner, &source.name)?)?;
             let rows = df.collect().await?;
+            let has_new = match spec.streaming {
+                true => inputs.has_new,
+                false => rows.iter().any(|b| b.num_rows() > 0),
+            };
+            report.warnings.extend(inputs.landing_warnings());
             let origin = format!("view {}", source.name);
             Ok((
                 rows.into_iter().map(|b| (origin.clone(), b)).collect(),
-                offsets,
+                inputs.offsets,
+                has_new,
             ))
         }
         _ => {
             let table = Table::open(&layout::table_dir(rc.storage, source)?).await?;
             let all = table.read_all(schema)?;
-            Ok((vec![(source.name.clone(), all)], offsets))
+            let has_new = all.num_rows() > 0;
+            Ok((vec![(source.name.clone(), all)], offsets, has_new))
         }
     }
 }

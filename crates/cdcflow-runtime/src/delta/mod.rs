@@ -20,6 +20,7 @@ use crate::RunError;
 mod data_file;
 mod deletion_vectors;
 mod encoding;
+pub mod lineage;
 pub(crate) mod merge;
 mod parallel;
 pub mod pruning;
@@ -131,7 +132,7 @@ impl Table {
     }
 
     /// The actions of commit `v` of `t` (this table), `None` when log cleanup removed it.
-    async fn commit_actions(
+    pub(crate) async fn commit_actions(
         &self,
         t: &DeltaTable,
         v: i64,
@@ -244,8 +245,8 @@ impl Table {
     }
 
     /// The rows added by commits after `after` up to the current version (the whole
-    /// current version when `after` is `None`), each batch with the data file it came
-    /// from, and the current version. Fails on a commit that removed data: a streaming
+    /// current version when `after` is `None`), each batch with where it came from (the
+    /// landing files its commit read, else its data file), and the current version. Fails on a commit that removed data: a streaming
     /// source must be append-only.
     pub async fn appended_since(
         &self,
@@ -260,11 +261,22 @@ impl Table {
         let Some(after) = after else {
             // A first read takes the current snapshot, as Delta streaming sources do:
             // older versions may hold rows a full refresh removed since.
-            for file in self.files()? {
+            let files = self.files()?;
+            let wanted: Vec<String> = files
+                .iter()
+                .filter_map(|f| f.add.as_ref().map(|a| a.path.clone()))
+                .collect();
+            let labels = self.landing_labels(t, &wanted).await?;
+            for file in files {
                 let name = file
-                    .path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
+                    .add
+                    .as_ref()
+                    .and_then(|a| labels.get(&a.path).cloned())
+                    .or_else(|| {
+                        file.path
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                    })
                     .unwrap_or_default();
                 for batch in read::read_files(std::slice::from_ref(&file), schema)? {
                     out.push((name.clone(), batch));
@@ -288,6 +300,7 @@ impl Table {
                     .with_help("the log was cleaned up before this flow read it; run with --full-refresh for the tables reading it")
                 })?;
             let actions = deltalake::logstore::get_actions(v, &bytes).map_err(|e| self.err(e))?;
+            let landing = lineage::label_of(&actions);
             for action in actions {
                 match action {
                     Action::Add(add) if add.data_change => {
@@ -301,17 +314,19 @@ impl Table {
                             })?,
                         );
                         let path = local_path(&self.dir, &uri)?;
+                        let origin = landing.clone().unwrap_or_else(|| add.path.clone());
                         for batch in read_parquet(&path, schema)? {
-                            out.push((add.path.clone(), batch));
+                            out.push((origin.clone(), batch));
                         }
                     }
                     Action::Remove(r) if r.data_change => {
-                        return Err(RunError::input(format!(
-                            "{} is not append-only: commit {v} removed {}",
-                            self.dir.display(),
-                            r.path
-                        ))
-                        .with_help("a streaming read needs an append-only source; the source was rewritten (by a full refresh?), so run --full-refresh on the tables reading it"));
+                        // The reader names the source and the tables reading it.
+                        let name = self
+                            .dir
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        return Err(RunError::rewritten(&name, v as i64, &[]));
                     }
                     _ => {}
                 }
@@ -437,6 +452,9 @@ pub struct Commit {
     /// The batch's offsets, kept in the commit's `commitInfo` so that a lost or damaged
     /// checkpoint file of a committed batch is restored from the table.
     pub offsets: Option<serde_json::Value>,
+    /// The landing files the batch's rows were read from, as shown to users: readers
+    /// of the table name them for its rows ([`lineage`]).
+    pub landing_files: Vec<String>,
 }
 
 const TWO_RUNS_HELP: &str = "are two cdcflow runs using this storage folder? Run again when it is alone: the next run goes on from what is committed";
@@ -594,8 +612,19 @@ impl Commit {
                     .map(|(app, v)| deltalake::kernel::Transaction::new(app, *v))
                     .collect(),
             );
+        // `with_metadata` replaces what it had: every key goes in at once.
+        let mut metadata = Vec::new();
         if let Some(offsets) = &self.offsets {
-            properties = properties.with_metadata([(OFFSETS_KEY.to_string(), offsets.clone())]);
+            metadata.push((OFFSETS_KEY.to_string(), offsets.clone()));
+        }
+        if !self.landing_files.is_empty() {
+            metadata.push((
+                lineage::LANDING_KEY.to_string(),
+                serde_json::json!(self.landing_files),
+            ));
+        }
+        if !metadata.is_empty() {
+            properties = properties.with_metadata(metadata);
         }
         properties
     }
@@ -666,6 +695,7 @@ impl Commit {
             name: dataset.name.clone(),
             description: dataset.def.comment.clone(),
             offsets: None,
+            landing_files: vec![],
         }
     }
 
@@ -673,6 +703,14 @@ impl Commit {
     pub(crate) fn with_offsets(self, offsets: &crate::checkpoint::Offsets) -> Self {
         Self {
             offsets: serde_json::to_value(offsets).ok(),
+            ..self
+        }
+    }
+
+    /// The landing files the batch's rows were read from.
+    pub(crate) fn with_landing_files(self, files: &[String]) -> Self {
+        Self {
+            landing_files: files.to_vec(),
             ..self
         }
     }
