@@ -13,6 +13,10 @@ pub enum Statement {
     CreateFlow(CreateFlow),
     /// The legacy `APPLY CHANGES INTO target …`, a flow named after its target.
     ApplyChanges(Box<AutoCdc>),
+    /// `SET key = value` or `SET key`: configuration for the rest of the file.
+    Set(SetConfig),
+    /// `USE CATALOG c`, `USE SCHEMA s`, `USE DATABASE s` or `USE s`.
+    Use(UseNamespace),
 }
 
 impl Statement {
@@ -22,8 +26,36 @@ impl Statement {
             Statement::CreateDataset(d) => d.span,
             Statement::CreateFlow(f) => f.span,
             Statement::ApplyChanges(a) => a.span,
+            Statement::Set(s) => s.span,
+            Statement::Use(u) => u.span,
         }
     }
+}
+
+/// `SET key = value`: the value's text (up to the `;`, quotes included, as Spark keeps
+/// it) is what a later `${key}` in the same file becomes (`preprocess`). `SET key`
+/// alone shows a value in Spark and changes nothing; `value` is `None` then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetConfig {
+    pub key: String,
+    pub value: Option<String>,
+    pub span: Span,
+}
+
+/// What a `USE` statement selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UseKind {
+    Catalog,
+    /// `USE SCHEMA s`, `USE DATABASE s`, or `USE s` (which may be `catalog.schema`).
+    Schema,
+}
+
+/// `USE CATALOG c` / `USE SCHEMA s`: the default catalog or schema of the names after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UseNamespace {
+    pub kind: UseKind,
+    pub name: DatasetName,
+    pub span: Span,
 }
 
 /// What a `CREATE` statement defines.

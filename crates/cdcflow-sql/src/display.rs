@@ -40,6 +40,14 @@ impl Display for Statement {
                 write!(f, "APPLY CHANGES INTO ")?;
                 a.fmt(f)
             }
+            Statement::Set(s) => match &s.value {
+                Some(value) => write!(f, "SET {} = {value}", s.key),
+                None => write!(f, "SET {}", s.key),
+            },
+            Statement::Use(u) => match u.kind {
+                UseKind::Catalog => write!(f, "USE CATALOG {}", u.name),
+                UseKind::Schema => write!(f, "USE SCHEMA {}", u.name),
+            },
         }
     }
 }

@@ -10,7 +10,9 @@ use crate::sqlparser::tokenizer::{Location, Span, Token, TokenWithSpan};
 use crate::tokens::{is_word, tokenize};
 
 /// The statements of one file and every syntax error found in it. Parsing goes on
-/// after an error from the next `;`, so one run reports all broken statements.
+/// after an error from the next `;`, cell boundary, or statement keyword at the start
+/// of a line (a forgotten `;` must not hide the next statement), so one run reports
+/// all broken statements.
 #[derive(Debug, Default)]
 pub struct ParsedFile {
     pub statements: Vec<Statement>,
@@ -19,7 +21,7 @@ pub struct ParsedFile {
 
 /// Parses the text of a flow file.
 pub fn parse_statements(text: &str) -> ParsedFile {
-    let tokens = match tokenize(text) {
+    let (tokens, unended) = match tokenize(text) {
         Ok(t) => t,
         Err(e) => {
             return ParsedFile {
@@ -37,11 +39,40 @@ pub fn parse_statements(text: &str) -> ParsedFile {
         if p.at_end() {
             break;
         }
-        match p.statement() {
-            Ok(s) => out.statements.push(s),
-            Err(e) => {
+        let start = p.p.index();
+        let parsed = p.statement();
+        // A statement that ends where the next begins, without `;` (`tokens.rs`).
+        if let Some(next) = unended.iter().find(|u| u.span == p.peek().span)
+            && parsed.is_ok()
+        {
+            out.errors.push(ParseError::new(
+                format!(
+                    "expected ';' at the end of the statement, found '{}'",
+                    next.word
+                ),
+                next.span,
+            ));
+        }
+        match parsed.and_then(|s| match p.end_of_statement() {
+            Ok(()) => Ok(s),
+            // Only the `;` is missing before the next statement: keep this one, so
+            // that nothing it defines is then reported as unknown.
+            Err(e) if p.statement_starts_here() => {
                 out.errors.push(e);
-                p.skip_statement();
+                Ok(s)
+            }
+            Err(e) => Err(e),
+        }) {
+            Ok(s) => out.statements.push(s),
+            Err(mut e) => {
+                // An error at a `;` standing in for a missing one names what is there.
+                if let Some(next) = unended.iter().find(|u| u.span.start == e.span.start)
+                    && let Some(head) = e.message.strip_suffix("found ;")
+                {
+                    e.message = format!("{head}found '{}'", next.word);
+                }
+                out.errors.push(e);
+                p.skip_statement(start);
             }
         }
     }
@@ -49,6 +80,18 @@ pub fn parse_statements(text: &str) -> ParsedFile {
 }
 
 type Result<T> = std::result::Result<T, ParseError>;
+
+/// The AUTO CDC clauses after KEYS, by their first words.
+const CLAUSES: [&[&str]; 8] = [
+    &["SEQUENCE", "BY"],
+    &["APPLY", "AS", "DELETE", "WHEN"],
+    &["APPLY", "AS", "TRUNCATE", "WHEN"],
+    &["IGNORE", "NULL", "UPDATES"],
+    &["COLUMNS"],
+    &["STORED", "AS", "SCD", "TYPE"],
+    &["TRACK", "HISTORY", "ON"],
+    &["WHERE"],
+];
 
 struct StatementParser<'a> {
     p: Parser<'a>,
@@ -167,7 +210,13 @@ impl<'a> StatementParser<'a> {
         r.map_err(|e| ParseError::from_sqlparser(e, fallback))
     }
 
-    fn skip_statement(&mut self) {
+    /// Skips the rest of a broken statement that began at token `start`: up to the next
+    /// `;`, or the next statement keyword that begins a line outside parentheses.
+    fn skip_statement(&mut self, start: usize) {
+        if self.p.index() == start {
+            // The statement's first token was the mistake: step over it.
+            self.p.next_token();
+        }
         let mut depth = 0i64;
         loop {
             match &self.peek().token {
@@ -175,10 +224,21 @@ impl<'a> StatementParser<'a> {
                 Token::SemiColon if depth <= 0 => return,
                 Token::LParen => depth += 1,
                 Token::RParen => depth -= 1,
+                _ if depth <= 0 && self.statement_starts_here() => return,
                 _ => {}
             }
             self.p.next_token();
         }
+    }
+
+    /// A statement keyword first on its line: where the next statement likely starts.
+    fn statement_starts_here(&self) -> bool {
+        let first_on_line = self.peek().span.start.line > self.last_end().line;
+        first_on_line
+            && (self.peek_is("CREATE")
+                || self.peek_is("SET")
+                || self.peek_is("USE")
+                || (self.peek_is("APPLY") && self.peek_nth_is(1, "CHANGES")))
     }
 
     fn end_of_statement(&mut self) -> Result<()> {
@@ -194,13 +254,88 @@ impl<'a> StatementParser<'a> {
             self.create(start)?
         } else if self.words(&["APPLY", "CHANGES", "INTO"]) {
             Statement::ApplyChanges(Box::new(self.auto_cdc(start, false, true)?))
+        } else if self.word("SET") {
+            Statement::Set(self.set(start)?)
+        } else if self.word("USE") {
+            Statement::Use(self.use_namespace(start)?)
         } else {
             return Err(self
-                .unexpected("expected CREATE or APPLY CHANGES")
-                .with_help("a flow file holds CREATE STREAMING TABLE, CREATE MATERIALIZED VIEW, CREATE VIEW, CREATE FLOW and APPLY CHANGES statements"));
+                .unexpected("expected CREATE, APPLY CHANGES, SET or USE")
+                .with_help("a flow file holds CREATE STREAMING TABLE, CREATE MATERIALIZED VIEW, CREATE VIEW, CREATE FLOW, APPLY CHANGES, SET and USE statements"));
         };
-        self.end_of_statement()?;
         Ok(stmt)
+    }
+
+    /// `SET key = value` / `SET key` (after `SET`): the key's and the value's tokens as
+    /// written, up to the end of the statement.
+    fn set(&mut self, start: Location) -> Result<SetConfig> {
+        let key = self.raw_text(|t| matches!(t, Token::Eq));
+        if key.is_empty() {
+            return Err(self
+                .unexpected("expected a configuration key")
+                .with_help("write `SET key = value;`"));
+        }
+        let value = match self.p.consume_token(&Token::Eq) {
+            true => Some(self.raw_text(|_| false)),
+            false => None,
+        };
+        Ok(SetConfig {
+            key,
+            value,
+            span: self.span_from(start),
+        })
+    }
+
+    /// The tokens up to the end of the statement or to one `stop` accepts, as written
+    /// (a space where the text had one).
+    fn raw_text(&mut self, stop: impl Fn(&Token) -> bool) -> String {
+        let mut text = String::new();
+        let mut last_end: Option<Location> = None;
+        loop {
+            let t = self.peek().clone();
+            if matches!(t.token, Token::SemiColon | Token::EOF) || stop(&t.token) {
+                return text;
+            }
+            if last_end.is_some_and(|end| end != t.span.start) {
+                text.push(' ');
+            }
+            text.push_str(&t.token.to_string());
+            last_end = Some(t.span.end);
+            self.p.next_token();
+        }
+    }
+
+    /// `USE CATALOG c`, `USE SCHEMA s`, `USE DATABASE s`, `USE s` (after `USE`).
+    fn use_namespace(&mut self, start: Location) -> Result<UseNamespace> {
+        let kind = if self.word("CATALOG") {
+            UseKind::Catalog
+        } else {
+            let _ = self.word("SCHEMA") || self.word("DATABASE");
+            UseKind::Schema
+        };
+        let name = self.dataset_name()?;
+        let most = match kind {
+            UseKind::Catalog => 1,
+            UseKind::Schema => 2,
+        };
+        if name.parts.len() > most {
+            return Err(ParseError::new(
+                format!(
+                    "`{name}` has {} parts; a {} name has at most {most}",
+                    name.parts.len(),
+                    match kind {
+                        UseKind::Catalog => "catalog",
+                        UseKind::Schema => "schema",
+                    }
+                ),
+                name.span,
+            ));
+        }
+        Ok(UseNamespace {
+            kind,
+            name,
+            span: self.span_from(start),
+        })
     }
 
     fn create(&mut self, start: Location) -> Result<Statement> {
@@ -575,6 +710,54 @@ impl<'a> StatementParser<'a> {
     }
 
     /// Everything after `INTO` of `AUTO CDC INTO` and `APPLY CHANGES INTO`.
+    /// The error where an AUTO CDC clause was expected: a misspelt clause is reported
+    /// at its misspelt word, and a clause swallowed by an incomplete expression before
+    /// it at the clause.
+    fn not_a_clause(&self) -> ParseError {
+        let previous = self.p.get_current_token();
+        let swallowed = CLAUSES.iter().find(|c| {
+            is_word(&previous.token, c[0]) && c.get(1).is_none_or(|second| self.peek_is(second))
+        });
+        if let Some(clause) = swallowed {
+            let shown = clause[..clause.len().min(2)].join(" ");
+            return ParseError::new(
+                format!("expected an expression, found the clause {shown}"),
+                previous.span,
+            )
+            .with_help("the condition or expression before this clause is incomplete");
+        }
+        // The clause whose first words match longest; the next word is the mistake.
+        let matched = CLAUSES
+            .iter()
+            .rev() // ties go to the first clause listed
+            .map(|c| {
+                let n = c
+                    .iter()
+                    .enumerate()
+                    .take_while(|&(i, w)| self.peek_nth_is(i, w))
+                    .count();
+                (n, c)
+            })
+            .filter(|&(n, _)| n > 0)
+            .max_by_key(|&(n, _)| n);
+        if let Some((n, clause)) = matched {
+            let wrong = self.p.peek_nth_token_ref(n);
+            let found = match &wrong.token {
+                Token::EOF => "end of file".to_string(),
+                t => format!("'{t}'"),
+            };
+            return ParseError::new(
+                format!("expected {}, found {found}", clause.join(" ")),
+                self.token_span(wrong),
+            );
+        }
+        self.unexpected("expected an AUTO CDC clause or ';'")
+            .with_help(format!(
+                "the clauses after KEYS: {}",
+                CLAUSES.map(|c| c.join(" ")).join(", ")
+            ))
+    }
+
     fn auto_cdc(&mut self, start: Location, once: bool, legacy: bool) -> Result<AutoCdc> {
         let target = self.dataset_name()?;
         self.expect_words(&["FROM"])?;
@@ -662,8 +845,12 @@ impl<'a> StatementParser<'a> {
                 return Err(self
                     .unexpected("expected an AUTO CDC clause")
                     .with_help("FROM and KEYS come first, once each"));
-            } else {
+            } else if matches!(self.peek().token, Token::SemiColon | Token::EOF)
+                || self.statement_starts_here()
+            {
                 break;
+            } else {
+                return Err(self.not_a_clause());
             }
         }
         cdc.span = self.span_from(start);

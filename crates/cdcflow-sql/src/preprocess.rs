@@ -1,6 +1,12 @@
 //! Text-level preparation of a flow file before tokenizing: `${key}` configuration
 //! substitution. Substituted values change column positions, so the result keeps a
 //! map back to the original text; diagnostics always point into the file as written.
+//!
+//! A `SET key = value` line gives `key` its value for the rest of the file, ahead of
+//! the pipeline's configuration, as a Databricks pipeline's SQL `SET` does for the
+//! datasets defined after it.
+
+use std::collections::HashMap;
 
 use crate::sqlparser::tokenizer::{Location, Span};
 
@@ -39,7 +45,11 @@ pub fn substitute(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Prepro
     let mut out = String::with_capacity(text.len());
     let mut edits = Vec::new();
     let mut unknown = Vec::new();
+    let mut set_in_file: HashMap<String, String> = HashMap::new();
+    let lookup =
+        |key: &str, set: &HashMap<String, String>| set.get(key).cloned().or_else(|| lookup(key));
     for (idx, line) in text.split_inclusive('\n').enumerate() {
+        let line_start = out.len();
         let line_no = idx as u64 + 1;
         let mut rest = line;
         let mut orig_col = 1u64; // column in the original line of `rest`'s start
@@ -63,7 +73,7 @@ pub fn substitute(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Prepro
             }
             let key = &after[..key_len];
             let orig_len = key.chars().count() as u64 + 3;
-            match lookup(key) {
+            match lookup(key, &set_in_file) {
                 Some(value) => {
                     let value = value.replace(['\r', '\n'], " ");
                     let new_len = value.chars().count() as u64;
@@ -100,12 +110,33 @@ pub fn substitute(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Prepro
             rest = &after[key_len + 1..];
         }
         out.push_str(rest);
+        if let Some((key, value)) = set_statement(&out[line_start..]) {
+            set_in_file.insert(key, value);
+        }
     }
     Preprocessed {
         text: out,
         unknown,
         edits,
     }
+}
+
+/// The key and value of a one-line `SET key = value[;]`, as substitution sees it.
+fn set_statement(line: &str) -> Option<(String, String)> {
+    let line = line.trim();
+    let (word, rest) = line.split_at_checked(3)?;
+    if !word.eq_ignore_ascii_case("SET") || !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let (key, value) = rest.split_once('=')?;
+    let key = key.trim();
+    let is_key_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if key.is_empty() || !key.chars().all(is_key_char) {
+        return None;
+    }
+    let value = value.trim();
+    let value = value.strip_suffix(';').unwrap_or(value).trim_end();
+    Some((key.to_string(), value.to_string()))
 }
 
 impl Preprocessed {
@@ -160,6 +191,21 @@ mod tests {
         assert_eq!(p.original(Location::new(1, 29)), Location::new(1, 32));
         assert_eq!(p.original(Location::new(1, 9)), Location::new(1, 9));
         assert_eq!(p.original(Location::new(1, 8)), Location::new(1, 8));
+    }
+
+    #[test]
+    fn set_gives_a_key_its_value_for_the_rest_of_the_file() {
+        let p = substitute(
+            "SELECT ${src}\nSET src = 'b';\nset n=${src}\nSELECT ${src}, ${n}, ${my_etl.x}",
+            conf,
+        );
+        assert_eq!(
+            p.text,
+            "SELECT /data/landing\nSET src = 'b';\nset n='b'\nSELECT 'b', 'b', y"
+        );
+        assert!(p.unknown.is_empty());
+        assert_eq!(set_statement("SETTINGS = 1"), None);
+        assert_eq!(set_statement("SET a b = 1"), None);
     }
 
     #[test]

@@ -1,4 +1,8 @@
-//! Tokenizing a flow file, and the one token rewrite the dialect needs.
+//! Tokenizing a flow file, and the token rewrites the dialect needs.
+//!
+//! A notebook cell boundary (`-- COMMAND ----------`) ends a statement: Databricks runs
+//! each cell on its own, so notebook exports rarely put `;` after a cell's last
+//! statement. The comment is followed by a synthetic `;` with the comment's span.
 //!
 //! Databricks accepts `FROM STREAM name` and `FROM STREAM read_files(…)` without
 //! parentheses; sqlparser would read `STREAM` as a table and `name` as its alias.
@@ -7,15 +11,87 @@
 
 use crate::error::ParseError;
 use crate::sqlparser::dialect::DatabricksDialect;
-use crate::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
+use crate::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Whitespace};
 
-/// Tokenizes `text` (whitespace and comments included, as sqlparser's parser expects).
-pub(crate) fn tokenize(text: &str) -> Result<Vec<TokenWithSpan>, ParseError> {
+/// Tokenizes `text` (whitespace and comments included, as sqlparser's parser expects),
+/// with the statements that began without a `;` before them.
+pub(crate) fn tokenize(text: &str) -> Result<(Vec<TokenWithSpan>, Vec<Unended>), ParseError> {
     let dialect = DatabricksDialect {};
     let tokens = Tokenizer::new(&dialect, text)
         .tokenize_with_location()
         .map_err(ParseError::from_tokenizer)?;
-    Ok(parenthesize_stream(tokens))
+    let (tokens, unended) = end_before_statements(end_cells(tokens));
+    Ok((parenthesize_stream(tokens), unended))
+}
+
+/// A statement that began where the one before had no `;`: a `;` with its first
+/// token's span was put before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unended {
+    pub span: Span,
+    /// The statement's first word, as written.
+    pub word: String,
+}
+
+/// Ends a statement before a `CREATE` or `APPLY CHANGES` that begins a line, when the
+/// statement before it has no `;`. Neither word can continue a statement of the dialect,
+/// so a forgotten `;` costs one diagnostic, not the next statement too.
+fn end_before_statements(tokens: Vec<TokenWithSpan>) -> (Vec<TokenWithSpan>, Vec<Unended>) {
+    let sig: Vec<usize> = (0..tokens.len())
+        .filter(|&i| significant(&tokens[i].token))
+        .collect();
+    let mut before = Vec::new();
+    for (k, &i) in sig.iter().enumerate().skip(1) {
+        let prev = &tokens[sig[k - 1]];
+        let starts = is_word(&tokens[i].token, "CREATE")
+            || (is_word(&tokens[i].token, "APPLY")
+                && sig
+                    .get(k + 1)
+                    .is_some_and(|&n| is_word(&tokens[n].token, "CHANGES")));
+        let first_on_line = tokens[i].span.start.line > prev.span.end.line;
+        if starts && first_on_line && prev.token != Token::SemiColon {
+            before.push(i);
+        }
+    }
+    if before.is_empty() {
+        return (tokens, vec![]);
+    }
+    let mut unended = Vec::with_capacity(before.len());
+    let mut out = Vec::with_capacity(tokens.len() + before.len());
+    for (i, t) in tokens.into_iter().enumerate() {
+        if before.contains(&i) {
+            out.push(TokenWithSpan::new(Token::SemiColon, t.span));
+            unended.push(Unended {
+                span: t.span,
+                word: t.token.to_string(),
+            });
+        }
+        out.push(t);
+    }
+    (out, unended)
+}
+
+/// True for the comment that separates the cells of a notebook export.
+fn is_cell_boundary(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(Whitespace::SingleLineComment { comment, prefix })
+    if prefix == "--" && comment.trim_end().strip_prefix(" COMMAND ").is_some_and(|rest| {
+        rest.len() >= 3 && rest.chars().all(|c| c == '-')
+    }))
+}
+
+fn end_cells(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    if !tokens.iter().any(|t| is_cell_boundary(&t.token)) {
+        return tokens;
+    }
+    let mut out = Vec::with_capacity(tokens.len() + 8);
+    for t in tokens {
+        let boundary = is_cell_boundary(&t.token).then_some(t.span);
+        out.push(t);
+        if let Some(span) = boundary {
+            out.push(TokenWithSpan::new(Token::SemiColon, span));
+        }
+    }
+    out
 }
 
 /// True for an unquoted word equal to `word`, ignoring case.
@@ -102,6 +178,7 @@ mod tests {
     fn text(sql: &str) -> String {
         tokenize(sql)
             .unwrap()
+            .0
             .iter()
             .map(|t| t.token.to_string())
             .collect::<String>()
@@ -118,5 +195,34 @@ mod tests {
         );
         assert_eq!(text("FROM STREAM(bronze)"), "FROMSTREAM(bronze)");
         assert_eq!(text("SELECT stream FROM t"), "SELECTstreamFROMt");
+    }
+
+    #[test]
+    fn a_cell_boundary_ends_a_statement() {
+        let cell = "CREATE VIEW v AS SELECT 1\n-- COMMAND ----------\nCREATE VIEW w AS SELECT 2";
+        let semis = tokenize(cell)
+            .unwrap()
+            .0
+            .iter()
+            .filter(|t| t.token == Token::SemiColon)
+            .count();
+        assert_eq!(semis, 1);
+        // Any other comment is only a comment.
+        for other in [
+            "-- COMMAND",
+            "-- COMMAND --",
+            "--COMMAND ----------",
+            "-- MAGIC ----------",
+        ] {
+            let text = format!("SELECT 1\n{other}\nSELECT 2");
+            assert!(
+                !tokenize(&text)
+                    .unwrap()
+                    .0
+                    .iter()
+                    .any(|t| t.token == Token::SemiColon),
+                "{other}"
+            );
+        }
     }
 }

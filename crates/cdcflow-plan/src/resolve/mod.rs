@@ -292,6 +292,10 @@ impl Resolver<'_> {
                             file,
                         });
                     }
+                    // `${key}` substitution already took SET's values (`preprocess`).
+                    // Names are found by their last part within the pipeline, so the
+                    // default catalog and schema USE selects change no resolution.
+                    Statement::Set(_) | Statement::Use(_) => {}
                 }
             }
         }
