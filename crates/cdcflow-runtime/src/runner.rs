@@ -10,7 +10,7 @@ use cdcflow_sql::ast::DatasetKind;
 use datafusion::prelude::SessionContext;
 
 use crate::checkpoint::Checkpoint;
-use crate::delta::{self, Commit, Mode, Table};
+use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::inputs::InputReader;
 use crate::lock::RunLock;
 use crate::report::{FlowOutcome, FlowReport, RunReport};
@@ -395,6 +395,9 @@ async fn full_refresh(
             let commit = Commit {
                 txns: txns.clone(),
                 name: d.name.clone(),
+                operation: Operation::FullRefresh {
+                    flows: flows.iter().map(|f| f.name.clone()).collect(),
+                },
                 ..Commit::default()
             };
             delta::write(&dir, &schema, vec![], Mode::Overwrite, &commit).await?;

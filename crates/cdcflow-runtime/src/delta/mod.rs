@@ -21,6 +21,7 @@ mod data_file;
 mod deletion_vectors;
 mod encoding;
 pub(crate) mod merge;
+pub mod operation;
 mod parallel;
 pub mod pruning;
 pub(crate) mod read;
@@ -28,6 +29,7 @@ mod rewrite;
 mod sink;
 
 pub use data_file::DataFile;
+pub use operation::Operation;
 /// Data files written in cdcflow's encodings, uncommitted: compaction's output.
 pub(crate) use parallel::stage as stage_files;
 pub use read::read_parquet;
@@ -61,6 +63,19 @@ impl Table {
             Ok(table) => table,
             Err(e) => return Err(damaged(dir).unwrap_or_else(|| RunError::delta(dir, e))),
         };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            table: Some(table),
+        })
+    }
+
+    /// The table at `dir` as it was at `version` (time travel).
+    pub async fn open_at(dir: &Path, version: i64) -> Result<Self, RunError> {
+        let version = u64::try_from(version)
+            .map_err(|_| RunError::input(format!("{}: no version {version}", dir.display())))?;
+        let table = deltalake::open_table_with_version(url_of(dir)?, version)
+            .await
+            .map_err(|e| RunError::delta(dir, e))?;
         Ok(Self {
             dir: dir.to_path_buf(),
             table: Some(table),
@@ -131,7 +146,7 @@ impl Table {
     }
 
     /// The actions of commit `v` of `t` (this table), `None` when log cleanup removed it.
-    async fn commit_actions(
+    pub(crate) async fn commit_actions(
         &self,
         t: &DeltaTable,
         v: i64,
@@ -437,6 +452,8 @@ pub struct Commit {
     /// The batch's offsets, kept in the commit's `commitInfo` so that a lost or damaged
     /// checkpoint file of a committed batch is restored from the table.
     pub offsets: Option<serde_json::Value>,
+    /// What the commit does, for its `commitInfo` (`DESCRIBE HISTORY`).
+    pub operation: Operation,
 }
 
 const TWO_RUNS_HELP: &str = "are two cdcflow runs using this storage folder? Run again when it is alone: the next run goes on from what is committed";
@@ -594,10 +611,37 @@ impl Commit {
                     .map(|(app, v)| deltalake::kernel::Transaction::new(app, *v))
                     .collect(),
             );
+        let mut metadata = Vec::new();
         if let Some(offsets) = &self.offsets {
-            properties = properties.with_metadata([(OFFSETS_KEY.to_string(), offsets.clone())]);
+            metadata.push((OFFSETS_KEY.to_string(), offsets.clone()));
+        }
+        // deltalake merges these into the parameters of its own operation (and of the
+        // `commitInfo` that [`Commit::commit_info`] gives, which names the operation).
+        let parameters = self.operation.parameters();
+        if !parameters.is_empty() {
+            metadata.push((
+                "operationParameters".to_string(),
+                serde_json::Value::Object(parameters.into_iter().collect()),
+            ));
+        }
+        if !metadata.is_empty() {
+            properties = properties.with_metadata(metadata);
         }
         properties
+    }
+
+    /// The `commitInfo` action that names what the commit did, when deltalake's name
+    /// for the operation it runs would not say it (`WRITE` for every kind of write):
+    /// deltalake keeps a `commitInfo` it is given, adding the parameters and metadata
+    /// of [`Commit::properties`].
+    pub(crate) fn commit_info(&self) -> Option<Action> {
+        let name = self.operation.name()?;
+        Some(Action::CommitInfo(deltalake::kernel::CommitInfo {
+            timestamp: Some(chrono::Utc::now().timestamp_millis()),
+            operation: Some(name.to_string()),
+            engine_info: Some(format!("cdcflow-{} (delta-rs)", env!("CARGO_PKG_VERSION"))),
+            ..Default::default()
+        }))
     }
 
     /// The batches of `txns` (a reset, version -1, excepted) that `table` has already.
@@ -666,7 +710,13 @@ impl Commit {
             name: dataset.name.clone(),
             description: dataset.def.comment.clone(),
             offsets: None,
+            operation: Operation::Write,
         }
+    }
+
+    /// The commit saying it does `operation`.
+    pub(crate) fn doing(self, operation: Operation) -> Self {
+        Self { operation, ..self }
     }
 
     /// The commit carrying the offsets of the batch it commits.
