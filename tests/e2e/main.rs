@@ -14,6 +14,7 @@ mod optimize;
 mod query_read_only;
 mod run_cases;
 mod run_examples;
+mod status;
 mod time_travel;
 mod vacuum;
 mod validate_cases;

@@ -244,6 +244,12 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             lag,
             backlog,
         );
+        if let (Some(a), Some(d)) = (f.late_applied, f.late_dropped)
+            && a + d > 0
+        {
+            let late = crate::run::late(a as u64, d as u64);
+            outln!("{:width$}  last batch: {late}", "");
+        }
         if let Some(e) = &f.last_error {
             outln!("{:width$}  last error: {e}", "");
         }
