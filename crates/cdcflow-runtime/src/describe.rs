@@ -51,7 +51,7 @@ pub fn parse(sql: &str) -> Result<Option<Describe>, RunError> {
                 ))
             })?),
         },
-        ["DESCRIBE" | "DESC", "HISTORY" | "DETAIL", ..] => {
+        ["DESCRIBE" | "DESC", "HISTORY" | "DETAIL", _, ..] => {
             return Err(RunError::input(format!("cannot read `{}`", sql.trim()))
                 .with_help("write DESCRIBE HISTORY <table> [LIMIT n] or DESCRIBE DETAIL <table>"));
         }
