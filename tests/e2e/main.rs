@@ -14,6 +14,8 @@ mod optimize;
 mod query_read_only;
 mod run_cases;
 mod run_examples;
+mod status;
+mod time_travel;
 mod vacuum;
 mod validate_cases;
 mod view_chains;
@@ -70,19 +72,24 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// `cdcflow query -p dir sql --format csv`.
+pub fn query_csv(dir: &std::path::Path, sql: &str) -> Output {
+    cdcflow(&[
+        "query",
+        "-p",
+        dir.to_str().expect("utf-8"),
+        sql,
+        "--format",
+        "csv",
+    ])
+}
+
 /// The CSV output of each query, for comparing the tables of two pipeline folders.
 pub fn snapshot(dir: &std::path::Path, queries: &[&str]) -> Vec<String> {
     queries
         .iter()
         .map(|sql| {
-            let out = cdcflow(&[
-                "query",
-                "-p",
-                dir.to_str().expect("utf-8"),
-                sql,
-                "--format",
-                "csv",
-            ]);
+            let out = query_csv(dir, sql);
             assert!(out.status.success(), "{sql}: {}", stderr(&out));
             stdout(&out)
         })

@@ -12,14 +12,7 @@ fn orders_after_a_run() -> tempfile::TempDir {
 }
 
 fn query(dir: &std::path::Path, sql: &str) -> std::process::Output {
-    cdcflow(&[
-        "query",
-        "-p",
-        dir.to_str().expect("utf-8"),
-        sql,
-        "--format",
-        "csv",
-    ])
+    crate::query_csv(dir, sql)
 }
 
 #[test]

@@ -34,18 +34,26 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
         return ExitCode::from(1);
     };
     let result = crate::runtime().block_on(async {
+        // DESCRIBE HISTORY / DETAIL and SHOW TABLES are answered from the Delta logs.
+        if let Some(statement) = cdcflow_runtime::describe::parse(sql)? {
+            return Ok(vec![
+                cdcflow_runtime::describe::answer(&pipeline, &statement).await?,
+            ]);
+        }
         let (ctx, unreadable) = cdcflow_runtime::catalog::open(&pipeline).await?;
-        let df = crate::read_only::sql(&ctx, sql).await.map_err(|e| {
-            // A query of a table left out because it cannot be read: say why.
-            let text = e.to_string().to_lowercase();
-            match unreadable.into_iter().find(|u| {
-                text.contains(&format!("'{}'", u.name.to_lowercase()))
-                    || text.contains(&format!(".{}'", u.name.to_lowercase()))
-            }) {
-                Some(u) => u.error,
-                None => e,
-            }
-        })?;
+        let df = crate::read_only::sql(&ctx, &pipeline, sql)
+            .await
+            .map_err(|e| {
+                // A query of a table left out because it cannot be read: say why.
+                let text = e.to_string().to_lowercase();
+                match unreadable.into_iter().find(|u| {
+                    text.contains(&format!("'{}'", u.name.to_lowercase()))
+                        || text.contains(&format!(".{}'", u.name.to_lowercase()))
+                }) {
+                    Some(u) => u.error,
+                    None => e,
+                }
+            })?;
         let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
         let mut batches = df.collect().await?;
         if batches.is_empty() {
@@ -236,6 +244,12 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             lag,
             backlog,
         );
+        if let (Some(a), Some(d)) = (f.late_applied, f.late_dropped)
+            && a + d > 0
+        {
+            let late = crate::run::late(a as u64, d as u64);
+            outln!("{:width$}  last batch: {late}", "");
+        }
         if let Some(e) = &f.last_error {
             outln!("{:width$}  last error: {e}", "");
         }

@@ -10,9 +10,17 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement, WriteOp};
 use datafusion::prelude::{DataFrame, SessionContext};
 
-/// Plans `sql` and makes it ready to run, unless some part of it writes.
-pub async fn sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame, RunError> {
-    let plan = ctx.state().create_logical_plan(sql).await?;
+/// Plans `sql` and makes it ready to run, unless some part of it writes. A table read
+/// `VERSION AS OF` / `TIMESTAMP AS OF` is read at that version.
+pub async fn sql(
+    ctx: &SessionContext,
+    pipeline: &cdcflow_plan::Pipeline,
+    sql: &str,
+) -> Result<DataFrame, RunError> {
+    let dialect = ctx.state().config().options().sql_parser.dialect;
+    let mut statement = ctx.state().sql_to_statement(sql, &dialect)?;
+    cdcflow_runtime::time_travel::resolve(ctx, pipeline, &mut statement).await?;
+    let plan = ctx.state().statement_to_plan(statement).await?;
     if let Some(kind) = writing_statement(&plan) {
         return Err(refused(kind));
     }

@@ -157,6 +157,17 @@ fn print_summary(name: &str, report: &RunReport) {
     }
 }
 
+/// Late events, and whether they were applied (SCD2 history) or dropped:
+/// `late 0`, `late 2 (applied)`, `late 3 (1 applied, 2 dropped)`.
+pub(crate) fn late(applied: u64, dropped: u64) -> String {
+    match (applied, dropped) {
+        (0, 0) => "late 0".to_string(),
+        (n, 0) => format!("late {n} (applied)"),
+        (0, n) => format!("late {n} (dropped)"),
+        (a, d) => format!("late {} ({a} applied, {d} dropped)", a + d),
+    }
+}
+
 fn line(f: &FlowReport) -> String {
     let files = match f.files {
         0 => String::new(),
@@ -164,11 +175,11 @@ fn line(f: &FlowReport) -> String {
     };
     let what = match &f.cdc {
         Some(m) => format!(
-            "read {}{files}: upserted {}, deleted {}, late {}, duplicates {}{} -> {} ({} rows)",
+            "read {}{files}: upserted {}, deleted {}, {}, duplicates {}{} -> {} ({} rows)",
             f.rows_read,
             m.upserted,
             m.deleted,
-            m.late,
+            late(m.late_applied, m.late_dropped),
             m.duplicates,
             if m.truncated > 0 {
                 format!(", truncated {}", m.truncated)

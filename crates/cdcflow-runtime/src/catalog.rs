@@ -129,3 +129,73 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
     }
     Ok(out)
 }
+
+/// A table `cdcflow query` knows by name, where it is stored, whether it exists yet.
+#[derive(Debug, Clone)]
+pub struct Located {
+    pub name: String,
+    /// `streaming table`, `materialized view`, `quarantine` or `event log`.
+    pub kind: &'static str,
+    pub dir: PathBuf,
+}
+
+/// Every table `cdcflow query` can name: the published tables, their quarantine
+/// tables and the event log, created or not.
+pub fn all(pipeline: &Pipeline) -> Result<Vec<Located>, RunError> {
+    let storage = pipeline.storage_dir();
+    let mut out = Vec::new();
+    for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
+        let dir = layout::table_dir(&storage, d)?;
+        out.push(Located {
+            name: crate::quarantine::table_name(&d.name),
+            kind: "quarantine",
+            dir: layout::quarantine_dir(&dir),
+        });
+        out.push(Located {
+            name: d.name.clone(),
+            kind: kind_name(d.kind),
+            dir,
+        });
+    }
+    out.push(Located {
+        name: crate::event_log::TABLE.to_string(),
+        kind: "event log",
+        dir: crate::event_log::dir(&storage),
+    });
+    // Each published table before its quarantine.
+    out.sort_by_key(|l| (l.kind == "event log", l.kind == "quarantine"));
+    Ok(out)
+}
+
+/// The table `name` (as the query spells it; case-insensitive when not exact), which
+/// must exist: an unknown name and a table no run has created yet are errors that say
+/// so.
+pub fn locate(pipeline: &Pipeline, name: &str) -> Result<Located, RunError> {
+    let tables = all(pipeline)?;
+    let found = tables
+        .iter()
+        .find(|l| l.name == name)
+        .or_else(|| tables.iter().find(|l| l.name.eq_ignore_ascii_case(name)));
+    let Some(found) = found else {
+        let names: Vec<&str> = tables
+            .iter()
+            .filter(|l| l.kind != "quarantine")
+            .map(|l| l.name.as_str())
+            .collect();
+        return Err(RunError::input(format!("unknown table `{name}`"))
+            .with_help(format!("the pipeline's tables: {}", names.join(", "))));
+    };
+    if !found.dir.join("_delta_log").is_dir() {
+        return Err(
+            RunError::input(format!("table `{}` has not been created yet", found.name)).with_help(
+                match found.kind {
+                    "quarantine" => {
+                        "it is created by the first run that sets a malformed landing record apart"
+                    }
+                    _ => "`cdcflow run` creates it",
+                },
+            ),
+        );
+    }
+    Ok(found.clone())
+}

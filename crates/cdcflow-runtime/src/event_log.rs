@@ -37,6 +37,8 @@ fn schema() -> SchemaRef {
         i("upserted"),
         i("deleted"),
         i("late"),
+        i("late_applied"),
+        i("late_dropped"),
         i("duplicates"),
         i("quarantined"),
         i("lag_ms"),
@@ -44,6 +46,9 @@ fn schema() -> SchemaRef {
         s("message", true),
     ]))
 }
+
+/// The count columns, `rows_read` to `lag_ms`.
+const COUNTS: usize = 11;
 
 /// One row of the log.
 #[derive(Default)]
@@ -53,7 +58,7 @@ struct Row {
     flow: Option<String>,
     target: Option<String>,
     batch: Option<i64>,
-    counts: [Option<i64>; 9],
+    counts: [Option<i64>; COUNTS],
     message: Option<String>,
 }
 
@@ -108,6 +113,8 @@ pub async fn append(
                 cdc.map(|m| m.upserted as i64),
                 cdc.map(|m| m.deleted as i64),
                 cdc.map(|m| m.late as i64),
+                cdc.map(|m| m.late_applied as i64),
+                cdc.map(|m| m.late_dropped as i64),
                 cdc.map(|m| m.duplicates as i64),
                 Some(f.quarantined as i64),
                 f.lag_ms,
@@ -121,17 +128,11 @@ pub async fn append(
             timestamp: ended,
             event: "table_vacuumed",
             target: Some(v.table.clone()),
-            counts: [
-                None,
-                None,
-                Some(v.files_removed as i64),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            ],
+            counts: {
+                let mut counts = [None; COUNTS];
+                counts[2] = Some(v.files_removed as i64);
+                counts
+            },
             message: Some(format!(
                 "{}: freed {} bytes in {} file(s) (retention {} h)",
                 if v.internal_state {
@@ -173,7 +174,7 @@ pub async fn append(
         )),
         Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.batch))),
     ];
-    for i in 0..9 {
+    for i in 0..COUNTS {
         columns.push(Arc::new(Int64Array::from_iter(
             rows.iter().map(|r| r.counts[i]),
         )));

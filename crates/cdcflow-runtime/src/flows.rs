@@ -8,7 +8,7 @@ use cdcflow_sql::sqlparser::ast::Query;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
-use crate::delta::{self, Commit, Mode, Table, conform};
+use crate::delta::{self, Commit, Mode, Operation, Table, conform};
 use crate::expectations;
 use crate::files::BadRecord;
 use crate::inputs::BatchInputs;
@@ -121,9 +121,20 @@ impl QueryBatch {
         {
             report.warnings.push(change);
         }
+        let operation = match mode {
+            Mode::Append => Operation::StreamingAppend {
+                flow: flow.name.clone(),
+                batch,
+            },
+            _ => Operation::Recompute {
+                flow: flow.name.clone(),
+                batch,
+            },
+        };
         let commit = commit_for(rc, flow, &self.app, batch)
             .with_offsets(&self.inputs.offsets)
-            .with_landing_files(&self.inputs.landing);
+            .with_landing_files(&self.inputs.landing)
+            .doing(operation);
         delta::write(&self.dir, &schema, batches, mode, &commit).await?;
         report.outcome = FlowOutcome::Committed { batch };
         report.oldest_change_micros = self.inputs.oldest_arrival_micros;

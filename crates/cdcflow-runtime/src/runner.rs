@@ -11,7 +11,7 @@ use datafusion::prelude::SessionContext;
 
 use crate::cascade::{self, reset_allowed};
 use crate::checkpoint::Checkpoint;
-use crate::delta::{self, Commit, Mode, Table};
+use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::inputs::InputReader;
 use crate::lock::RunLock;
 use crate::report::{FlowOutcome, FlowReport, RunReport};
@@ -413,6 +413,9 @@ async fn full_refresh(
             let commit = Commit {
                 txns: txns.clone(),
                 name: d.name.clone(),
+                operation: Operation::FullRefresh {
+                    flows: flows.iter().map(|f| f.name.clone()).collect(),
+                },
                 ..Commit::default()
             };
             delta::write(&dir, &schema, vec![], Mode::Overwrite, &commit).await?;

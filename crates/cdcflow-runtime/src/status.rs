@@ -25,10 +25,15 @@ pub struct FlowStatus {
     pub rows_read: Option<i64>,
     pub rows_written: Option<i64>,
     pub lag_ms: Option<i64>,
+    /// AUTO CDC flows: the late events of the last batch applied into history (SCD2)
+    /// and dropped (older than the state they met).
+    pub late_applied: Option<i64>,
+    pub late_dropped: Option<i64>,
     /// Landing files not read yet, and their bytes.
     pub backlog_files: u64,
     pub backlog_bytes: u64,
-    /// The newest failure, with its time.
+    /// The failure of the flow's last run, with its time; `None` once a later run of
+    /// the flow succeeded.
     pub last_error: Option<String>,
     /// Why the flow's table cannot be read now (a damaged Delta log), when it cannot.
     pub unreadable: Option<String>,
@@ -88,8 +93,14 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
         .is_ok_and(|t| t.exists())
     {
         let ctx = catalog::session(pipeline).await?;
+        // A log written before the late counts were split has no such columns.
+        let log_columns = ctx.table(event_log::TABLE).await?.schema().clone();
+        let late = |c: &str| match log_columns.has_column_with_unqualified_name(c) {
+            true => c.to_string(),
+            false => format!("CAST(NULL AS BIGINT) AS {c}"),
+        };
         let batches = ctx
-            .sql("SELECT flow, event, timestamp, rows_read, rows_written, lag_ms, message FROM event_log WHERE flow IS NOT NULL ORDER BY timestamp")
+            .sql(&format!("SELECT flow, event, timestamp, rows_read, rows_written, lag_ms, message, {}, {} FROM event_log WHERE flow IS NOT NULL ORDER BY timestamp", late("late_applied"), late("late_dropped")))
             .await?
             .collect()
             .await?;
@@ -108,11 +119,14 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
                 &DataType::Timestamp(TimeUnit::Microsecond, None),
             )?;
             let ts = ts.as_primitive::<TimestampMicrosecondType>();
-            let numbers: Vec<_> = (3..6)
-                .map(|c| cast(b.column(c), &DataType::Int64))
+            let numbers: Vec<_> = (0..b.num_columns())
+                .map(|c| match c {
+                    3..=5 | 7.. => cast(b.column(c), &DataType::Int64).map(Some),
+                    _ => Ok(None),
+                })
                 .collect::<Result<_, _>>()?;
             let num = |c: usize, r: usize| {
-                let a = numbers[c - 3].as_primitive::<Int64Type>();
+                let a = numbers[c].as_ref()?.as_primitive::<Int64Type>();
                 (!a.is_null(r)).then(|| a.value(r))
             };
             for r in 0..b.num_rows() {
@@ -124,17 +138,30 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
                     .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string());
                 s.last_run = when.clone();
                 s.last_event = Some(event.value(r).to_string());
-                if event.value(r) == "flow_completed" {
-                    s.rows_read = num(3, r);
-                    s.rows_written = num(4, r);
-                    s.lag_ms = num(5, r);
-                }
-                if event.value(r) == "flow_failed" && !message.is_null(r) {
-                    s.last_error = Some(format!(
-                        "{} ({})",
-                        message.value(r),
-                        when.unwrap_or_default()
-                    ));
+                match event.value(r) {
+                    "flow_completed" => {
+                        s.rows_read = num(3, r);
+                        s.rows_written = num(4, r);
+                        s.lag_ms = num(5, r);
+                        s.late_applied = num(7, r);
+                        s.late_dropped = num(8, r);
+                        s.last_error = None;
+                    }
+                    // Nothing new is a success too: an earlier failure is over.
+                    "flow_up_to_date" => s.last_error = None,
+                    "flow_failed" => {
+                        // The failed batch read its rows and committed none: no
+                        // numbers of the batch before it.
+                        s.rows_read = num(3, r);
+                        s.rows_written = Some(0);
+                        s.lag_ms = None;
+                        s.late_applied = None;
+                        s.late_dropped = None;
+                        s.last_error = (!message.is_null(r)).then(|| {
+                            format!("{} ({})", message.value(r), when.unwrap_or_default())
+                        });
+                    }
+                    _ => {}
                 }
             }
         }

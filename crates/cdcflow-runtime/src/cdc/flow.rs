@@ -21,7 +21,7 @@ use super::events::{Sourced, concat_parts, event_parts};
 use super::kernel::{self, Rules, Visible};
 use super::{merged, partitioned, rules_for, streamed};
 use crate::checkpoint::{Offsets, Progress};
-use crate::delta::{self, Commit, Mode, Table};
+use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::inputs::BatchInputs;
 use crate::report::{FlowOutcome, FlowReport};
 use crate::runner::RunContext;
@@ -94,7 +94,17 @@ pub(crate) async fn run(
 
     let events = event_parts(spec, &rules, &source_schema, rows, rc.now_micros).await?;
     report.oldest_change_micros = oldest_commit_time(&events);
+    let operation = Operation::AutoCdc {
+        flow: spec.flow.clone(),
+        batch,
+        scd_type: spec.scd_type,
+        keys: spec.keys.clone(),
+    };
     let (public_commit, state_commit) = commits(target, vec![(app, batch)], &offsets);
+    let (public_commit, state_commit) = (
+        public_commit.doing(operation.clone()),
+        state_commit.doing(operation),
+    );
     let targets = streamed::Targets {
         state: &state,
         state_commit: &state_commit,
@@ -252,7 +262,12 @@ async fn sync_published(
     let stored = state.read_batches(&rules.state_schema())?;
     let empty = RecordBatch::new_empty(rules.event_schema());
     let applied = kernel::apply(rules, stored, Visible::Recompute, &empty, rc.now_micros)?;
-    let commit = published_commit(target, txns);
+    let flows = rc
+        .pipeline
+        .flows_into(&target.name)
+        .map(|f| f.name.clone())
+        .collect();
+    let commit = published_commit(target, txns).doing(Operation::Rederive { flows });
     delta::write(
         &public.dir,
         &rules.public_schema(),

@@ -172,9 +172,15 @@ pub struct ApplyMetrics {
     pub upserted: u64,
     /// Keys whose newest event is now an incoming delete.
     pub deleted: u64,
-    /// Incoming events older than the stored state of their key (SCD1: dropped;
-    /// SCD2: inserted into history).
+    /// Incoming events older than the stored state of their key: `late_applied` plus
+    /// `late_dropped`.
     pub late: u64,
+    /// Late events that changed the result: SCD2 inserts them into history (SCD1 with
+    /// IGNORE NULL UPDATES may still fill a column a newer upsert left null).
+    pub late_applied: u64,
+    /// Late events that changed nothing: SCD1 keeps the newest event, a TRUNCATE
+    /// removed what came before it, or an event of the same sequence value won.
+    pub late_dropped: u64,
     /// Incoming events identical to one already applied or in the same batch.
     pub duplicates: u64,
     /// Incoming upserts older than a collected tombstone, for keys with no state:
@@ -193,6 +199,8 @@ impl ApplyMetrics {
         self.upserted += other.upserted;
         self.deleted += other.deleted;
         self.late += other.late;
+        self.late_applied += other.late_applied;
+        self.late_dropped += other.late_dropped;
         self.duplicates += other.duplicates;
         self.late_after_gc += other.late_after_gc;
         self.truncated += other.truncated;
@@ -274,9 +282,10 @@ pub(crate) fn apply_events(
         out,
         new_gc,
         markers,
-        metrics,
+        mut metrics,
         ..
     } = walk;
+    metrics.late = metrics.late_applied + metrics.late_dropped;
 
     let mut state = Vec::new();
     for (c, keep) in probe.keep.iter().enumerate() {
@@ -728,6 +737,7 @@ impl<'v, 'a> Walk<'v, 'a> {
                 .unwrap_or(0);
             &events[from..]
         };
+        self.count_late(events, events.len() - keep.len());
         if let [only] = keep
             && !view.rules.scd2
             && view.expired(*only, self.horizon)
@@ -737,6 +747,23 @@ impl<'v, 'a> Walk<'v, 'a> {
         }
         self.kept.extend_from_slice(keep);
         self.publish(keep);
+    }
+
+    /// Counts the incoming events of a key older than its newest stored one: applied
+    /// when the key keeps them (`events[kept_from..]`), dropped when it does not.
+    fn count_late(&mut self, events: &[P], kept_from: usize) {
+        let view = self.view;
+        let Some(&newest_stored) = events.iter().rev().find(|&&p| !view.is_new(p)) else {
+            return;
+        };
+        for (i, &p) in events.iter().enumerate() {
+            if view.is_new(p) && view.seq_cmp(p, newest_stored) == Ordering::Less {
+                match i >= kept_from {
+                    true => self.metrics.late_applied += 1,
+                    false => self.metrics.late_dropped += 1,
+                }
+            }
+        }
     }
 
     /// Per sequence value, the greatest delete and the greatest upsert (a delete first:
@@ -761,7 +788,7 @@ impl<'v, 'a> Walk<'v, 'a> {
                 if view.rank(p, chosen) == Ordering::Equal {
                     self.metrics.duplicates += 1;
                 } else if !view.is_new(chosen) {
-                    self.metrics.late += 1;
+                    self.metrics.late_dropped += 1;
                 }
             }
             out.push(chosen);
@@ -769,30 +796,27 @@ impl<'v, 'a> Walk<'v, 'a> {
     }
 
     /// `events` without those a TRUNCATE or a collected tombstone made obsolete, into
-    /// `out`; counts the late.
+    /// `out`; counts the late it drops ([`Self::decide`] counts the others).
     fn admit(&mut self, events: &[P], out: &mut Vec<P>) {
         let view = self.view;
-        let newest_stored = events.iter().rev().find(|&&p| !view.is_new(p)).copied();
-        let no_state = newest_stored.is_none();
+        let no_state = events.iter().all(|&p| view.is_new(p));
         out.clear();
         for &p in events {
             if view.older_than(p, self.markers.truncate) {
                 if view.is_new(p) {
-                    self.metrics.late += 1;
+                    self.metrics.late_dropped += 1;
                 } else if view.op(p) == Some(Op::Upsert) {
                     self.metrics.truncated += 1;
                 }
                 continue;
             }
-            if view.is_new(p) {
-                if no_state && view.op(p) == Some(Op::Upsert) && view.older_than(p, self.markers.gc)
-                {
-                    self.metrics.late_after_gc += 1;
-                    continue;
-                }
-                if newest_stored.is_some_and(|s| view.seq_cmp(p, s) == Ordering::Less) {
-                    self.metrics.late += 1;
-                }
+            if view.is_new(p)
+                && no_state
+                && view.op(p) == Some(Op::Upsert)
+                && view.older_than(p, self.markers.gc)
+            {
+                self.metrics.late_after_gc += 1;
+                continue;
             }
             out.push(p);
         }

@@ -22,6 +22,7 @@ mod deletion_vectors;
 mod encoding;
 pub mod lineage;
 pub(crate) mod merge;
+pub mod operation;
 mod parallel;
 pub mod pruning;
 pub(crate) mod read;
@@ -29,6 +30,7 @@ mod rewrite;
 mod sink;
 
 pub use data_file::DataFile;
+pub use operation::Operation;
 /// Data files written in cdcflow's encodings, uncommitted: compaction's output.
 pub(crate) use parallel::stage as stage_files;
 pub use read::read_parquet;
@@ -62,6 +64,19 @@ impl Table {
             Ok(table) => table,
             Err(e) => return Err(damaged(dir).unwrap_or_else(|| RunError::delta(dir, e))),
         };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            table: Some(table),
+        })
+    }
+
+    /// The table at `dir` as it was at `version` (time travel).
+    pub async fn open_at(dir: &Path, version: i64) -> Result<Self, RunError> {
+        let version = u64::try_from(version)
+            .map_err(|_| RunError::input(format!("{}: no version {version}", dir.display())))?;
+        let table = deltalake::open_table_with_version(url_of(dir)?, version)
+            .await
+            .map_err(|e| RunError::delta(dir, e))?;
         Ok(Self {
             dir: dir.to_path_buf(),
             table: Some(table),
@@ -455,6 +470,8 @@ pub struct Commit {
     /// The landing files the batch's rows were read from, as shown to users: readers
     /// of the table name them for its rows ([`lineage`]).
     pub landing_files: Vec<String>,
+    /// What the commit does, for its `commitInfo` (`DESCRIBE HISTORY`).
+    pub operation: Operation,
 }
 
 const TWO_RUNS_HELP: &str = "are two cdcflow runs using this storage folder? Run again when it is alone: the next run goes on from what is committed";
@@ -623,10 +640,33 @@ impl Commit {
                 serde_json::json!(self.landing_files),
             ));
         }
+        // deltalake merges these into the parameters of its own operation (and of the
+        // `commitInfo` that [`Commit::commit_info`] gives, which names the operation).
+        let parameters = self.operation.parameters();
+        if !parameters.is_empty() {
+            metadata.push((
+                "operationParameters".to_string(),
+                serde_json::Value::Object(parameters.into_iter().collect()),
+            ));
+        }
         if !metadata.is_empty() {
             properties = properties.with_metadata(metadata);
         }
         properties
+    }
+
+    /// The `commitInfo` action that names what the commit did, when deltalake's name
+    /// for the operation it runs would not say it (`WRITE` for every kind of write):
+    /// deltalake keeps a `commitInfo` it is given, adding the parameters and metadata
+    /// of [`Commit::properties`].
+    pub(crate) fn commit_info(&self) -> Option<Action> {
+        let name = self.operation.name()?;
+        Some(Action::CommitInfo(deltalake::kernel::CommitInfo {
+            timestamp: Some(chrono::Utc::now().timestamp_millis()),
+            operation: Some(name.to_string()),
+            engine_info: Some(format!("cdcflow-{} (delta-rs)", env!("CARGO_PKG_VERSION"))),
+            ..Default::default()
+        }))
     }
 
     /// The batches of `txns` (a reset, version -1, excepted) that `table` has already.
@@ -696,7 +736,13 @@ impl Commit {
             description: dataset.def.comment.clone(),
             offsets: None,
             landing_files: vec![],
+            operation: Operation::Write,
         }
+    }
+
+    /// The commit saying it does `operation`.
+    pub(crate) fn doing(self, operation: Operation) -> Self {
+        Self { operation, ..self }
     }
 
     /// The commit carrying the offsets of the batch it commits.

@@ -155,6 +155,7 @@ async fn create(
         .with_table_name(&commit.name)
         .with_configuration(commit.delta_properties())
         .with_commit_properties(commit.properties())
+        .with_actions(commit.commit_info())
         .with_actions(adds);
     if let Some(d) = &commit.description {
         builder = builder.with_comment(d);
@@ -198,8 +199,11 @@ async fn commit_to(
             predicate: None,
         },
     };
+    // The commit's own `commitInfo` first, where deltalake would put its own.
+    let mut all: Vec<Action> = commit.commit_info().into_iter().collect();
+    all.extend(actions);
     CommitBuilder::from(commit.properties())
-        .with_actions(actions)
+        .with_actions(all)
         .build(Some(snapshot), Arc::clone(&log_store), operation)
         .await?;
     Ok(())

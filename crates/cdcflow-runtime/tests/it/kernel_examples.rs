@@ -156,3 +156,34 @@ fn counters_name_what_happened_to_each_incoming_event() {
         (4, 1, 1, 1, 1)
     );
 }
+
+/// A late event is applied or dropped, and the counters say which: SCD2 inserts it
+/// into history, SCD1 keeps the newer state.
+#[test]
+fn late_events_are_counted_as_applied_or_dropped() {
+    let late_after = |config: &Config| {
+        let rules = config.rules(i64::MAX / 4);
+        let first = apply(
+            &rules,
+            vec![],
+            Visible::Rows(vec![]),
+            &to_batch(&rules, &[up(1, 5, 1)], 0),
+            0,
+        )
+        .expect("apply");
+        // seq 3 is older than the stored seq 5.
+        let second = apply(
+            &rules,
+            first.state.clone(),
+            Visible::Rows(first.public.clone()),
+            &to_batch(&rules, &[up(1, 3, 7)], 0),
+            0,
+        )
+        .expect("apply");
+        let m = second.metrics;
+        (m.late, m.late_applied, m.late_dropped)
+    };
+    let scd2 = Config { scd2: true, ..SCD1 };
+    assert_eq!(late_after(&scd2), (1, 1, 0));
+    assert_eq!(late_after(&SCD1), (1, 0, 1));
+}
