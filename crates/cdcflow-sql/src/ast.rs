@@ -146,6 +146,9 @@ pub struct ColumnDef {
     pub generated: Option<Expr>,
     /// `DEFAULT expr`
     pub default: Option<Expr>,
+    /// Informational constraints (`PRIMARY KEY`, `[FOREIGN KEY] REFERENCES t [(c)]`),
+    /// kept as written: Databricks does not enforce them either.
+    pub constraints: Vec<String>,
     pub span: Span,
 }
 

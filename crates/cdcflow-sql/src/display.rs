@@ -114,6 +114,9 @@ impl Display for ColumnDef {
         if let Some(d) = &self.default {
             write!(f, " DEFAULT {d}")?;
         }
+        for c in &self.constraints {
+            write!(f, " {c}")?;
+        }
         if let Some(c) = &self.comment {
             write!(f, " COMMENT {}", quoted(c))?;
         }

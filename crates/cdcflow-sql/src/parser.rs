@@ -184,6 +184,11 @@ impl<'a> StatementParser<'a> {
         ParseError::new(format!("{what}, found {shown}"), self.token_span(found))
     }
 
+    /// A form of the dialect cdcflow does not take, named, at the next token.
+    fn unsupported(&self, what: &str) -> ParseError {
+        ParseError::new(what, self.token_span(self.peek()))
+    }
+
     fn token_span(&self, t: &TokenWithSpan) -> Span {
         if t.span == Span::empty() || matches!(t.token, Token::EOF) {
             let end = self.last_end();
@@ -242,10 +247,29 @@ impl<'a> StatementParser<'a> {
     }
 
     fn end_of_statement(&mut self) -> Result<()> {
-        match self.peek().token {
+        match &self.peek().token {
             Token::SemiColon | Token::EOF => Ok(()),
+            Token::VerticalBarRightAngleBracket | Token::Pipe
+                if matches!(self.p.peek_nth_token_ref(1).token, Token::Gt)
+                    || self.peek().token == Token::VerticalBarRightAngleBracket =>
+            {
+                Err(self
+                    .unsupported("pipe syntax (`|>`) is not supported")
+                    .with_help("write the query as SELECT … FROM … WHERE …"))
+            }
             _ => Err(self.unexpected("expected ';' at the end of the statement")),
         }
+    }
+
+    /// A query, where the dialect's others are named when they are what comes.
+    fn query(&mut self) -> Result<Box<crate::sqlparser::ast::Query>> {
+        if self.peek_is("FROM") {
+            return Err(self
+                .unsupported("FROM-first queries (and pipe syntax `|>`) are not supported")
+                .with_help("write the query as SELECT … FROM …"));
+        }
+        let q = self.p.parse_query();
+        self.sql(q)
     }
 
     fn statement(&mut self) -> Result<Statement> {
@@ -465,9 +489,9 @@ impl<'a> StatementParser<'a> {
                 break;
             }
         }
-        if self.word("AS") {
-            let q = self.p.parse_query();
-            d.query = Some(self.sql(q)?);
+        // Databricks also takes the query without AS after the clauses.
+        if self.word("AS") || self.peek_is("SELECT") || self.peek_is("WITH") {
+            d.query = Some(self.query()?);
         } else if kind != DatasetKind::StreamingTable {
             return Err(self
                 .unexpected("expected AS followed by a query")
@@ -560,10 +584,28 @@ impl<'a> StatementParser<'a> {
             comment: None,
             generated: None,
             default: None,
+            constraints: vec![],
             span: Span::empty(),
         };
         loop {
-            if self.words(&["NOT", "NULL"]) {
+            if self.words(&["PRIMARY", "KEY"]) {
+                let rely = if self.word("RELY") { " RELY" } else { "" };
+                c.constraints.push(format!("PRIMARY KEY{rely}"));
+            } else if self.words(&["FOREIGN", "KEY", "REFERENCES"]) || self.word("REFERENCES") {
+                let table = self.dataset_name()?;
+                let columns = match matches!(self.peek().token, Token::LParen) {
+                    true => format!(
+                        " ({})",
+                        self.paren_idents()?
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    false => String::new(),
+                };
+                c.constraints.push(format!("REFERENCES {table}{columns}"));
+            } else if self.words(&["NOT", "NULL"]) {
                 c.not_null = true;
             } else if self.word("COMMENT") {
                 c.comment = Some(self.string()?);
@@ -675,8 +717,12 @@ impl<'a> StatementParser<'a> {
                     "append flows match columns by name: INSERT INTO target BY NAME SELECT …",
                 ));
             }
-            let q = self.p.parse_query();
-            let query = self.sql(q)?;
+            if self.peek_is("REPLACE") {
+                return Err(self
+                    .unsupported("REPLACE USING and REPLACE WHERE flows (a Databricks Beta) are not supported")
+                    .with_help("to keep the newest rows per key, use an AUTO CDC flow: KEYS (the REPLACE USING columns) SEQUENCE BY (its sequence)"));
+            }
+            let query = self.query()?;
             FlowBody::InsertInto(InsertInto {
                 once,
                 target,
@@ -761,6 +807,13 @@ impl<'a> StatementParser<'a> {
     fn auto_cdc(&mut self, start: Location, once: bool, legacy: bool) -> Result<AutoCdc> {
         let target = self.dataset_name()?;
         self.expect_words(&["FROM"])?;
+        if self.peek_is("SNAPSHOT") {
+            return Err(self
+                .unsupported("AUTO CDC FROM SNAPSHOT is not supported")
+                .with_help(
+                    "land each snapshot's changes as events and read them with FROM STREAM(source)",
+                ));
+        }
         let streaming = self.word("STREAM");
         let source = if streaming {
             self.expect_token(&Token::LParen)?;
