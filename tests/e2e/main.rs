@@ -9,6 +9,7 @@ mod damaged;
 mod escape_attempt;
 mod landing;
 mod landing_columns;
+mod log_format;
 mod metrics_endpoint;
 mod optimize;
 mod query_read_only;

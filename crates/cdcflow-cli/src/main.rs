@@ -19,6 +19,7 @@ macro_rules! errln {
 }
 
 mod explain;
+mod json_logs;
 mod optimize;
 mod output;
 mod query;
@@ -40,7 +41,8 @@ use clap::{Parser, Subcommand, ValueEnum};
     about = "Declarative change-data-capture pipelines"
 )]
 struct Cli {
-    /// Logs on stderr: `text` for people, `json` (one object per line) for collectors.
+    /// Logs on stderr: `text` for people, `json` (one object per line, typed fields) for
+    /// collectors.
     #[arg(long, value_enum, global = true, default_value = "text")]
     log_format: LogFormat,
     #[command(subcommand)]
@@ -79,7 +81,7 @@ fn init_logs(format: LogFormat) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Json => builder.event_format(json_logs::JsonEvent).try_init(),
     };
 }
 
