@@ -23,6 +23,7 @@ mod json_logs;
 mod optimize;
 mod output;
 mod query;
+mod query_errors;
 mod read_only;
 mod run;
 mod vacuum;

@@ -36,15 +36,9 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
     let result = crate::runtime().block_on(async {
         let (ctx, unreadable) = cdcflow_runtime::catalog::open(&pipeline).await?;
         let df = crate::read_only::sql(&ctx, sql).await.map_err(|e| {
-            // A query of a table left out because it cannot be read: say why.
-            let text = e.to_string().to_lowercase();
-            match unreadable.into_iter().find(|u| {
-                text.contains(&format!("'{}'", u.name.to_lowercase()))
-                    || text.contains(&format!(".{}'", u.name.to_lowercase()))
-            }) {
-                Some(u) => u.error,
-                None => e,
-            }
+            // A table not created yet, misspelt, or left out because it cannot be read:
+            // say which, in the pipeline's terms.
+            crate::query_errors::explain(&ctx, &pipeline, &args.dir, sql, unreadable).unwrap_or(e)
         })?;
         let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
         let mut batches = df.collect().await?;
@@ -63,7 +57,7 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            errln!("error: {e}");
+            errln!("error: {}", crate::query_errors::message(&e));
             if let Some(h) = e.help() {
                 errln!("  help: {h}");
             }
