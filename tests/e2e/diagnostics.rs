@@ -3,18 +3,12 @@
 
 use serde_json::Value;
 
-use crate::{cdcflow, repo, stdout};
+use crate::{cdcflow_in, repo, stdout};
 
 /// (line, column, end column, help) of each diagnostic of `tests/validate/<case>`.
 fn diagnostics(case: &str) -> Vec<(u64, u64, u64, String)> {
     let dir = repo().join("tests/validate").join(case);
-    let out = cdcflow(&[
-        "validate",
-        "-p",
-        dir.to_str().expect("utf-8"),
-        "--format",
-        "json",
-    ]);
+    let out = cdcflow_in(&dir, &["validate", "--format", "json"]);
     stdout(&out)
         .lines()
         .map(|l| {

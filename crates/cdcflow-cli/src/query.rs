@@ -21,7 +21,7 @@ pub enum OutputFormat {
 }
 
 pub(crate) fn load(args: &PipelineArgs) -> Option<cdcflow_plan::Pipeline> {
-    let loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    let loaded = crate::validate::load(args);
     if loaded.has_errors() {
         print_text(&loaded.diagnostics);
         return None;
@@ -92,48 +92,64 @@ fn write(batches: &[RecordBatch], format: OutputFormat) -> Result<(), Box<dyn st
     Ok(())
 }
 
-pub fn tables(args: &PipelineArgs) -> ExitCode {
+pub fn tables(args: &PipelineArgs, json: bool) -> ExitCode {
     let Some(pipeline) = load(args) else {
         return ExitCode::from(1);
     };
-    match crate::runtime().block_on(cdcflow_runtime::catalog::tables(&pipeline)) {
-        Ok(tables) => {
-            let width = tables
-                .iter()
-                .map(|t| t.name.len())
-                .max()
-                .unwrap_or(4)
-                .max(4);
-            outln!(
-                "{:width$}  {:<17}  {:>10}  {:>7}",
-                "name",
-                "kind",
-                "rows",
-                "version"
-            );
-            let mut unreadable = false;
-            for t in tables {
-                let rows = t.rows.map_or("-".to_string(), |r| r.to_string());
-                let version = t.version.map_or("-".to_string(), |v| v.to_string());
-                outln!(
-                    "{:width$}  {:<17}  {rows:>10}  {version:>7}",
-                    t.name,
-                    t.kind
-                );
-                if let Some(e) = &t.error {
-                    errln!("error: `{}`: {e}", t.name);
-                    unreadable = true;
-                }
-            }
-            if unreadable {
-                return ExitCode::from(1);
-            }
-            ExitCode::SUCCESS
-        }
+    let tables = match crate::runtime().block_on(cdcflow_runtime::catalog::tables(&pipeline)) {
+        Ok(tables) => tables,
         Err(e) => {
             errln!("error: {e}");
-            ExitCode::from(1)
+            return ExitCode::from(1);
         }
+    };
+    if json {
+        for t in &tables {
+            outln!("{}", serde_json::to_string(t).unwrap_or_default());
+        }
+    } else {
+        print_tables(&tables);
+    }
+    let mut unreadable = false;
+    for t in &tables {
+        if let Some(e) = &t.error {
+            errln!("error: `{}`: {e}", t.name);
+            unreadable = true;
+        }
+    }
+    match unreadable {
+        true => ExitCode::from(1),
+        false => ExitCode::SUCCESS,
+    }
+}
+
+/// A line per table: its kind, SCD type (AUTO CDC targets), rows and version; a table
+/// that reads landing files is followed by its quarantine table.
+fn print_tables(tables: &[cdcflow_runtime::catalog::TableInfo]) {
+    let width = tables
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    outln!(
+        "{:width$}  {:<17}  {:>3}  {:>10}  {:>7}",
+        "name",
+        "kind",
+        "scd",
+        "rows",
+        "version"
+    );
+    let dash = || "-".to_string();
+    for t in tables {
+        let scd = t.scd_type.map_or_else(dash, |s| s.to_string());
+        let rows = t.rows.map_or_else(dash, |r| r.to_string());
+        let version = t.version.map_or_else(dash, |v| v.to_string());
+        outln!(
+            "{:width$}  {:<17}  {scd:>3}  {rows:>10}  {version:>7}",
+            t.name,
+            t.kind
+        );
     }
 }
 

@@ -104,7 +104,8 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         unresolved: Vec::new(),
         by_name: HashMap::new(),
     };
-    r.read_libraries(&config, &config_text, &conf);
+    let used = r.read_libraries(&config, &config_text, &conf);
+    r.check_overrides(&config, overrides, &used);
     r.collect();
     r.check_targets();
     let order = r.order_datasets();
