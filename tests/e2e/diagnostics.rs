@@ -55,3 +55,25 @@ fn errors_in_a_select_underline_the_identifier_and_suggest_the_nearest_name() {
     expect(14, "uper", "Possible function 'upper'");
     expect(15, "cdc_data.user", "did you mean `users`?");
 }
+
+#[test]
+fn a_read_files_source_is_never_named_by_its_internal_table() {
+    let dir = repo().join("tests/validate/select_errors");
+    let out = stdout(&cdcflow_in(&dir, &["validate", "--format", "json"]));
+    let d: Value = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .find(|d: &Value| d["line"] == 16)
+        .unwrap_or_else(|| panic!("no diagnostic on line 16: {out}"));
+    assert_eq!(
+        d["message"],
+        "'city' must appear in GROUP BY clause because it's not an aggregate expression"
+    );
+    assert!(
+        d["help"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("Either add 'city'")),
+        "{d}"
+    );
+    assert!(!out.contains("__files"), "{out}");
+}

@@ -35,11 +35,17 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
     };
     let result = crate::runtime().block_on(async {
         let (ctx, unreadable) = cdcflow_runtime::catalog::open(&pipeline).await?;
-        let df = crate::read_only::sql(&ctx, sql).await.map_err(|e| {
-            // A table not created yet, misspelt, or left out because it cannot be read:
-            // say which, in the pipeline's terms.
-            crate::query_errors::explain(&ctx, &pipeline, &args.dir, sql, unreadable).unwrap_or(e)
-        })?;
+        let df = crate::read_only::sql(&ctx, sql)
+            .await
+            .map_err(|e| match e {
+                // A table not created yet, misspelt, or left out because it cannot be read:
+                // say which, in the pipeline's terms. (A refused statement stays refused.)
+                cdcflow_runtime::RunError::DataFusion(_) => {
+                    crate::query_errors::explain(&ctx, &pipeline, &args.dir, sql, unreadable)
+                        .unwrap_or(e)
+                }
+                refused => refused,
+            })?;
         let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
         let mut batches = df.collect().await?;
         if batches.is_empty() {

@@ -13,3 +13,4 @@ CREATE MATERIALIZED VIEW in_subquery AS SELECT id FROM bronze WHERE id NOT IN (S
 CREATE MATERIALIZED VIEW no_signature AS SELECT city, sum(name) AS s FROM bronze GROUP BY city;
 CREATE MATERIALIZED VIEW misspelt_function AS SELECT uper(name) AS n FROM bronze;
 CREATE MATERIALIZED VIEW misspelt_dataset AS SELECT id FROM cdc_data.user;
+CREATE OR REFRESH STREAMING TABLE files_group_by AS SELECT city, count(*) AS n FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, city STRING') GROUP BY id;

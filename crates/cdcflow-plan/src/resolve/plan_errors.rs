@@ -13,6 +13,9 @@ use datafusion::common::{Column, SchemaError};
 use super::*;
 use crate::df_message::{NO_SIGNATURE, user_message};
 
+/// How the planner names a `read_files` source's table (`references.rs`).
+const FILES_TABLE_PREFIX: &str = "__files_";
+
 impl Resolver<'_> {
     /// Reports `err`, at its own span or else at `fallback`.
     pub(super) fn datafusion_error(&mut self, file: FileId, err: &DataFusionError, fallback: Span) {
@@ -101,8 +104,33 @@ impl Resolver<'_> {
                 None => (message, None),
             },
         };
+        let help = help.map(|h| without_internal_names(&h));
+        let message = without_internal_names(&message);
         self.error(file, span, "cdcflow::plan", message, "here", help);
     }
+}
+
+/// `text` without the qualifier of the internal table a `read_files` source is planned
+/// as (`__files_bronze_1.name` → `name`): the user never wrote that name.
+fn without_internal_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(FILES_TABLE_PREFIX) {
+        out.push_str(&rest[..at]);
+        let name = &rest[at..];
+        let end = name
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(name.len());
+        match name[end..].strip_prefix('.') {
+            Some(after) => rest = after,
+            None => {
+                out.push_str(&name[..end]);
+                rest = &name[end..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The column an error says is not there, with the columns that are.
@@ -185,5 +213,22 @@ fn find_expr(query: &Query, mut pick: impl FnMut(&SqlExpr) -> Option<Span>) -> O
     match found {
         ControlFlow::Break(span) => Some(span),
         ControlFlow::Continue(()) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_table_names_are_left_out() {
+        assert_eq!(
+            without_internal_names(
+                "Either add '__files_bronze_1.name' to GROUP BY, or ANY_VALUE(__files_bronze_1.name)"
+            ),
+            "Either add 'name' to GROUP BY, or ANY_VALUE(name)"
+        );
+        assert_eq!(without_internal_names("no table here"), "no table here");
+        assert_eq!(without_internal_names("in __files_x_2"), "in __files_x_2");
     }
 }
