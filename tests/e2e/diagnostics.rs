@@ -77,3 +77,16 @@ fn a_read_files_source_is_never_named_by_its_internal_table() {
     );
     assert!(!out.contains("__files"), "{out}");
 }
+
+#[test]
+fn an_unknown_column_of_an_auto_cdc_clause_gets_the_nearest_column() {
+    let found = diagnostics("unknown_columns");
+    let keys = found
+        .iter()
+        .find(|d| d.0 == 5)
+        .expect("KEYS (idd) on line 5");
+    assert!(
+        keys.3.starts_with("did you mean `id`? the source has:"),
+        "{keys:?}"
+    );
+}
