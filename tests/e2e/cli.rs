@@ -48,7 +48,7 @@ fn explain_prints_the_auto_cdc_plan() {
 fn explain_of_an_unknown_flow_is_a_usage_error() {
     let out = cdcflow(&["explain", "-p", &example("orders"), "--flow", "nope"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("no flow `nope`"));
+    assert!(stderr(&out).contains("no flow named `nope`"));
 }
 
 #[test]

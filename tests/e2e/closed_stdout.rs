@@ -6,7 +6,7 @@ use std::io::Read;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{cdcflow, copy_dir, repo, stderr, stdout};
+use crate::{cdcflow, repo, stderr, stdout};
 
 /// Runs `cdcflow args` with the read end of its stdout closed before it writes, after
 /// reading `read_first` bytes (as `head -c N` does).
@@ -52,9 +52,7 @@ fn assert_committed(p: &str) {
 }
 
 fn orders() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    copy_dir(&repo().join("pipelines/orders"), dir.path());
-    dir
+    crate::example_copy("orders")
 }
 
 #[test]
@@ -79,12 +77,17 @@ fn every_printing_command_ends_quietly_when_its_reader_is_gone() {
     let dir = orders();
     let p = dir.path().to_str().expect("utf-8");
     assert!(cdcflow(&["run", "-p", p]).status.success());
-    let commands: [&[&str]; 9] = [
+    let commands: [&[&str]; 14] = [
+        &["--help"],
+        &["run", "--help"],
         &["validate", "-p", p],
         &["explain", "-p", p],
         &["tables", "-p", p],
+        &["tables", "-p", p, "--format", "json"],
         &["status", "-p", p],
         &["status", "-p", p, "--json"],
+        &["vacuum", "-p", p, "--dry-run"],
+        &["optimize", "-p", p, "--format", "json"],
         &["query", "-p", p, "SELECT * FROM silver_orders_history"],
         &[
             "query",

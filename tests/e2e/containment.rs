@@ -4,7 +4,7 @@
 //! anything beside the pipeline folder.
 
 use crate::escape_attempt::{CONF, EscapeAttempt};
-use crate::{cdcflow, stderr, stdout};
+use crate::{cdcflow, cdcflow_in, stderr, stdout};
 
 #[test]
 fn names_that_climb_out_of_the_storage_folder_are_reported_and_touch_nothing_outside() {
@@ -28,7 +28,11 @@ fn names_that_climb_out_of_the_storage_folder_are_reported_and_touch_nothing_out
     );
     attempt.assert_victim_intact();
 
-    let out = cdcflow(&[&["validate", "-p", p, "--format", "json"][..], &conf].concat());
+    // From the pipeline folder, so that files are named relative to it.
+    let out = cdcflow_in(
+        &attempt.pipe,
+        &[&["validate", "--format", "json"][..], &conf].concat(),
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let text = stdout(&out);
     let reported: Vec<String> = text

@@ -114,3 +114,24 @@ fn continuous_mode_reads_a_file_created_empty_and_written_later() {
     let out = stop(child);
     assert_eq!(got, Some((3, 3)), "{out}");
 }
+
+#[test]
+fn continuous_mode_starts_each_summary_line_with_its_time() {
+    let dir = pipeline("0");
+    fs::write(dir.path().join("landing/a.json"), "{\"id\": 1}\n").expect("write");
+    let child = continuous(dir.path());
+    let got = wait_for_rows(dir.path(), 1);
+    let out = stop(child);
+    assert_eq!(got, Some((1, 1)), "{out}");
+    assert!(out.contains("pipeline `landing`"), "{out}");
+    for line in out.lines() {
+        // 2026-12-01T09:46:13.123456Z, then the summary's line.
+        let (stamp, rest) = line.split_once(' ').unwrap_or_default();
+        let shape: String = stamp
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '9' } else { c })
+            .collect();
+        assert_eq!(shape, "9999-99-99T99:99:99.999999Z", "{line}");
+        assert!(!rest.is_empty(), "{line}");
+    }
+}

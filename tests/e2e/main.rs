@@ -6,11 +6,15 @@ mod conf_values;
 mod containment;
 mod crash;
 mod damaged;
+mod diagnostics;
 mod escape_attempt;
 mod landing;
 mod landing_columns;
+mod log_format;
+mod machine_output;
 mod metrics_endpoint;
 mod optimize;
+mod query_messages;
 mod query_read_only;
 mod run_cases;
 mod run_examples;
@@ -35,6 +39,15 @@ pub fn repo() -> PathBuf {
 pub fn cdcflow(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cdcflow"))
         .args(args)
+        .output()
+        .expect("run cdcflow")
+}
+
+/// Runs `cdcflow` with `args` from the folder `cwd`.
+pub fn cdcflow_in(cwd: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(args)
+        .current_dir(cwd)
         .output()
         .expect("run cdcflow")
 }
@@ -82,6 +95,13 @@ pub fn query_csv(dir: &std::path::Path, sql: &str) -> Output {
         "--format",
         "csv",
     ])
+}
+
+/// A copy of the example pipeline `pipelines/<name>` in a temporary folder.
+pub fn example_copy(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&repo().join("pipelines").join(name), dir.path());
+    dir
 }
 
 /// The CSV output of each query, for comparing the tables of two pipeline folders.

@@ -6,7 +6,7 @@
 
 use std::fs;
 
-use crate::{cdcflow, repo, stdout};
+use crate::{cdcflow_in, repo, stdout};
 
 #[test]
 fn every_validate_case_reports_exactly_its_expected_errors() {
@@ -27,13 +27,8 @@ fn every_validate_case_reports_exactly_its_expected_errors() {
             .as_deref()
             .map(|w| w.lines().filter(|l| !l.trim().is_empty()).collect());
         let mut warnings = Vec::new();
-        let out = cdcflow(&[
-            "validate",
-            "-p",
-            case.to_str().expect("utf-8 path"),
-            "--format",
-            "json",
-        ]);
+        // From the case's folder, so that files are named as in `expected`.
+        let out = cdcflow_in(&case, &["validate", "-p", ".", "--format", "json"]);
         let mut actual = Vec::new();
         for line in stdout(&out).lines() {
             let v: serde_json::Value =

@@ -4,7 +4,7 @@
 //! stack, however long the chain. A view over a stream, read as a stream, is as
 //! incremental as the stream.
 
-use crate::{cdcflow, stderr, stdout};
+use crate::{cdcflow, cdcflow_in, stderr, stdout};
 
 /// A pipeline: a materialized view `base`, views `v1` … `v<n>` each reading the one
 /// before (`v<i>` on line `i + 1` of views.sql), and a materialized view `top` over the
@@ -41,7 +41,8 @@ fn chains_of_400_and_1000_views_are_an_error_at_the_101st_view() {
     for n in [400, 1000] {
         let dir = chain(n);
         let p = dir.path().to_str().expect("utf-8");
-        let out = cdcflow(&["validate", "-p", p, "--format", "json"]);
+        // From the pipeline folder, so that files are named relative to it.
+        let out = cdcflow_in(dir.path(), &["validate", "--format", "json"]);
         assert_eq!(out.status.code(), Some(1), "{n}: {}", stderr(&out));
         let errors: Vec<serde_json::Value> = stdout(&out)
             .lines()

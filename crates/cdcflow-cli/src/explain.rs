@@ -6,7 +6,7 @@ use crate::PipelineArgs;
 use crate::validate::print_text;
 
 pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
-    let loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    let loaded = crate::validate::load(args);
     if loaded.has_errors() {
         print_text(&loaded.diagnostics);
         return ExitCode::from(1);
@@ -14,16 +14,11 @@ pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
     let Some(pipeline) = &loaded.pipeline else {
         return ExitCode::from(1);
     };
-    if let Some(name) = only
-        && pipeline.flow(name).is_none()
-    {
-        let known: Vec<&str> = pipeline.flows.iter().map(|f| f.name.as_str()).collect();
-        errln!(
-            "error: no flow `{name}`; the pipeline has: {}",
-            known.join(", ")
-        );
-        return ExitCode::from(2);
+    let only_flow: Vec<String> = only.iter().map(|n| n.to_string()).collect();
+    if !crate::usage::flows_exist(pipeline, &only_flow) {
+        return ExitCode::from(crate::usage::EXIT);
     }
+    let cwd = std::env::current_dir().ok();
     for &i in &pipeline.order {
         let flow = &pipeline.flows[i];
         if only.is_some_and(|n| !flow.name.eq_ignore_ascii_case(n)) {
@@ -39,7 +34,7 @@ pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
             "flow {} ({kind}) -> {}  [{}:{}]",
             flow.name,
             flow.target,
-            file.path,
+            crate::validate::shown_path(&args.dir, &file.path, cwd.as_deref()),
             file.pre.original(flow.span.start).line
         );
         match &flow.plan {

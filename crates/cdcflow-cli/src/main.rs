@@ -19,11 +19,14 @@ macro_rules! errln {
 }
 
 mod explain;
+mod json_logs;
 mod optimize;
 mod output;
 mod query;
+mod query_errors;
 mod read_only;
 mod run;
+mod usage;
 mod vacuum;
 mod validate;
 
@@ -40,7 +43,8 @@ use clap::{Parser, Subcommand, ValueEnum};
     about = "Declarative change-data-capture pipelines"
 )]
 struct Cli {
-    /// Logs on stderr: `text` for people, `json` (one object per line) for collectors.
+    /// Logs on stderr: `text` for people, `json` (one object per line, typed fields) for
+    /// collectors.
     #[arg(long, value_enum, global = true, default_value = "text")]
     log_format: LogFormat,
     #[command(subcommand)]
@@ -79,7 +83,7 @@ fn init_logs(format: LogFormat) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Json => builder.event_format(json_logs::JsonEvent).try_init(),
     };
 }
 
@@ -107,6 +111,32 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected key=value, got `{s}`"))
 }
 
+/// How a command prints what it found.
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// Lines for people.
+    Text,
+    /// One JSON object per line (ndjson), for programs.
+    Json,
+}
+
+/// `--format text|json`, and `--json` for `--format json`.
+#[derive(clap::Args, Clone, Copy)]
+struct FormatArgs {
+    /// `text` for people, `json` for programs (one object per line).
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    /// The same as --format json.
+    #[arg(long)]
+    json: bool,
+}
+
+impl FormatArgs {
+    fn json(self) -> bool {
+        self.json || self.format == Format::Json
+    }
+}
+
 #[derive(Copy, Clone, ValueEnum)]
 enum DiagnosticFormat {
     /// Rendered for people, with source snippets (stderr).
@@ -121,8 +151,13 @@ enum Command {
     Validate {
         #[command(flatten)]
         pipeline: PipelineArgs,
+        /// `text`: rendered with source snippets on stderr; `json`: one object per
+        /// diagnostic on stdout (file, line, column, severity, code, message, help).
         #[arg(long, value_enum, default_value = "text")]
         format: DiagnosticFormat,
+        /// The same as --format json.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the DataFusion plan of each flow (or of one).
     Explain {
@@ -149,9 +184,8 @@ enum Command {
         /// stream (they fail until refreshed otherwise), and their readers after them.
         #[arg(long, requires = "full_refresh")]
         cascade: bool,
-        /// Print one JSON object per flow instead of the summary.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        format: FormatArgs,
         /// Keep running: process new landing files as they arrive, until SIGINT/SIGTERM.
         #[arg(long)]
         continuous: bool,
@@ -166,13 +200,20 @@ enum Command {
         pipeline: PipelineArgs,
         /// The query; tables are named as in the pipeline.
         sql: String,
+        /// How the rows are printed.
         #[arg(long, value_enum, default_value = "table")]
         format: query::OutputFormat,
+        /// The same as --format json.
+        #[arg(long)]
+        json: bool,
     },
-    /// List the pipeline's tables with their kind, row count and Delta version.
+    /// List the pipeline's tables with their kind, SCD type, quarantine table, row count
+    /// and Delta version.
     Tables {
         #[command(flatten)]
         pipeline: PipelineArgs,
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Compact tables now: small files and files with many deleted rows rewritten into
     /// right-sized ones (sorted by KEYS for AUTO CDC targets, whose state is compacted
@@ -183,17 +224,15 @@ enum Command {
         /// The tables to compact (all when none is named).
         #[arg(value_name = "TABLE")]
         tables: Vec<String>,
-        /// Print one JSON object per table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Per flow: the last run, rows in and out, lag, backlog and the last error.
     Status {
         #[command(flatten)]
         pipeline: PipelineArgs,
-        /// One JSON object per flow.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Remove the files no table version within the retention needs; say the bytes freed.
     Vacuum {
@@ -213,9 +252,8 @@ enum Command {
         /// List what would be removed, and its bytes; remove nothing.
         #[arg(long)]
         dry_run: bool,
-        /// One JSON object per table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        format: FormatArgs,
     },
 }
 
@@ -241,7 +279,14 @@ fn main() -> ExitCode {
         init_logs(cli.log_format);
     }
     let code = match cli.command {
-        Command::Validate { pipeline, format } => validate::run(&pipeline, format),
+        Command::Validate {
+            pipeline,
+            format,
+            json,
+        } => validate::run(
+            &pipeline,
+            if json { DiagnosticFormat::Json } else { format },
+        ),
         Command::Explain { pipeline, flow } => explain::run(&pipeline, flow.as_deref()),
         Command::Run {
             pipeline,
@@ -249,7 +294,7 @@ fn main() -> ExitCode {
             full_refresh,
             force,
             cascade,
-            json,
+            format,
             continuous,
             metrics_addr,
         } => run::run(
@@ -259,7 +304,7 @@ fn main() -> ExitCode {
                 full_refresh,
                 force,
                 cascade,
-                json,
+                json: format.json(),
                 continuous,
                 metrics_addr,
             },
@@ -268,16 +313,25 @@ fn main() -> ExitCode {
             pipeline,
             sql,
             format,
-        } => query::query(&pipeline, &sql, format),
-        Command::Tables { pipeline } => query::tables(&pipeline),
-        Command::Status { pipeline, json } => query::status(&pipeline, json),
+            json,
+        } => query::query(
+            &pipeline,
+            &sql,
+            if json {
+                query::OutputFormat::Json
+            } else {
+                format
+            },
+        ),
+        Command::Tables { pipeline, format } => query::tables(&pipeline, format.json()),
+        Command::Status { pipeline, format } => query::status(&pipeline, format.json()),
         Command::Vacuum {
             pipeline,
             tables,
             retain,
             force,
             dry_run,
-            json,
+            format,
         } => vacuum::run(
             &pipeline,
             &cdcflow_runtime::vacuum::VacuumOptions {
@@ -286,13 +340,13 @@ fn main() -> ExitCode {
                 force,
                 dry_run,
             },
-            json,
+            format.json(),
         ),
         Command::Optimize {
             pipeline,
             tables,
-            json,
-        } => optimize::optimize(&pipeline, &tables, json),
+            format,
+        } => optimize::optimize(&pipeline, &tables, format.json()),
     };
     output::finish(code)
 }

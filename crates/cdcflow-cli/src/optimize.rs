@@ -11,6 +11,9 @@ pub fn optimize(args: &PipelineArgs, tables: &[String], json: bool) -> ExitCode 
     let Some(pipeline) = crate::query::load(args) else {
         return ExitCode::from(1);
     };
+    if !crate::usage::tables_exist(&pipeline, tables) {
+        return ExitCode::from(crate::usage::EXIT);
+    }
     let result = crate::runtime().block_on(cdcflow_runtime::compact::optimize(&pipeline, tables));
     let done = match result {
         Ok(done) => done,

@@ -21,7 +21,7 @@ pub enum OutputFormat {
 }
 
 pub(crate) fn load(args: &PipelineArgs) -> Option<cdcflow_plan::Pipeline> {
-    let loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    let loaded = crate::validate::load(args);
     if loaded.has_errors() {
         print_text(&loaded.diagnostics);
         return None;
@@ -43,16 +43,14 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
         let (ctx, unreadable) = cdcflow_runtime::catalog::open(&pipeline).await?;
         let df = crate::read_only::sql(&ctx, &pipeline, sql)
             .await
-            .map_err(|e| {
-                // A query of a table left out because it cannot be read: say why.
-                let text = e.to_string().to_lowercase();
-                match unreadable.into_iter().find(|u| {
-                    text.contains(&format!("'{}'", u.name.to_lowercase()))
-                        || text.contains(&format!(".{}'", u.name.to_lowercase()))
-                }) {
-                    Some(u) => u.error,
-                    None => e,
+            .map_err(|e| match e {
+                // A table not created yet, misspelt, or left out because it cannot be read:
+                // say which, in the pipeline's terms. (A refused statement stays refused.)
+                cdcflow_runtime::RunError::DataFusion(_) => {
+                    crate::query_errors::explain(&ctx, &pipeline, &args.dir, sql, unreadable)
+                        .unwrap_or(e)
                 }
+                refused => refused,
             })?;
         let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
         let mut batches = df.collect().await?;
@@ -71,7 +69,7 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            errln!("error: {e}");
+            errln!("error: {}", crate::query_errors::message(&e));
             if let Some(h) = e.help() {
                 errln!("  help: {h}");
             }
@@ -106,48 +104,64 @@ fn write(batches: &[RecordBatch], format: OutputFormat) -> Result<(), Box<dyn st
     Ok(())
 }
 
-pub fn tables(args: &PipelineArgs) -> ExitCode {
+pub fn tables(args: &PipelineArgs, json: bool) -> ExitCode {
     let Some(pipeline) = load(args) else {
         return ExitCode::from(1);
     };
-    match crate::runtime().block_on(cdcflow_runtime::catalog::tables(&pipeline)) {
-        Ok(tables) => {
-            let width = tables
-                .iter()
-                .map(|t| t.name.len())
-                .max()
-                .unwrap_or(4)
-                .max(4);
-            outln!(
-                "{:width$}  {:<17}  {:>10}  {:>7}",
-                "name",
-                "kind",
-                "rows",
-                "version"
-            );
-            let mut unreadable = false;
-            for t in tables {
-                let rows = t.rows.map_or("-".to_string(), |r| r.to_string());
-                let version = t.version.map_or("-".to_string(), |v| v.to_string());
-                outln!(
-                    "{:width$}  {:<17}  {rows:>10}  {version:>7}",
-                    t.name,
-                    t.kind
-                );
-                if let Some(e) = &t.error {
-                    errln!("error: `{}`: {e}", t.name);
-                    unreadable = true;
-                }
-            }
-            if unreadable {
-                return ExitCode::from(1);
-            }
-            ExitCode::SUCCESS
-        }
+    let tables = match crate::runtime().block_on(cdcflow_runtime::catalog::tables(&pipeline)) {
+        Ok(tables) => tables,
         Err(e) => {
             errln!("error: {e}");
-            ExitCode::from(1)
+            return ExitCode::from(1);
         }
+    };
+    if json {
+        for t in &tables {
+            outln!("{}", serde_json::to_string(t).unwrap_or_default());
+        }
+    } else {
+        print_tables(&tables);
+    }
+    let mut unreadable = false;
+    for t in &tables {
+        if let Some(e) = &t.error {
+            errln!("error: `{}`: {e}", t.name);
+            unreadable = true;
+        }
+    }
+    match unreadable {
+        true => ExitCode::from(1),
+        false => ExitCode::SUCCESS,
+    }
+}
+
+/// A line per table: its kind, SCD type (AUTO CDC targets), rows and version; a table
+/// that reads landing files is followed by its quarantine table.
+fn print_tables(tables: &[cdcflow_runtime::catalog::TableInfo]) {
+    let width = tables
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    outln!(
+        "{:width$}  {:<17}  {:>3}  {:>10}  {:>7}",
+        "name",
+        "kind",
+        "scd",
+        "rows",
+        "version"
+    );
+    let dash = || "-".to_string();
+    for t in tables {
+        let scd = t.scd_type.map_or_else(dash, |s| s.to_string());
+        let rows = t.rows.map_or_else(dash, |r| r.to_string());
+        let version = t.version.map_or_else(dash, |v| v.to_string());
+        outln!(
+            "{:width$}  {:<17}  {scd:>3}  {rows:>10}  {version:>7}",
+            t.name,
+            t.kind
+        );
     }
 }
 

@@ -18,7 +18,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
-    let loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    let loaded = crate::validate::load(args);
     let shown: Vec<_> = loaded
         .diagnostics
         .iter()
@@ -30,6 +30,12 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         errln!("error: the pipeline is not valid; nothing was run");
         return ExitCode::from(1);
     };
+    let refreshed = run.full_refresh.as_deref().unwrap_or_default();
+    if !crate::usage::flows_exist(pipeline, &run.flows)
+        || !crate::usage::tables_exist(pipeline, refreshed)
+    {
+        return ExitCode::from(crate::usage::EXIT);
+    }
     if let Some(tables) = &run.full_refresh
         && !run.cascade
     {
@@ -74,7 +80,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
                     outln!("{}", serde_json::to_string(f).unwrap_or_default());
                 }
             } else {
-                print_summary(&pipeline.config.name, &report);
+                print_summary(&pipeline.config.name, &report, "");
             }
             if report.failed() {
                 ExitCode::from(1)
@@ -117,34 +123,36 @@ fn warn_broken_readers(pipeline: &cdcflow_plan::Pipeline, tables: &[String]) {
     );
 }
 
-fn print_summary(name: &str, report: &RunReport) {
+/// The summary of a run; each line starts with `stamp` (continuous mode's time of the
+/// batch, else empty).
+fn print_summary(name: &str, report: &RunReport, stamp: &str) {
     let width = report.flows.iter().map(|f| f.flow.len()).max().unwrap_or(4);
-    outln!("pipeline `{name}`");
+    outln!("{stamp}pipeline `{name}`");
     for note in &report.notes {
-        outln!("  note: {note}");
+        outln!("{stamp}  note: {note}");
     }
     for f in &report.flows {
-        outln!("  {:width$}  {}", f.flow, line(f));
+        outln!("{stamp}  {:width$}  {}", f.flow, line(f));
         if !f.expectations.is_empty() {
             outln!(
-                "  {:width$}  expectations: {}",
+                "{stamp}  {:width$}  expectations: {}",
                 "",
                 cdcflow_runtime::expectations::summary(&f.expectations)
             );
         }
         for w in &f.warnings {
-            outln!("  {:width$}  warning: {w}", "");
+            outln!("{stamp}  {:width$}  warning: {w}", "");
         }
         if let FlowOutcome::Failed { error, help } = &f.outcome {
-            errln!("error: flow `{}` failed: {error}", f.flow);
+            errln!("{stamp}error: flow `{}` failed: {error}", f.flow);
             if let Some(h) = help {
-                errln!("  help: {h}");
+                errln!("{stamp}  help: {h}");
             }
         }
     }
     for v in report.vacuumed.iter().filter(|v| v.files_removed > 0) {
         outln!(
-            "  vacuumed {}: {} file(s), {} B freed  ({} ms)",
+            "{stamp}  vacuumed {}: {} file(s), {} B freed  ({} ms)",
             v.shown_name(),
             v.files_removed,
             v.bytes_freed,
@@ -153,7 +161,7 @@ fn print_summary(name: &str, report: &RunReport) {
     }
     let failed = report.flows.iter().filter(|f| f.failed()).count();
     if failed > 0 {
-        errln!("error: {failed} flow(s) failed; work committed by the others stays");
+        errln!("{stamp}error: {failed} flow(s) failed; work committed by the others stays");
     }
 }
 
@@ -215,7 +223,18 @@ fn line(f: &FlowReport) -> String {
     }
 }
 
-/// `--continuous`: a summary per batch that did something, until SIGINT or SIGTERM.
+/// The time now, UTC, as RFC 3339 with microseconds (as `--log-format json` writes it).
+fn now() -> String {
+    use tracing_subscriber::fmt::time::FormatTime;
+    let mut text = String::new();
+    let _ = tracing_subscriber::fmt::time::SystemTime
+        .format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut text));
+    text
+}
+
+/// `--continuous`: a summary per batch that did something, until SIGINT or SIGTERM;
+/// each line starts with the time the batch ended, so that a long-running log says
+/// when each batch happened.
 fn continuous(
     pipeline: &cdcflow_plan::Pipeline,
     options: &RunOptions,
@@ -287,7 +306,7 @@ fn continuous(
                             outln!("{}", serde_json::to_string(f).unwrap_or_default());
                         }
                     } else {
-                        print_summary(&pipeline.config.name, report);
+                        print_summary(&pipeline.config.name, report, &format!("{} ", now()));
                     }
                 }
                 first = false;

@@ -11,6 +11,9 @@ pub fn run(args: &PipelineArgs, options: &VacuumOptions, json: bool) -> ExitCode
     let Some(pipeline) = crate::query::load(args) else {
         return ExitCode::from(1);
     };
+    if !crate::usage::tables_exist(&pipeline, &options.tables) {
+        return ExitCode::from(crate::usage::EXIT);
+    }
     let result = crate::runtime().block_on(cdcflow_runtime::vacuum::vacuum(&pipeline, options));
     let tables = match result {
         Ok(t) => t,

@@ -1,5 +1,6 @@
 //! `cdcflow validate`: load the pipeline and print its diagnostics.
 
+use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 use cdcflow_plan::{Diagnostic, Loaded};
@@ -7,8 +8,36 @@ use miette::{GraphicalReportHandler, GraphicalTheme};
 
 use crate::{DiagnosticFormat, PipelineArgs};
 
+/// Loads the pipeline of `args`; its diagnostics name files as seen from the current
+/// folder, as cargo does (`-p pipelines/x` → `pipelines/x/flows.sql:5:9`), so that
+/// they can be opened, and clicked in a terminal or CI log, from where the command ran.
+pub fn load(args: &PipelineArgs) -> Loaded {
+    let mut loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    let cwd = std::env::current_dir().ok();
+    for at in loaded.diagnostics.iter_mut().filter_map(|d| d.at.as_mut()) {
+        at.path = shown_path(&args.dir, &at.path, cwd.as_deref());
+    }
+    loaded
+}
+
+/// `file` (relative to the pipeline folder `dir`) relative to `cwd` when it is below
+/// it, else as `dir` was given.
+pub fn shown_path(dir: &Path, file: &str, cwd: Option<&Path>) -> String {
+    let full = dir.join(file);
+    let relative = cwd
+        .filter(|_| full.is_absolute())
+        .and_then(|cwd| full.strip_prefix(cwd).ok())
+        .unwrap_or(&full);
+    // `./flows.sql` is `flows.sql`.
+    let shown: PathBuf = relative
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect();
+    shown.to_string_lossy().replace('\\', "/")
+}
+
 pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
-    let loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    let loaded = load(args);
     match format {
         DiagnosticFormat::Text => print_text(&loaded.diagnostics),
         DiagnosticFormat::Json => print_json(&loaded.diagnostics),
@@ -91,5 +120,22 @@ fn print_json(diagnostics: &[Diagnostic]) {
             "help": d.help,
         });
         outln!("{obj}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_shown_from_the_current_folder() {
+        let cwd = Path::new("/work/repo");
+        let shown = |dir: &str| shown_path(Path::new(dir), "flows.sql", Some(cwd));
+        assert_eq!(shown("pipelines/x"), "pipelines/x/flows.sql");
+        assert_eq!(shown("./pipelines/x/"), "pipelines/x/flows.sql");
+        assert_eq!(shown("."), "flows.sql");
+        assert_eq!(shown("../other"), "../other/flows.sql");
+        assert_eq!(shown("/work/repo/pipelines/x"), "pipelines/x/flows.sql");
+        assert_eq!(shown("/elsewhere/x"), "/elsewhere/x/flows.sql");
     }
 }

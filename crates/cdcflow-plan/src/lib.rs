@@ -11,6 +11,7 @@
 
 pub mod autocdc;
 pub mod config;
+pub mod df_message;
 pub mod diagnostic;
 pub mod names;
 pub mod pipeline;
@@ -18,6 +19,7 @@ pub mod planner;
 pub mod read_files;
 mod relations;
 mod resolve;
+pub mod suggest;
 pub mod types;
 
 pub use diagnostic::{Diagnostic, Located, Severity};

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use cdcflow_plan::Pipeline;
 use cdcflow_plan::planner::session_config;
+use cdcflow_plan::{Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
 use datafusion::common::TableReference;
 use datafusion::prelude::SessionContext;
@@ -16,8 +16,14 @@ use crate::{RunError, layout};
 #[derive(Debug, Clone, Serialize)]
 pub struct TableInfo {
     pub name: String,
-    /// `streaming table` or `materialized view`.
+    /// `streaming table`, `materialized view`, or `quarantine` for the table that keeps
+    /// another's malformed landing records.
     pub kind: &'static str,
+    /// AUTO CDC targets: 1 (current state) or 2 (history).
+    pub scd_type: Option<u8>,
+    /// The quarantine table of a table that reads landing files (it exists once a run
+    /// has set a record apart).
+    pub quarantine: Option<String>,
     /// `None` until a run created it.
     pub rows: Option<u64>,
     pub version: Option<i64>,
@@ -102,30 +108,33 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
     let mut out = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
         let dir = layout::table_dir(&storage, d)?;
-        let mut info = TableInfo {
+        let flows = || pipeline.flows.iter().filter(|f| f.target == d.name);
+        let reads_files = flows().any(|f| f.inputs.iter().any(|i| matches!(i, Input::Files(_))));
+        let quarantine = reads_files.then(|| crate::quarantine::table_name(&d.name));
+        let info = TableInfo {
             name: d.name.clone(),
             kind: kind_name(d.kind),
+            scd_type: flows().find_map(|f| f.auto_cdc().map(|spec| spec.scd_type)),
+            quarantine: quarantine.clone(),
             rows: None,
             version: None,
             path: dir.clone(),
             error: None,
         };
-        if let Some(u) = unreadable.iter().find(|u| u.name == d.name) {
-            info.error = Some(u.error.with_help_inline());
-            out.push(info);
-            continue;
+        out.push(describe(&ctx, &unreadable, info).await?);
+        if let Some(name) = quarantine {
+            let info = TableInfo {
+                name,
+                kind: "quarantine",
+                scd_type: None,
+                quarantine: None,
+                rows: None,
+                version: None,
+                path: layout::quarantine_dir(&dir),
+                error: None,
+            };
+            out.push(describe(&ctx, &unreadable, info).await?);
         }
-        let table = Table::open(&dir).await?;
-        if table.exists() {
-            info.rows = Some(
-                ctx.table(TableReference::bare(d.name.as_str()))
-                    .await?
-                    .count()
-                    .await? as u64,
-            );
-        }
-        info.version = table.version();
-        out.push(info);
     }
     Ok(out)
 }
@@ -198,4 +207,27 @@ pub fn locate(pipeline: &Pipeline, name: &str) -> Result<Located, RunError> {
         );
     }
     Ok(found.clone())
+}
+
+/// `info` with the rows and version of its table, or the error that keeps it unreadable.
+async fn describe(
+    ctx: &SessionContext,
+    unreadable: &[Unreadable],
+    mut info: TableInfo,
+) -> Result<TableInfo, RunError> {
+    if let Some(u) = unreadable.iter().find(|u| u.name == info.name) {
+        info.error = Some(u.error.with_help_inline());
+        return Ok(info);
+    }
+    let table = Table::open(&info.path).await?;
+    if table.exists() {
+        info.rows = Some(
+            ctx.table(TableReference::bare(info.name.as_str()))
+                .await?
+                .count()
+                .await? as u64,
+        );
+    }
+    info.version = table.version();
+    Ok(info)
 }

@@ -18,6 +18,35 @@ pub enum FlowOutcome {
     Failed { error: String, help: Option<String> },
 }
 
+impl FlowOutcome {
+    /// `committed`, `up_to_date`, `skipped` or `failed`: the `status` of its JSON form.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Self::Committed { .. } => "committed",
+            Self::UpToDate { .. } => "up_to_date",
+            Self::Skipped { .. } => "skipped",
+            Self::Failed { .. } => "failed",
+        }
+    }
+
+    /// The batch committed, if one was.
+    pub fn batch(&self) -> Option<i64> {
+        match self {
+            Self::Committed { batch } => Some(*batch),
+            _ => None,
+        }
+    }
+
+    /// Why nothing was committed: the reason, or the error of a failed flow.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Committed { .. } => None,
+            Self::UpToDate { reason } | Self::Skipped { reason } => Some(reason),
+            Self::Failed { error, .. } => Some(error),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct FlowReport {
     pub flow: String,

@@ -184,14 +184,17 @@ pub(crate) async fn run_locked(
             }
             _ => {}
         }
+        // Typed fields (no `?Debug` text): log collectors query them.
         tracing::info!(
             flow = %r.flow,
             table = %r.target,
-            outcome = ?r.outcome,
+            outcome = r.outcome.status(),
+            batch = r.outcome.batch(),
+            reason = r.outcome.reason(),
             rows_read = r.rows_read,
             rows_written = r.rows_written,
             files = r.files,
-            lag_ms = ?r.lag_ms,
+            lag_ms = r.lag_ms,
             millis = r.millis,
             "flow finished"
         );

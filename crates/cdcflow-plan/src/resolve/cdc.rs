@@ -10,13 +10,19 @@ impl Resolver<'_> {
         clause: &str,
         available: &[String],
     ) {
+        let mut help = format!("the source has: {}", available.join(", "));
+        if let Some(near) =
+            suggest::did_you_mean(&ident.value, available.iter().map(String::as_str))
+        {
+            help = format!("{near} {help}");
+        }
         self.error(
             file,
             ident.span,
             "cdcflow::unknown_column",
             format!("unknown column `{}` in {clause}", ident.value),
             "not a column of the source",
-            Some(format!("the source has: {}", available.join(", "))),
+            Some(help),
         );
     }
 

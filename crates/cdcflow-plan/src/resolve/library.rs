@@ -1,5 +1,7 @@
 //! Reading the library files named by `pipeline.yaml`, with `${key}` substitution.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::*;
@@ -12,7 +14,9 @@ impl Resolver<'_> {
         config: &PipelineConfig,
         config_text: &Arc<str>,
         conf: &BTreeMap<String, String>,
-    ) {
+    ) -> BTreeSet<String> {
+        // The `${key}`s the files name, known or not.
+        let used = RefCell::new(BTreeSet::new());
         let storage = self.root.join(&config.storage);
         let mut paths = Vec::new();
         for pattern in &config.libraries {
@@ -63,7 +67,10 @@ impl Resolver<'_> {
             let sql = cdcflow_sql::notebook::sql_of_notebook(&text);
             let sql = sql.as_deref().unwrap_or(&text);
             let pre = if sql.contains("${") {
-                substitute(sql, |k| conf.get(k).cloned())
+                substitute(sql, |k| {
+                    used.borrow_mut().insert(k.to_string());
+                    conf.get(k).cloned()
+                })
             } else {
                 Preprocessed::verbatim(sql)
             };
@@ -78,6 +85,37 @@ impl Resolver<'_> {
                 "cdcflow::empty_pipeline",
                 "the pipeline has no SQL files",
             ));
+        }
+        used.into_inner()
+    }
+
+    /// A `--conf` key that pipeline.yaml's configuration does not define and no file
+    /// names as `${key}` changes nothing: most likely a misspelt key, so a warning.
+    pub(super) fn check_overrides(
+        &mut self,
+        config: &PipelineConfig,
+        overrides: &BTreeMap<String, String>,
+        used: &BTreeSet<String>,
+    ) {
+        let defined = config.configuration_strings();
+        for key in overrides.keys() {
+            if defined.contains_key(key) || used.contains(key) {
+                continue;
+            }
+            let known = defined.keys().chain(used).map(String::as_str);
+            let mut help = "--conf sets the value of a `${key}` in the SQL files".to_string();
+            if let Some(near) = suggest::did_you_mean(key, known) {
+                help = format!("{near} {help}");
+            }
+            self.diags.push(
+                Diagnostic::warning(
+                    "cdcflow::unused_conf",
+                    format!(
+                        "--conf `{key}` is not used: no SQL file has `${{{key}}}` and pipeline.yaml does not define it"
+                    ),
+                )
+                .help(help),
+            );
         }
     }
 

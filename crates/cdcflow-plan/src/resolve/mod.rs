@@ -26,6 +26,7 @@ use crate::pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFi
 use crate::planner::Planner;
 use crate::read_files::{FileFormat, ReadFiles};
 use crate::relations::{FilesCall, Relation, rewrite_relations};
+use crate::suggest;
 use crate::types::{arrow_type, ddl_schema};
 
 /// The result of loading a pipeline folder: the pipeline (absent only when
@@ -103,7 +104,8 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         unresolved: Vec::new(),
         by_name: HashMap::new(),
     };
-    r.read_libraries(&config, &config_text, &conf);
+    let used = r.read_libraries(&config, &config_text, &conf);
+    r.check_overrides(&config, overrides, &used);
     r.collect();
     r.check_targets();
     let order = r.order_datasets();
@@ -394,7 +396,15 @@ impl Resolver<'_> {
     fn unknown_dataset(&mut self, file: FileId, span: Span, parts: &[String]) {
         let written = parts.join(".");
         let known: Vec<&str> = self.datasets.iter().map(|d| d.name.as_str()).collect();
-        let help = if parts.len() > 1 && !parts[0].eq_ignore_ascii_case("live") {
+        let near = parts
+            .last()
+            .and_then(|name| suggest::closest(name, known.iter().copied()));
+        let help = if let Some(near) = near {
+            format!(
+                "did you mean `{near}`? the pipeline defines: {}",
+                known.join(", ")
+            )
+        } else if parts.len() > 1 && !parts[0].eq_ignore_ascii_case("live") {
             format!(
                 "`{written}` names a table outside this pipeline; cdcflow reads only the pipeline's own datasets and files (read_files)"
             )
@@ -536,6 +546,7 @@ impl Resolver<'_> {
 mod cdc;
 mod graph;
 mod library;
+mod plan_errors;
 mod references;
 mod schemas;
 mod view_depth;

@@ -164,7 +164,7 @@ impl Resolver<'_> {
                     Ok(p) => p,
                     Err(e) => {
                         let file = self.flows[f].file;
-                        self.datafusion_error(file, &e, query.span());
+                        self.query_error(file, &e, &query);
                         return None;
                     }
                 }
@@ -174,26 +174,5 @@ impl Resolver<'_> {
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         self.flows[f].plan = Some(plan);
         Some(schema)
-    }
-
-    pub(super) fn datafusion_error(&mut self, file: FileId, err: &DataFusionError, fallback: Span) {
-        let (message, span) = match err.diagnostic() {
-            Some(d) => (
-                d.message.clone(),
-                d.span.map(|s| {
-                    Span::new(
-                        Location::new(s.start.line, s.start.column),
-                        Location::new(s.end.line, s.end.column),
-                    )
-                }),
-            ),
-            None => (err.strip_backtrace(), None),
-        };
-        let message = message
-            .trim_start_matches("Error during planning: ")
-            .trim_start_matches("Schema error: ")
-            .to_string();
-        let span = span.filter(|s| *s != Span::empty()).unwrap_or(fallback);
-        self.error(file, span, "cdcflow::plan", message, "here", None);
     }
 }

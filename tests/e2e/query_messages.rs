@@ -1,0 +1,58 @@
+//! `cdcflow query`'s errors speak of the pipeline's tables: a table not created yet, a
+//! misspelt one, a column that is not there; never DataFusion's internal catalog names
+//! (`datafusion.public.x`) or error kinds (`Error during planning:`).
+
+use crate::{cdcflow, copy_dir, repo, stderr};
+
+fn query_error(p: &str, sql: &str) -> String {
+    let out = cdcflow(&["query", "-p", p, sql]);
+    assert_eq!(out.status.code(), Some(1), "{sql}: {}", stderr(&out));
+    let err = stderr(&out);
+    for internal in [
+        "datafusion",
+        "Error during planning",
+        "Schema error",
+        "public.",
+    ] {
+        assert!(!err.contains(internal), "{sql}: `{internal}` in {err}");
+    }
+    err
+}
+
+#[test]
+fn query_errors_name_the_pipeline_s_tables_and_say_what_to_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&repo().join("pipelines/orders"), dir.path());
+    let p = dir.path().to_str().expect("utf-8");
+
+    let err = query_error(p, "SELECT * FROM silver_orders_history");
+    assert!(
+        err.contains("table `silver_orders_history` has not been created yet"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("`cdcflow run -p {p}` creates it")),
+        "{err}"
+    );
+
+    let err = query_error(p, "SELECT * FROM silver_order_history");
+    assert!(
+        err.contains("unknown table `silver_order_history`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("did you mean `silver_orders_history`?"),
+        "{err}"
+    );
+
+    assert!(cdcflow(&["run", "-p", p]).status.success());
+    let err = query_error(p, "SELECT count(*) FROM bronze_order_changes__quarantine");
+    assert!(
+        err.contains("no run has set apart a malformed record"),
+        "{err}"
+    );
+    let err = query_error(p, "SELECT statsu FROM gold_orders_by_status");
+    assert!(err.contains("No field named statsu"), "{err}");
+    let err = query_error(p, "SELEC 1");
+    assert!(err.starts_with("error: syntax error: "), "{err}");
+}
