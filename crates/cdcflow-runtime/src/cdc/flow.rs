@@ -142,8 +142,8 @@ async fn stage_batch(
         return Ok(done);
     }
     let events = concat_parts(&rules.event_schema(), events)?;
-    if let Some(done) = merged::apply(rules, targets, &events, now_micros).await? {
-        return Ok(done);
+    if let Some(merge) = merged::prepare(rules, targets, &events, now_micros)? {
+        return merge.apply(targets, events).await;
     }
     if let Some(done) = streamed::apply(rules, targets, &events, now_micros).await? {
         return Ok(done);

@@ -15,6 +15,7 @@
 //!   tombstones.
 
 use std::cmp::Ordering;
+use std::ops::Range;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -259,7 +260,7 @@ pub(crate) fn apply_events(
     let mut inputs: Vec<&RecordBatch> = stored.iter().filter(|b| b.num_rows() > 0).collect();
     let event_chunk = inputs.len() as u32;
     inputs.push(events);
-    let view = View::new(rules, &inputs, event_chunk)?;
+    let mut view = View::new(rules, &inputs, event_chunk)?;
     let metrics = ApplyMetrics {
         events: events.num_rows() as u64,
         ..ApplyMetrics::default()
@@ -273,7 +274,7 @@ pub(crate) fn apply_events(
         horizon: now_micros.saturating_sub(rules.tombstone_retention_micros),
         metrics,
         kept: Vec::new(),
-        out: Output::default(),
+        out: Output::new(rules.scd2),
         new_gc: None,
     };
     let probe = walk.run(recompute);
@@ -287,9 +288,15 @@ pub(crate) fn apply_events(
     } = walk;
     metrics.late = metrics.late_applied + metrics.late_dropped;
 
+    // The output is gathered from the inputs alone: their comparable keys and sequence
+    // values, as large as the inputs' own columns of them, are let go first.
+    view.forget_order();
+    let columns = view.state_columns();
     let mut state = Vec::new();
     for (c, keep) in probe.keep.iter().enumerate() {
-        state.extend(filtered(inputs[c], keep)?);
+        if let Some(kept) = filtered(inputs[c], keep)? {
+            state.push(kept.project(&columns)?);
+        }
     }
     state.extend(view.state_batches(&kept, new_gc.or(markers.gc), markers.truncate)?);
 
@@ -331,21 +338,58 @@ struct P {
 /// No row: a null cell, or an open version's `__END_AT`.
 const NONE: P = P { c: u32::MAX, r: 0 };
 
-/// One input batch with its keys and sequence values as comparable bytes and a
-/// comparator per column.
+/// One input batch with a comparator per column.
 struct Chunk<'a> {
     batch: &'a RecordBatch,
     ops: &'a Int8Array,
     recorded: &'a Int64Array,
-    keys: Rows,
-    seq: Rows,
     cells: Vec<DynComparator>,
+}
+
+/// One input batch's keys and sequence values as comparable bytes: what orders events.
+struct Order {
+    keys: Encoded,
+    seq: Encoded,
+}
+
+/// Rows of comparable bytes ([`Rows`]), kept flat when every row has the same width, as
+/// the encodings of fixed-width types do (an integer key or sequence: nine bytes): the
+/// eight-byte offset per row [`Rows`] keeps would nearly double them.
+enum Encoded {
+    Flat { data: Vec<u8>, width: usize },
+    Rows(Rows),
+}
+
+impl Encoded {
+    fn of(rows: Rows) -> Self {
+        let Some(width) = rows.iter().next().map(|r| r.data().len()) else {
+            return Self::Rows(rows);
+        };
+        if !rows.iter().all(|r| r.data().len() == width) {
+            return Self::Rows(rows);
+        }
+        let mut data = Vec::with_capacity(width * rows.num_rows());
+        for row in rows.iter() {
+            data.extend_from_slice(row.data());
+        }
+        Self::Flat { data, width }
+    }
+
+    /// Row `i`'s bytes; rows compare as their bytes do.
+    fn row(&self, i: usize) -> &[u8] {
+        match self {
+            Self::Flat { data, width } => &data[i * width..(i + 1) * width],
+            Self::Rows(rows) => rows.row(i).data(),
+        }
+    }
 }
 
 /// The inputs of an apply, addressed by [`P`].
 struct View<'a> {
     rules: &'a Rules,
     chunks: Vec<Chunk<'a>>,
+    /// Per chunk; empty once the walk is done ([`View::forget_order`]).
+    order: Vec<Order>,
     event_chunk: u32,
 }
 
@@ -377,6 +421,7 @@ impl<'a> View<'a> {
         let seq_conv = converter(&[schema.field(rules.seq_col())])?;
         let n = rules.columns.fields().len();
         let mut chunks = Vec::with_capacity(inputs.len());
+        let mut order = Vec::with_capacity(inputs.len());
         for batch in inputs {
             let key_cols: Vec<ArrayRef> = rules
                 .keys
@@ -399,16 +444,35 @@ impl<'a> View<'a> {
                     .ok_or_else(|| {
                         ArrowError::SchemaError(format!("{RECORDED_AT} is not Int64"))
                     })?,
-                keys: key_conv.convert_columns(&key_cols)?,
-                seq: seq_conv.convert_columns(&[Arc::clone(batch.column(rules.seq_col()))])?,
                 cells,
+            });
+            let seq = Arc::clone(batch.column(rules.seq_col()));
+            order.push(Order {
+                keys: Encoded::of(key_conv.convert_columns(&key_cols)?),
+                seq: Encoded::of(seq_conv.convert_columns(&[seq])?),
             });
         }
         Ok(Self {
             rules,
             chunks,
+            order,
             event_chunk,
         })
+    }
+
+    /// Lets the comparable keys and sequence values go: nothing is ordered after the
+    /// walk, and the output is gathered from the batches.
+    fn forget_order(&mut self) {
+        self.order = Vec::new();
+    }
+
+    /// The columns of [`Rules::event_schema`] the new state keeps
+    /// ([`Rules::state_schema`]): a narrow state's few, else all.
+    fn state_columns(&self) -> Vec<usize> {
+        match self.rules.narrow_state() {
+            true => self.rules.narrow_columns(),
+            false => (0..self.rules.event_schema().fields().len()).collect(),
+        }
     }
 
     fn chunk(&self, p: P) -> &Chunk<'a> {
@@ -424,14 +488,14 @@ impl<'a> View<'a> {
     }
 
     fn key(&self, p: P) -> &[u8] {
-        self.chunk(p).keys.row(p.r as usize).data()
+        self.order[p.c as usize].keys.row(p.r as usize)
     }
 
     fn seq_cmp(&self, p: P, q: P) -> Ordering {
-        self.chunk(p)
+        self.order[p.c as usize]
             .seq
             .row(p.r as usize)
-            .cmp(&self.chunk(q).seq.row(q.r as usize))
+            .cmp(self.order[q.c as usize].seq.row(q.r as usize))
     }
 
     /// Column `c` of two rows compared, nulls first.
@@ -499,7 +563,7 @@ impl<'a> View<'a> {
     }
 
     /// The keyed rows of the chunks in `range`, in chunk order.
-    fn keyed(&self, chunks: std::ops::Range<usize>) -> Vec<P> {
+    fn keyed(&self, chunks: Range<usize>) -> Vec<P> {
         let mut out = Vec::new();
         for c in chunks {
             for (r, &op) in self.chunks[c].ops.values().iter().enumerate() {
@@ -544,12 +608,13 @@ impl<'a> View<'a> {
                 rows.push((m, op as i8));
             }
         }
-        let schema = self.rules.event_schema();
+        let (events, schema) = (self.rules.event_schema(), self.rules.state_schema());
         let n = self.rules.columns.fields().len();
-        let nulls: Vec<ArrayRef> = schema
-            .fields()
-            .iter()
-            .map(|f| new_null_array(f.data_type(), 1))
+        // Only the columns the state keeps are gathered (a narrow state's few).
+        let wanted = self.state_columns();
+        let nulls: Vec<(usize, ArrayRef)> = wanted
+            .into_iter()
+            .map(|c| (c, new_null_array(events.field(c).data_type(), 1)))
             .collect();
         let mut out = Vec::new();
         for (start, part) in rows
@@ -557,8 +622,8 @@ impl<'a> View<'a> {
             .enumerate()
             .map(|(i, p)| (i * OUT_ROWS, p))
         {
-            let mut columns: Vec<ArrayRef> = Vec::with_capacity(n + 3);
-            for (c, null) in nulls.iter().enumerate() {
+            let mut columns: Vec<ArrayRef> = Vec::with_capacity(nulls.len());
+            for &(c, ref null) in &nulls {
                 if c == self.rules.op_col() {
                     let ops: Int8Array = part.iter().map(|&(_, op)| Some(op)).collect();
                     columns.push(Arc::new(ops));
@@ -638,22 +703,32 @@ struct Probe {
 impl<'v, 'a> Walk<'v, 'a> {
     fn run(&mut self, recompute: bool) -> Probe {
         let view: &'v View<'a> = self.view;
-        let incoming = view.keyed(view.event_chunk as usize..view.event_chunk as usize + 1);
+        let events = view.event_chunk as usize;
+        let mut touched: HashMap<&'v [u8], u32> =
+            HashMap::with_capacity(view.chunks[events].batch.num_rows());
         // One group per touched key, in order of first arrival: its incoming events
-        // (`incoming[groups[g]]`, in rank order), then its stored ones.
-        let mut touched: HashMap<&'v [u8], u32> = HashMap::with_capacity(incoming.len());
-        let group_of: Vec<u32> = incoming
-            .iter()
-            .map(|&p| {
-                let next = touched.len() as u32;
-                *touched.entry(view.key(p)).or_insert(next)
-            })
-            .collect();
-        let (mut incoming, mut groups) = bucket(&incoming, &group_of, touched.len());
+        // (`incoming[groups[g]]`, in rank order), then its stored ones. The arrivals
+        // are let go once grouped.
+        let (mut incoming, mut groups) = {
+            let arrivals = view.keyed(events..events + 1);
+            let group_of: Vec<u32> = arrivals
+                .iter()
+                .map(|&p| {
+                    let next = touched.len() as u32;
+                    *touched.entry(view.key(p)).or_insert(next)
+                })
+                .collect();
+            bucket(&arrivals, &group_of, touched.len())
+        };
         for range in &groups {
-            incoming[range.clone()].sort_unstable_by(|&p, &q| view.event_order(p, q));
+            incoming[rows(range)].sort_unstable_by(|&p, &q| view.event_order(p, q));
         }
-        let mut members: Vec<(u32, P)> = Vec::new();
+        // Sized up front, as these lists are the walk's largest: grown by doubling they
+        // would hold up to twice their rows, and both copies while they move.
+        let stored_rows = view.chunks[..events].iter().map(|c| c.batch.num_rows());
+        let mut members: Vec<(u32, P)> = Vec::with_capacity(stored_rows.sum());
+        self.kept.reserve(groups.len());
+        self.out.base.reserve(groups.len());
         let mut keep = Vec::with_capacity(view.event_chunk as usize);
         for c in 0..view.event_chunk {
             let chunk = &view.chunks[c as usize];
@@ -669,7 +744,8 @@ impl<'v, 'a> Walk<'v, 'a> {
                     None if recompute => {
                         let g = groups.len() as u32;
                         touched.insert(key, g);
-                        groups.push(incoming.len()..incoming.len());
+                        let end = incoming.len() as u32;
+                        groups.push(end..end);
                         Some(g)
                     }
                     None => None,
@@ -703,7 +779,7 @@ impl<'v, 'a> Walk<'v, 'a> {
             if !stored.windows(2).all(|w| view.rank(w[0], w[1]).is_le()) {
                 stored.sort_by(|&p, &q| view.rank(p, q).then_with(|| p.cmp(&q)));
             }
-            merge_sorted(view, stored, &incoming[range.clone()], &mut scratch.merged);
+            merge_sorted(view, stored, &incoming[rows(range)], &mut scratch.merged);
             self.distinct(&scratch.merged, &mut scratch.distinct);
             self.admit(&scratch.distinct, &mut scratch.admitted);
             self.decide(&scratch.admitted);
@@ -898,9 +974,9 @@ impl<'v, 'a> Walk<'v, 'a> {
 }
 
 /// `items` grouped by `group_of` (a counting sort, stable): the items, and the range of
-/// each of the `groups` groups in them.
-fn bucket(items: &[P], group_of: &[u32], groups: usize) -> (Vec<P>, Vec<std::ops::Range<usize>>) {
-    let mut starts = vec![0usize; groups + 1];
+/// each of the `groups` groups in them (`u32`, as [`P`]'s rows: there is one a key).
+fn bucket(items: &[P], group_of: &[u32], groups: usize) -> (Vec<P>, Vec<Range<u32>>) {
+    let mut starts = vec![0u32; groups + 1];
     for &g in group_of {
         starts[g as usize + 1] += 1;
     }
@@ -910,10 +986,15 @@ fn bucket(items: &[P], group_of: &[u32], groups: usize) -> (Vec<P>, Vec<std::ops
     let ranges = (0..groups).map(|g| starts[g]..starts[g + 1]).collect();
     let mut out = vec![NONE; items.len()];
     for (&p, &g) in items.iter().zip(group_of) {
-        out[starts[g as usize]] = p;
+        out[starts[g as usize] as usize] = p;
         starts[g as usize] += 1;
     }
     (out, ranges)
+}
+
+/// A group's range of rows, to index with.
+fn rows(range: &Range<u32>) -> Range<usize> {
+    range.start as usize..range.end as usize
 }
 
 /// Event lists reused from key to key by [`Walk::run`].
@@ -946,16 +1027,27 @@ fn merge_sorted(view: &View, stored: &[P], incoming: &[P], out: &mut Vec<P>) {
 
 /// Visible rows under construction: the source of each row's cells and, for SCD type
 /// 2, the rows whose sequence values give `__START_AT` and `__END_AT`.
-#[derive(Default)]
 struct Output {
     base: Vec<P>,
     /// Rows whose cells come from several events: (row, cells).
     mixed: Vec<(usize, Vec<P>)>,
+    /// Whether rows are versions (SCD type 2): only then are `start` and `end` kept.
+    versions: bool,
     start: Vec<P>,
     end: Vec<P>,
 }
 
 impl Output {
+    fn new(versions: bool) -> Self {
+        Self {
+            base: Vec::new(),
+            mixed: Vec::new(),
+            versions,
+            start: Vec::new(),
+            end: Vec::new(),
+        }
+    }
+
     fn push(&mut self, cells: Cells, start: P, end: P) {
         match cells {
             Cells::One(p) => self.base.push(p),
@@ -964,8 +1056,10 @@ impl Output {
                 self.mixed.push((self.base.len() - 1, v));
             }
         }
-        self.start.push(start);
-        self.end.push(end);
+        if self.versions {
+            self.start.push(start);
+            self.end.push(end);
+        }
     }
 
     fn build(self, view: &View) -> Result<Vec<RecordBatch>, ArrowError> {
@@ -1006,7 +1100,7 @@ impl Output {
             for (c, indices) in own.iter().enumerate() {
                 columns.push(view.gather(c, &nulls[c], indices.as_deref().unwrap_or(&base))?);
             }
-            if rules.scd2 {
+            if self.versions {
                 let seq = rules.seq_col();
                 for bound in [&self.start, &self.end] {
                     let indices: Vec<(usize, usize)> =

@@ -33,6 +33,7 @@ impl Hasher for PreHashed {
     }
 }
 
+#[derive(Default)]
 pub(crate) struct KeySet {
     columns: Vec<ArrayRef>,
     /// Hash → the first row with it.

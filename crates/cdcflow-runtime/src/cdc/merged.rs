@@ -16,7 +16,9 @@
 //! then is, so it deletes and appends the same rows again: the result is the same.
 //!
 //! Taken when both tables exist, allow deletion vectors and can be written file by
-//! file, and the batch does not concern every key (a TRUNCATE); `None` otherwise.
+//! file, and the batch does not concern every key (a TRUNCATE): [`prepare`] says so
+//! before anything is read, so that the batch's events can be handed over whole and
+//! let go once the kernel has split them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,20 +44,30 @@ type Deletes = BTreeMap<usize, Vec<u64>>;
 /// Published rows holding members' values, each with its member (`Touch::probe`).
 type Hits = Vec<Option<(RecordBatch, Vec<u32>)>>;
 
-/// Applies `events` by merge-on-write, staging both tables' changes; `None` when the
-/// batch must take another path (known before anything is written).
-pub async fn apply(
+/// A batch that merge-on-write can take: both tables exist, allow deletion vectors and
+/// keep their columns, and the batch does not concern every key.
+pub struct Prepared {
+    rules: Rules,
+    touch: Touch,
+}
+
+/// Whether merge-on-write can take `events` (known before anything is read or written);
+/// `None` when the batch must take another path.
+pub fn prepare(
     rules: &Rules,
     targets: &Targets<'_>,
     events: &RecordBatch,
     now_micros: i64,
-) -> Result<Option<Streamed>, RunError> {
-    let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
+) -> Result<Option<Prepared>, RunError> {
     let mergeable = |table: &Table, schema: &SchemaRef, commit| {
         table.rewritable(schema, commit) && table.has_deletion_vectors()
     };
-    if !mergeable(targets.state, &state_schema, targets.state_commit)
-        || !mergeable(targets.public, &public_schema, targets.public_commit)
+    if !mergeable(targets.state, &rules.state_schema(), targets.state_commit)
+        || !mergeable(
+            targets.public,
+            &rules.public_schema(),
+            targets.public_commit,
+        )
     {
         return Ok(None);
     }
@@ -63,7 +75,33 @@ pub async fn apply(
     if touch.every_key() {
         return Ok(None);
     }
-    let touched = touched_values(rules, events)?;
+    Ok(Some(Prepared {
+        rules: rules.clone(),
+        touch,
+    }))
+}
+
+impl Prepared {
+    /// Applies `events` (those it was prepared with) by merge-on-write, staging both
+    /// tables' changes. The events are taken: the kernel lets them go once it has them
+    /// in shares, before it builds its output.
+    pub async fn apply(
+        self,
+        targets: &Targets<'_>,
+        events: RecordBatch,
+    ) -> Result<Streamed, RunError> {
+        apply(&self.rules, targets, self.touch, events).await
+    }
+}
+
+async fn apply(
+    rules: &Rules,
+    targets: &Targets<'_>,
+    mut touch: Touch,
+    events: RecordBatch,
+) -> Result<Streamed, RunError> {
+    let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
+    let touched = touched_values(rules, &events)?;
     let state_files = targets.state.files()?;
     // The state's files are read where they may hold a touched key, and where they may
     // hold an SCD type 1 tombstone past its retention, which every batch collects.
@@ -92,13 +130,16 @@ pub async fn apply(
     };
     let mut published = scan_published(&touch, &public_read, &key_schema, public_keep)?;
     published.live_rows += public_read.skipped_rows;
+    drop(touched);
 
-    let hits = match touch.tied(&members, events)? {
+    let hits = match touch.tied(&members, &events)? {
         Some(tied) if tied.len() > 0 => {
             fetch_tied(&touch, &tied, &published, &public_files, &public_schema)?
         }
         _ => vec![],
     };
+    // Both tables are read: what the kernel holds next is all the batch holds.
+    touch.forget_touched();
     let (decided, stayed) = touch.decide_keeping(members, hits, events)?;
 
     // The published rows of touched keys are replaced, except those of stored upserts
@@ -143,13 +184,13 @@ pub async fn apply(
             decided.state
         ),
     )?;
-    Ok(Some(Streamed {
+    Ok(Streamed {
         public,
         state,
         metrics: decided.metrics,
         public_rows,
         mode: Mode::Merge,
-    }))
+    })
 }
 
 /// The state's members, and where each was.

@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt32Array};
+use datafusion::arrow::compute::{concat_batches, take, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -22,27 +22,28 @@ use crate::par;
 
 /// The kernel's decision on `members` (state rows of the touched keys and the markers)
 /// and `events`; `every_key` when every stored key is a member (a recompute or a new
-/// TRUNCATE), which stays on one thread.
+/// TRUNCATE), which stays on one thread. Both inputs are taken: once split into shares
+/// they are let go, so that the kernel's work does not sit on top of them.
 pub(super) fn decide(
     rules: &Rules,
     members: RecordBatch,
     recompute: bool,
     every_key: bool,
-    events: &RecordBatch,
+    events: RecordBatch,
     now_micros: i64,
 ) -> Result<Decided, ArrowError> {
     let cores = par::cores();
     if every_key || cores < 2 || members.num_rows() + events.num_rows() < rules.min_shared_rows {
-        return apply_events(rules, &[members], recompute, events, now_micros);
+        return apply_events(rules, &[members], recompute, &events, now_micros);
     }
-    // Each share takes its rows on its own core.
-    let shares: Vec<(Vec<u32>, Vec<u32>)> = share_rows(rules, &members, cores)?
+    let member_rows = share_rows(rules, &members, cores)?;
+    let event_rows = share_rows(rules, &events, cores)?;
+    let shares: Vec<(RecordBatch, RecordBatch)> = split(members, member_rows)?
         .into_iter()
-        .zip(share_rows(rules, events, cores)?)
+        .zip(split(events, event_rows)?)
         .collect();
-    let decided = par::map(shares, |(member_rows, event_rows)| {
-        let members = take_record_batch(&members, &UInt32Array::from(member_rows))?;
-        let events = take_record_batch(events, &UInt32Array::from(event_rows))?;
+    // Each share is decided on its own core.
+    let decided = par::map(shares, |(members, events)| {
         apply_events(rules, &[members], false, &events, now_micros)
     })?;
     let mut state = Vec::new();
@@ -58,7 +59,7 @@ pub(super) fn decide(
             markers.extend(marks);
         }
     }
-    state.extend(newest_markers(&rules.event_schema(), &markers)?);
+    state.extend(newest_markers(&rules.state_schema(), &markers)?);
     Ok(Decided {
         applied: Applied {
             state,
@@ -83,6 +84,29 @@ fn share_rows(rules: &Rules, batch: &RecordBatch, n: usize) -> Result<Vec<Vec<u3
         }
     }
     Ok(rows)
+}
+
+/// `batch` as one batch per share of `rows`, a column at a time: each column of `batch`
+/// is let go once its shares are copied, so the split holds one column twice at most.
+fn split(batch: RecordBatch, rows: Vec<Vec<u32>>) -> Result<Vec<RecordBatch>, ArrowError> {
+    let indices: Vec<UInt32Array> = rows.into_iter().map(UInt32Array::from).collect();
+    let schema = batch.schema();
+    let mut shares: Vec<Vec<ArrayRef>> =
+        vec![Vec::with_capacity(schema.fields().len()); indices.len()];
+    let (_, columns, _) = batch.into_parts();
+    for column in columns {
+        for (share, at) in shares.iter_mut().zip(&indices) {
+            share.push(take(column.as_ref(), at, None)?);
+        }
+    }
+    shares
+        .into_iter()
+        .zip(&indices)
+        .map(|(columns, at)| {
+            let options = RecordBatchOptions::new().with_row_count(Some(at.len()));
+            RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)
+        })
+        .collect()
 }
 
 fn overflow() -> ArrowError {

@@ -138,7 +138,7 @@ pub async fn apply(
         return Ok(None);
     };
     let (hits, kept): (Vec<_>, Vec<usize>) = probed.into_iter().unzip();
-    let decided = touch.decide(members, hits, events)?;
+    let decided = touch.decide(members, hits, events.clone())?;
     let public_rows = kept.iter().sum::<usize>()
         + decided
             .public

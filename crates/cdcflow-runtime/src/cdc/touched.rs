@@ -70,7 +70,7 @@ pub fn apply(
     // The published rows of untouched keys are set apart while the kernel decides.
     let (decided, untouched) = std::thread::scope(|scope| {
         let filtering = scope.spawn(move || keep_rows(published, keep));
-        let decided = touch.decide(members, hits, events);
+        let decided = touch.decide(members, hits, events.clone());
         let untouched = filtering
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -152,6 +152,13 @@ impl Touch {
             },
             now_micros,
         })
+    }
+
+    /// Lets the touched keys go, once every stored row has been sorted into members and
+    /// the rest: the kernel needs only the members and the events. No row is a member
+    /// or touched afterwards.
+    pub(crate) fn forget_touched(&mut self) {
+        self.touched = KeySet::default();
     }
 
     /// Where a stored state row keeps its operation and its recording time.
@@ -290,11 +297,12 @@ impl Touch {
 
     /// The kernel's decision on the `members` (all of them, in the state's columns)
     /// and the batch's `events`, given the `hits` of every published batch probed.
+    /// Both are taken, to be let go once the kernel has them in shares.
     pub(crate) fn decide(
         &self,
         members: RecordBatch,
         hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
-        events: &RecordBatch,
+        events: RecordBatch,
     ) -> Result<TouchedDecided, ArrowError> {
         let (decided, stayed) = self.decide_keeping(members, hits, events)?;
         match stayed.map_or(0, |s| s.len()) {
@@ -311,7 +319,7 @@ impl Touch {
         &self,
         members: RecordBatch,
         hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
-        events: &RecordBatch,
+        events: RecordBatch,
     ) -> Result<(TouchedDecided, Option<KeySet>), ArrowError> {
         let rules = &self.rules;
         let values = rules
@@ -334,20 +342,13 @@ impl Touch {
             public,
             metrics,
         } = decided.applied;
-        let (state, stayed) = match &values {
-            Some(values) => {
-                let stayed = values.stayed(&self.layout, &decided_state, rules)?;
-                let narrow = rules.narrow_columns();
-                let state = decided_state
-                    .iter()
-                    .map(|batch| batch.project(&narrow))
-                    .collect::<Result<_, _>>()?;
-                (state, Some(stayed))
-            }
-            None => (decided_state, None),
+        // The kernel gives a narrow state's rows in its columns already.
+        let stayed = match &values {
+            Some(values) => Some(values.stayed(&self.layout, &decided_state)?),
+            None => None,
         };
         let decided = TouchedDecided {
-            state,
+            state: decided_state,
             public,
             metrics,
             recomputed: decided.recomputed,
@@ -416,8 +417,9 @@ struct Values {
     members: RecordBatch,
     /// The published rows of member upserts, a batch per published batch with any.
     values: Vec<RecordBatch>,
-    /// Per member row: (batch, row) of `values` holding its key's published row.
-    at: Vec<Option<(usize, usize)>>,
+    /// Per member row: (batch, row) of `values` holding its key's published row
+    /// (`u32`s: there is one per member).
+    at: Vec<Option<(u32, u32)>>,
 }
 
 impl Values {
@@ -433,8 +435,8 @@ impl Values {
             if hit_members.is_empty() {
                 continue;
             }
-            let b = found.values.len();
-            for (r, m) in hit_members.into_iter().enumerate() {
+            let b = found.values.len() as u32;
+            for (r, m) in (0u32..).zip(hit_members) {
                 found.at[m as usize].get_or_insert((b, r));
             }
             found.values.push(batch);
@@ -445,13 +447,9 @@ impl Values {
 
 impl Values {
     /// The keys of the stored upserts without values that stayed their key's winner
-    /// in `decided_state`: their published rows are theirs, unchanged.
-    fn stayed(
-        &self,
-        layout: &Layout,
-        decided_state: &[RecordBatch],
-        rules: &Rules,
-    ) -> Result<KeySet, ArrowError> {
+    /// in `decided_state` (rows of the narrow state): their published rows are theirs,
+    /// unchanged.
+    fn stayed(&self, layout: &Layout, decided_state: &[RecordBatch]) -> Result<KeySet, ArrowError> {
         let keys = key_columns(&self.members, &layout.keys);
         let ops = self.members.column(layout.op).as_primitive::<Int8Type>();
         let missing: Vec<usize> = (0..self.members.num_rows())
@@ -464,12 +462,12 @@ impl Values {
         let mut missing_columns = keys.clone();
         missing_columns.push(Arc::clone(self.members.column(layout.seq)));
         let missing = KeySet::new(missing_columns, missing)?;
-        let mut columns = rules.keys.clone();
-        columns.push(rules.seq_col());
+        let mut columns = layout.keys.clone();
+        columns.push(layout.seq);
         let mut stayed = Vec::new();
         for batch in decided_state {
             let kept = key_columns(batch, &columns);
-            let ops = batch.column(rules.op_col()).as_primitive::<Int8Type>();
+            let ops = batch.column(layout.op).as_primitive::<Int8Type>();
             stayed.extend(
                 missing
                     .find(&kept, &hashes(&kept)?)?
@@ -490,12 +488,15 @@ fn widen(
     rules: &Rules,
     members: &RecordBatch,
     values: &[RecordBatch],
-    at: &[Option<(usize, usize)>],
+    at: &[Option<(u32, u32)>],
 ) -> Result<RecordBatch, ArrowError> {
     let schema = rules.event_schema();
     let narrow = rules.narrow_columns();
     let none = values.len();
-    let indices: Vec<(usize, usize)> = at.iter().map(|a| a.unwrap_or((none, 0))).collect();
+    let indices: Vec<(usize, usize)> = at
+        .iter()
+        .map(|a| a.map_or((none, 0), |(b, r)| (b as usize, r as usize)))
+        .collect();
     // A column per core at a time: the gathers are independent.
     let columns = par::map(
         schema.fields().iter().enumerate().collect(),

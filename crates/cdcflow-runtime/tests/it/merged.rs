@@ -97,9 +97,13 @@ impl Target {
             public: &public,
             public_commit: &self.public_commit,
         };
-        merged::apply(rules, &targets, events, 0)
-            .await
-            .expect("merged apply")
+        let merge = merged::prepare(rules, &targets, events, 0).expect("prepare")?;
+        Some(
+            merge
+                .apply(&targets, events.clone())
+                .await
+                .expect("merged apply"),
+        )
     }
 
     async fn commit(&self, done: Streamed) {
