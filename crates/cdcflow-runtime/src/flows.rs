@@ -222,9 +222,9 @@ async fn execute(
     Ok((stored, batches))
 }
 
-/// The failure for malformed records under `bad_records: fail`: the first one named by
-/// file and line.
-fn malformed(bad: &[(quarantine::Source, BadRecord)]) -> RunError {
+/// The failure for malformed records under `bad_records: fail` (and wherever they cannot
+/// be quarantined): the first one named by file and line.
+pub(crate) fn malformed(bad: &[(quarantine::Source, BadRecord)]) -> RunError {
     let (file, first) = &bad[0];
     let file = &file.shown;
     let at = first

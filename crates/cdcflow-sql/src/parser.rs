@@ -807,7 +807,8 @@ impl<'a> StatementParser<'a> {
     fn auto_cdc(&mut self, start: Location, once: bool, legacy: bool) -> Result<AutoCdc> {
         let target = self.dataset_name()?;
         self.expect_words(&["FROM"])?;
-        if self.peek_is("SNAPSHOT") {
+        // `FROM SNAPSHOT (query)`; a source named `snapshot` has no parenthesis after it.
+        if self.peek_is("SNAPSHOT") && matches!(self.p.peek_nth_token_ref(1).token, Token::LParen) {
             return Err(self
                 .unsupported("AUTO CDC FROM SNAPSHOT is not supported")
                 .with_help(

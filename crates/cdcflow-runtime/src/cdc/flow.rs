@@ -321,6 +321,14 @@ async fn read_source(
             rc.reader()
                 .register(&input, progress, &mut planner, &mut inputs)
                 .await?;
+            // Landing records the view's `read_files` could not read have no quarantine
+            // here (it belongs to a streaming table): the batch fails naming them rather
+            // than losing them.
+            if !inputs.quarantine.is_empty() {
+                return Err(crate::flows::malformed(&inputs.quarantine).with_help(
+                    "fix the file and land the fixed copy as a new file; to keep malformed records apart instead, read the landing files into a streaming table (bronze) and the view from it: a streaming table quarantines them",
+                ));
+            }
             let df = rc.ctx.read_table(planner_table(&planner, &source.name)?)?;
             let rows = df.collect().await?;
             let has_new = match spec.streaming {
