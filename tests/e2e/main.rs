@@ -14,6 +14,7 @@ mod log_format;
 mod machine_output;
 mod metrics_endpoint;
 mod optimize;
+mod partitioning;
 mod query_messages;
 mod query_read_only;
 mod run_cases;

@@ -197,11 +197,26 @@ fn parquet_landing_files_are_read_incrementally() {
     );
 }
 
+/// What `script` prints (one JSON value), run by `python` with the Delta table
+/// folder `table` as its argument.
+pub(crate) fn python_json(
+    python: &str,
+    script: &str,
+    table: &std::path::Path,
+) -> serde_json::Value {
+    let out = Command::new(python)
+        .args(["-c", script, table.to_str().expect("utf-8")])
+        .output()
+        .expect("python");
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(stdout(&out).trim()).expect("json")
+}
+
 /// The Python with the `deltalake` package (delta-rs' Python reader) that the
 /// round-trip tests read tables with: `CDCFLOW_PYTHON`, else the venv `.ci/py-delta`
 /// makes, else `python3`. Without one those tests fail, saying how to get it: a test
 /// that passed without its reader would claim a check that did not happen.
-fn python_with_deltalake() -> String {
+pub(crate) fn python_with_deltalake() -> String {
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     find_python_with_deltalake(std::env::var("CDCFLOW_PYTHON").ok(), home.as_deref())
         .unwrap_or_else(|e| panic!("{e}"))
@@ -292,12 +307,7 @@ print(json.dumps({"version": t.version(), "rows": out}))
 sys.stdout.flush()
 os._exit(0)
 "#;
-    let out = Command::new(&python)
-        .args(["-c", script, table.to_str().expect("utf-8")])
-        .output()
-        .expect("python");
-    assert!(out.status.success(), "{}", stderr(&out));
-    let theirs: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let theirs = python_json(&python, script, &table);
     let ours: Vec<serde_json::Value> = json_rows(
         p,
         "SELECT order_id, customer_id, status, CAST(amount AS VARCHAR) AS amount, \

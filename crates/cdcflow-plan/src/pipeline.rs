@@ -55,6 +55,11 @@ pub struct Dataset {
     pub schema: Option<SchemaRef>,
     /// `TBLPROPERTIES`, keys as written.
     pub properties: BTreeMap<String, String>,
+    /// `PARTITIONED BY`: the Delta partition columns, named as the schema names them
+    /// (as written while the schema is unknown).
+    pub partition_columns: Vec<String>,
+    /// `CLUSTER BY`: the columns rows are sorted by within the files a write makes.
+    pub cluster_columns: Vec<String>,
 }
 
 impl Dataset {

@@ -67,7 +67,17 @@ pub async fn answer(pipeline: &Pipeline, statement: &Describe) -> Result<RecordB
             let t = Table::open(&located.dir).await?;
             history::to_batch(&history::entries(&t, *limit).await?)
         }
-        Describe::Detail { table } => detail(&catalog::locate(pipeline, table)?).await,
+        Describe::Detail { table } => {
+            let located = catalog::locate(pipeline, table)?;
+            // Clustering is the definition's: the Delta log keeps no trace of it.
+            let clustering = pipeline
+                .datasets
+                .iter()
+                .find(|d| d.name.eq_ignore_ascii_case(&located.name))
+                .map(|d| d.cluster_columns.clone())
+                .unwrap_or_default();
+            detail(&located, &clustering).await
+        }
         Describe::ShowTables => show_tables(pipeline),
     }
 }
@@ -94,7 +104,7 @@ fn show_tables(pipeline: &Pipeline) -> Result<RecordBatch, RunError> {
 }
 
 /// `DESCRIBE DETAIL`: one row, Databricks' columns, and the table's version and kind.
-async fn detail(located: &Located) -> Result<RecordBatch, RunError> {
+async fn detail(located: &Located, clustering: &[String]) -> Result<RecordBatch, RunError> {
     let table = Table::open(&located.dir).await?;
     let Some(t) = &table.table else {
         return Err(RunError::input(format!(
@@ -135,6 +145,12 @@ async fn detail(located: &Located) -> Result<RecordBatch, RunError> {
         partitions.values().append_value(c);
     }
     partitions.append(true);
+    let mut clustering_columns = ListBuilder::new(StringBuilder::new());
+    for c in clustering {
+        clustering_columns.values().append_value(c);
+    }
+    clustering_columns.append(true);
+    let clustering = clustering_columns.finish();
     let mut features = ListBuilder::new(StringBuilder::new());
     let mut all_features = strings(&protocol, "readerFeatures");
     all_features.extend(strings(&protocol, "writerFeatures"));
@@ -176,6 +192,7 @@ async fn detail(located: &Located) -> Result<RecordBatch, RunError> {
         Field::new("createdAt", ts(), true),
         Field::new("lastModified", ts(), true),
         Field::new("partitionColumns", partitions.data_type().clone(), true),
+        Field::new("clusteringColumns", clustering.data_type().clone(), true),
         i("numFiles"),
         i("sizeInBytes"),
         Field::new("properties", properties.data_type().clone(), true),
@@ -194,6 +211,7 @@ async fn detail(located: &Located) -> Result<RecordBatch, RunError> {
         one_ts(int(&metadata, "createdTime")),
         one_ts(last_modified),
         Arc::new(partitions),
+        Arc::new(clustering),
         one_int(Some(files.len() as i64)),
         one_int(Some(bytes)),
         Arc::new(properties),

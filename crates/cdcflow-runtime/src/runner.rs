@@ -3,10 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use cdcflow_plan::{Flow, FlowKind, Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::prelude::SessionContext;
 
 use crate::cascade::{self, reset_allowed};
@@ -38,7 +40,7 @@ pub struct RunOptions {
 
 /// A callback told the name of each flow as it starts.
 #[derive(Clone)]
-pub struct Progress(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+pub struct Progress(pub Arc<dyn Fn(&str) + Send + Sync>);
 
 impl std::fmt::Debug for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -402,23 +404,30 @@ async fn full_refresh(
             .iter()
             .map(|f| (layout::app_id(&f.name), -1))
             .collect();
-        for dir in [
-            layout::table_dir(storage, d)?,
-            layout::state_dir(storage, &d.name)?,
+        // The published table takes its definition's partitioning afresh; the state
+        // keeps its own.
+        for (dir, partitions) in [
+            (
+                layout::table_dir(storage, d)?,
+                Some(d.partition_columns.clone()),
+            ),
+            (layout::state_dir(storage, &d.name)?, None),
         ] {
             let table = Table::open(&dir).await?;
             let Some(t) = &table.table else { continue };
-            let schema = t
+            let stored = t
                 .snapshot()
                 .map_err(|e| RunError::delta(&dir, e))?
                 .snapshot()
                 .arrow_schema();
+            let schema = with_partition_columns(stored, partitions.as_deref(), d.schema.as_ref());
             let commit = Commit {
                 txns: txns.clone(),
                 name: d.name.clone(),
                 operation: Operation::FullRefresh {
                     flows: flows.iter().map(|f| f.name.clone()).collect(),
                 },
+                partition_columns: partitions,
                 ..Commit::default()
             };
             delta::write(&dir, &schema, vec![], Mode::Overwrite, &commit).await?;
@@ -428,4 +437,28 @@ async fn full_refresh(
         }
     }
     Ok(notes)
+}
+
+/// The stored schema of a table being refreshed, with the new partition columns it lacks
+/// (from the definition's schema): the empty version a full refresh commits must hold
+/// the columns it is partitioned by.
+fn with_partition_columns(
+    stored: SchemaRef,
+    partitions: Option<&[String]>,
+    declared: Option<&SchemaRef>,
+) -> SchemaRef {
+    let (Some(partitions), Some(declared)) = (partitions, declared) else {
+        return stored;
+    };
+    let missing: Vec<_> = partitions
+        .iter()
+        .filter(|c| stored.field_with_name(c).is_err())
+        .filter_map(|c| declared.field_with_name(c).ok().cloned())
+        .collect();
+    if missing.is_empty() {
+        return stored;
+    }
+    let mut fields: Vec<_> = stored.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.extend(missing);
+    Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
 }

@@ -3,14 +3,17 @@
 use super::*;
 
 impl Resolver<'_> {
+    /// An unknown column of `clause`, with the columns of `owner` (`the source`, or a
+    /// table named in backquotes) and the nearest of them.
     pub(super) fn column_error(
         &mut self,
         file: FileId,
         ident: &Ident,
         clause: &str,
         available: &[String],
+        owner: &str,
     ) {
-        let mut help = format!("the source has: {}", available.join(", "));
+        let mut help = format!("{owner} has: {}", available.join(", "));
         if let Some(near) =
             suggest::did_you_mean(&ident.value, available.iter().map(String::as_str))
         {
@@ -21,7 +24,7 @@ impl Resolver<'_> {
             ident.span,
             "cdcflow::unknown_column",
             format!("unknown column `{}` in {clause}", ident.value),
-            "not a column of the source",
+            &format!("not a column of {owner}"),
             Some(help),
         );
     }
@@ -40,7 +43,7 @@ impl Resolver<'_> {
             match available.iter().find(|a| a.eq_ignore_ascii_case(&i.value)) {
                 Some(a) => out.push(a.clone()),
                 None => {
-                    self.column_error(file, i, clause, available);
+                    self.column_error(file, i, clause, available, "the source");
                     ok = false;
                 }
             }
@@ -122,7 +125,7 @@ impl Resolver<'_> {
             std::ops::ControlFlow::<()>::Continue(())
         });
         for i in &unknown {
-            self.column_error(file, i, clause, available);
+            self.column_error(file, i, clause, available, "the source");
         }
         unknown.is_empty()
     }

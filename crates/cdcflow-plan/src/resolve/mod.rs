@@ -111,6 +111,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     let order = r.order_datasets();
     r.check_view_depth(&order);
     r.derive_schemas(&order);
+    r.check_layouts();
     // Landing-file schemas were inferred once here; the run reuses them.
     for flow in &mut r.flows {
         for input in &mut flow.inputs {
@@ -350,6 +351,14 @@ impl Resolver<'_> {
             .iter()
             .map(|p| (p.key.clone(), p.value.clone()))
             .collect();
+        let partition_columns = ident_list(&def.partitioned_by)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let cluster_columns = ident_list(&def.cluster_by)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         self.datasets.push(Dataset {
             name,
             kind: def.kind,
@@ -357,6 +366,8 @@ impl Resolver<'_> {
             file,
             schema: None,
             properties,
+            partition_columns,
+            cluster_columns,
         });
         true
     }
@@ -545,6 +556,7 @@ impl Resolver<'_> {
 
 mod cdc;
 mod graph;
+mod layout;
 mod library;
 mod plan_errors;
 mod references;

@@ -174,14 +174,16 @@ async fn apply(
             &public_files,
             public_deletes,
             &public_schema,
-            appended
+            appended,
+            targets.public_commit
         ),
         merge::stage(
             targets.state,
             &state_files,
             member_at,
             &state_schema,
-            decided.state
+            decided.state,
+            targets.state_commit
         ),
     )?;
     Ok(Streamed {

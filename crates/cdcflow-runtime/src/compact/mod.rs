@@ -169,11 +169,16 @@ fn targets_of(pipeline: &Pipeline, storage: &Path, d: &Dataset) -> Result<Vec<Ta
         FlowKind::AutoCdc(spec) => Some(spec.keys.clone()),
         FlowKind::Query { .. } => None,
     });
+    // A clustered table is sorted by its clustering columns instead.
+    let published_order = match d.cluster_columns.is_empty() {
+        true => keys.clone().unwrap_or_default(),
+        false => d.cluster_columns.clone(),
+    };
     let mut out = vec![Target {
         dir: layout::table_dir(storage, d)?,
         dataset: d.name.clone(),
         state: false,
-        keys: keys.clone().unwrap_or_default(),
+        keys: published_order,
     }];
     if let Some(keys) = keys {
         out.push(Target {

@@ -9,19 +9,14 @@
 //! ids stay as they were. A crash before the commit leaves the new files unreferenced:
 //! the table reads as before.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use datafusion::arrow::array::{RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{
-    LexicographicalComparator, SortColumn, concat_batches, take_record_batch,
-};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, LogicalFileView};
 use deltalake::protocol::DeltaOperation;
 use deltalake::{DeltaTable, DeltaTableError};
-use url::Url;
+use std::path::{Path, PathBuf};
 
 use super::TableCompaction;
 use super::choose::{self, FileFacts, Policy};
@@ -83,16 +78,27 @@ impl Target {
             .collect();
         let facts: Vec<FileFacts> = views.iter().map(|v| facts(v, keys.first())).collect();
         out.files_before = views.len();
-        let victims = choose::victims(&facts, policy, !keys.is_empty());
+        // Files of different partitions are never written together: each partition
+        // is judged and rewritten on its own.
+        let mut victims = Vec::new();
+        let mut groups = Vec::new();
+        for members in partitions(&views) {
+            let part: Vec<FileFacts> = members.iter().map(|&i| facts[i].clone()).collect();
+            let chosen = choose::victims(&part, policy, !keys.is_empty());
+            for group in choose::groups(&part, &chosen) {
+                groups.push(group.into_iter().map(|j| members[j]).collect::<Vec<_>>());
+            }
+            victims.extend(chosen.into_iter().map(|j| members[j]));
+        }
         if victims.is_empty() {
             return Ok(out);
         }
         let target = choose::target_rows(&facts);
         let mut adds = Vec::new();
-        for group in choose::groups(&facts, &victims) {
+        for group in groups {
             let rows = self.read_group(&views, &group, &schema)?;
             out.rows += rows.num_rows() as u64;
-            let rows = sorted(rows, &keys)?;
+            let rows = delta::sorted(rows, &keys)?;
             adds.extend(write_files(t, &schema, &rows, target).await.map_err(err)?);
         }
         out.files_removed = victims.len();
@@ -140,6 +146,21 @@ impl Target {
     }
 }
 
+/// The indexes of `views` by partition (all of them together for an unpartitioned
+/// table), each in log order.
+fn partitions(views: &[LogicalFileView]) -> Vec<Vec<usize>> {
+    let mut by_values: std::collections::BTreeMap<Vec<(String, Option<String>)>, Vec<usize>> =
+        Default::default();
+    for (i, view) in views.iter().enumerate() {
+        #[allow(deprecated)]
+        let mut values: Vec<(String, Option<String>)> =
+            view.add_action().partition_values.into_iter().collect();
+        values.sort();
+        by_values.entry(values).or_default().push(i);
+    }
+    by_values.into_values().collect()
+}
+
 /// The live rows of one data file, in `schema`.
 ///
 /// The one place compaction reads a file: its live rows, deletion vector applied.
@@ -148,24 +169,8 @@ fn read_live(
     view: &LogicalFileView,
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, RunError> {
-    let file = delta::data_file(dir, local_file(dir, &view.path())?, view)?;
+    let file = delta::data_file(dir, delta::local_file_of(dir, view)?, view)?;
     delta::read::read_files(&[file], schema)
-}
-
-/// A data file of the table at `dir` as a local path: relative in the log, or a
-/// `file://` URL.
-fn local_file(dir: &Path, path: &str) -> Result<PathBuf, RunError> {
-    if !path.contains("://") {
-        return Ok(dir.join(path));
-    }
-    Url::parse(path)
-        .ok()
-        .filter(|u| u.scheme() == "file")
-        .and_then(|u| u.to_file_path().ok())
-        .ok_or_else(|| RunError::File {
-            path: dir.to_path_buf(),
-            message: format!("data file {path} is not on the local disk"),
-        })
 }
 
 /// What the log says about a file; `key` names the column whose smallest value orders
@@ -185,26 +190,6 @@ fn facts(view: &LogicalFileView, key: Option<&&str>) -> FileFacts {
     }
 }
 
-/// `rows` ordered by the columns `keys` (as they are without keys). The sort is stable:
-/// rows of one key keep their order.
-fn sorted(rows: RecordBatch, keys: &[&str]) -> Result<RecordBatch, RunError> {
-    if keys.is_empty() || rows.num_rows() < 2 {
-        return Ok(rows);
-    }
-    let columns: Vec<SortColumn> = keys
-        .iter()
-        .filter_map(|k| rows.column_by_name(k))
-        .map(|c| SortColumn {
-            values: Arc::clone(c),
-            options: None,
-        })
-        .collect();
-    let order = LexicographicalComparator::try_new(&columns)?;
-    let mut indices: Vec<u32> = (0..rows.num_rows() as u32).collect();
-    indices.sort_by(|&a, &b| order.compare(a as usize, b as usize));
-    Ok(take_record_batch(&rows, &UInt32Array::from(indices))?)
-}
-
 /// `rows` written as new data files of `table` of at most `target` rows each, evenly
 /// cut, encoded at once; their adds change no data.
 async fn write_files(
@@ -217,9 +202,11 @@ async fn write_files(
         return Ok(vec![]);
     }
     let per_file = choose::rows_per_file(rows.num_rows(), target);
+    // The table exists: its own partitioning is kept, and the rows come sorted.
+    let layout = delta::FileLayout::default();
     let writes = (0..rows.num_rows()).step_by(per_file).map(|start| {
         let part = rows.slice(start, per_file.min(rows.num_rows() - start));
-        delta::stage_files(table, schema, vec![part])
+        delta::stage_files(table, schema, vec![part], &layout)
     });
     let mut adds = Vec::new();
     for action in futures::future::try_join_all(writes)

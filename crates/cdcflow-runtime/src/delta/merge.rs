@@ -18,7 +18,7 @@ use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderO
 use deltalake::kernel::{Action, Add, Remove};
 
 use super::deletion_vectors::VectorFile;
-use super::{DataFile, Staged, StagedData, Table, parallel};
+use super::{Commit, DataFile, Staged, StagedData, Table, parallel};
 use crate::RunError;
 
 /// Stages a merge-on-write of `table`: the rows at `deleted` (positions per index into
@@ -31,6 +31,7 @@ pub async fn stage(
     deleted: BTreeMap<usize, Vec<u64>>,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
+    commit: &Commit,
 ) -> Result<Staged, RunError> {
     let dir = table.dir.clone();
     let Some(delta) = table.table.clone() else {
@@ -42,7 +43,7 @@ pub async fn stage(
     let mut actions = Vec::new();
     if batches.iter().any(|b| b.num_rows() > 0) {
         actions.extend(
-            parallel::stage(&delta, schema, batches)
+            parallel::stage(&delta, schema, batches, &commit.file_layout())
                 .await
                 .map_err(|e| RunError::delta(&dir, e))?,
         );

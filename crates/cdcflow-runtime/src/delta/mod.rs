@@ -17,6 +17,7 @@ use url::Url;
 
 use crate::RunError;
 
+mod cluster;
 mod data_file;
 mod deletion_vectors;
 mod encoding;
@@ -24,15 +25,17 @@ pub mod lineage;
 pub(crate) mod merge;
 pub mod operation;
 mod parallel;
+mod partitioning;
 pub mod pruning;
 pub(crate) mod read;
 mod rewrite;
 mod sink;
 
+pub(crate) use cluster::sorted;
 pub use data_file::DataFile;
 pub use operation::Operation;
 /// Data files written in cdcflow's encodings, uncommitted: compaction's output.
-pub(crate) use parallel::stage as stage_files;
+pub(crate) use parallel::{FileLayout, stage as stage_files};
 pub use read::read_parquet;
 pub use rewrite::{Rewrite, rewrite};
 pub use sink::Sink;
@@ -223,15 +226,11 @@ impl Table {
             return Ok(vec![]);
         };
         let snapshot = t.snapshot().map_err(|e| self.err(e))?;
-        let log_store = t.log_store();
         snapshot
             .snapshot()
             .log_data()
             .iter()
-            .map(|view| {
-                let uri = log_store.to_uri(&view.object_store_path());
-                data_file(&self.dir, local_path(&self.dir, &uri)?, &view)
-            })
+            .map(|view| data_file(&self.dir, local_file_of(&self.dir, &view)?, &view))
             .collect()
     }
 
@@ -319,18 +318,14 @@ impl Table {
             for action in actions {
                 match action {
                     Action::Add(add) if add.data_change => {
-                        let uri = t.log_store().to_uri(
-                            &deltalake::Path::from_url_path(&add.path).map_err(|e| {
-                                RunError::input(format!(
-                                    "{}: bad data file path {}: {e}",
-                                    self.dir.display(),
-                                    add.path
-                                ))
-                            })?,
-                        );
-                        let path = local_path(&self.dir, &uri)?;
+                        let path = data_file_path(&self.dir, &add.path)?;
                         let origin = landing.clone().unwrap_or_else(|| add.path.clone());
-                        for batch in read_parquet(&path, schema)? {
+                        let file = DataFile {
+                            path,
+                            deleted: None,
+                            add: Some(add),
+                        };
+                        for batch in read::read_files(std::slice::from_ref(&file), schema)? {
                             out.push((origin.clone(), batch));
                         }
                     }
@@ -472,6 +467,11 @@ pub struct Commit {
     pub landing_files: Vec<String>,
     /// What the commit does, for its `commitInfo` (`DESCRIBE HISTORY`).
     pub operation: Operation,
+    /// The table's declared partition columns (`PARTITIONED BY`, none for an
+    /// unpartitioned table); `None` keeps whatever the table has (cdcflow's own tables).
+    pub partition_columns: Option<Vec<String>>,
+    /// `CLUSTER BY`: the columns the rows of each write are sorted by.
+    pub cluster_columns: Vec<String>,
 }
 
 const TWO_RUNS_HELP: &str = "are two cdcflow runs using this storage folder? Run again when it is alone: the next run goes on from what is committed";
@@ -525,7 +525,7 @@ pub async fn stage(
         .map_err(|e| RunError::delta(dir, e))?;
     let data = match parallel::applies(&table, schema, commit) {
         true => StagedData::Files(
-            parallel::stage(&table, schema, batches)
+            parallel::stage(&table, schema, batches, &commit.file_layout())
                 .await
                 .map_err(|e| RunError::delta(dir, e))?,
         ),
@@ -548,6 +548,7 @@ impl Staged {
     pub async fn commit(self, mode: Mode, commit: &Commit) -> Result<(), RunError> {
         let dir = self.dir.clone();
         let read_version = self.table.version();
+        commit.check_partitioning(&dir, &self.table, mode)?;
         if mode == Mode::Append {
             commit.refuse_committed(&dir, &self.table).await?;
         }
@@ -573,9 +574,10 @@ impl Staged {
             StagedData::Batches(b) if b.is_empty() => {
                 vec![RecordBatch::new_empty(Arc::clone(&schema))]
             }
-            StagedData::Batches(b) => b,
+            StagedData::Batches(b) => cluster::sorted_batches(b, &commit.cluster_columns)?,
         };
         let properties = encoding::writer_properties(&schema, &batches);
+        let new_table = table.version().is_none();
         let mut builder = table
             .write(batches)
             .with_save_mode(match mode {
@@ -591,6 +593,13 @@ impl Staged {
             })
             .with_table_name(&commit.name)
             .with_writer_properties(properties);
+        // A new table, or a replacement, takes the declared partitioning; any other
+        // write keeps the table's (`Staged::commit` refused one that differs).
+        if let Some(partitions) = &commit.partition_columns
+            && (new_table || mode == Mode::Overwrite)
+        {
+            builder = builder.with_partition_columns(partitions.clone());
+        }
         if let Some(d) = &commit.description {
             builder = builder.with_description(d);
         }
@@ -737,6 +746,8 @@ impl Commit {
             offsets: None,
             landing_files: vec![],
             operation: Operation::Write,
+            partition_columns: Some(dataset.partition_columns.clone()),
+            cluster_columns: dataset.cluster_columns.clone(),
         }
     }
 
@@ -764,18 +775,40 @@ impl Commit {
 
 /// A data file location as a local path: delta-rs gives plain paths for local tables
 /// and `file://` URLs in places.
-fn local_path(dir: &Path, uri: &str) -> Result<PathBuf, RunError> {
-    if !uri.contains("://") {
-        return Ok(dir.join(uri));
+/// The local path of the data file of `view`, of the table at `dir` (a partitioned
+/// table's files are in folders named by their partition values, escaped).
+pub(crate) fn local_file_of(
+    dir: &Path,
+    view: &deltalake::kernel::LogicalFileView,
+) -> Result<PathBuf, RunError> {
+    data_file_path(dir, &view.path())
+}
+
+/// The local path of a data file the log names `path` (as deltalake's actions hold it,
+/// unescaped once: a partition folder `city=New%20York` is `city=New%2520York` in the
+/// log's JSON): relative to the table folder `dir`, or a `file://` URL. A relative name
+/// that leads out of the table folder is refused.
+pub(crate) fn data_file_path(dir: &Path, path: &str) -> Result<PathBuf, RunError> {
+    let bad = |why: &str| RunError::File {
+        path: dir.to_path_buf(),
+        message: format!("data file {path}: {why}"),
+    };
+    if path.contains("://") {
+        return Url::parse(path)
+            .ok()
+            .filter(|u| u.scheme() == "file")
+            .and_then(|u| u.to_file_path().ok())
+            .ok_or_else(|| bad("not on the local disk"));
     }
-    Url::parse(uri)
-        .ok()
-        .filter(|u| u.scheme() == "file")
-        .and_then(|u| u.to_file_path().ok())
-        .ok_or_else(|| RunError::File {
-            path: dir.to_path_buf(),
-            message: format!("data file {uri} is not on the local disk"),
-        })
+    let relative = Path::new(path);
+    let plain = relative.components().next().is_some()
+        && relative
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    match plain {
+        true => Ok(dir.join(relative)),
+        false => Err(bad("the log names a file outside the table folder")),
+    }
 }
 
 /// Casts that fail on a value they cannot convert instead of making it null.

@@ -29,6 +29,10 @@ const MIN_ROWS_PER_FILE: usize = 256 * 1024;
 /// Whether [`stage`] can take this write: a plain table (see [`is_plain`]) that is new,
 /// or keeps its columns.
 pub(super) fn applies(table: &DeltaTable, schema: &SchemaRef, commit: &Commit) -> bool {
+    if commit.repartitions(table) {
+        // Only a replacement may change the partitioning, and deltalake's write does.
+        return false;
+    }
     if table.version().is_none() {
         let properties = commit.delta_properties();
         return is_plain(
@@ -82,31 +86,60 @@ fn is_plain<'a>(
     !special_property && !special_column
 }
 
-/// A writer of new data files of `table` (which may not exist yet).
+/// How a write lays its rows out in files.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FileLayout {
+    /// The partition columns of a table the write creates (an existing table's own
+    /// are kept).
+    pub partitions: Vec<String>,
+    /// The columns rows are sorted by before they are cut into files (`CLUSTER BY`).
+    pub cluster: Vec<String>,
+}
+
+impl Commit {
+    /// How the commit's write lays out its files.
+    pub(crate) fn file_layout(&self) -> FileLayout {
+        FileLayout {
+            partitions: self.new_table_partitions(),
+            cluster: self.cluster_columns.clone(),
+        }
+    }
+}
+
+/// A writer of new data files of `table` (which may not exist yet, and is then
+/// partitioned by `partitions`). The writer splits rows by their partition values.
 pub(super) fn file_writer(
     table: &DeltaTable,
     schema: &SchemaRef,
+    partitions: &[String],
     properties: WriterProperties,
 ) -> DeltaResult<RecordBatchWriter> {
     let writer = match table.version().is_some() {
         true => RecordBatchWriter::for_table(table)?,
-        false => {
-            RecordBatchWriter::try_new(table.table_url().as_str(), Arc::clone(schema), None, None)?
-        }
+        false => RecordBatchWriter::try_new(
+            table.table_url().as_str(),
+            Arc::clone(schema),
+            (!partitions.is_empty()).then(|| partitions.to_vec()),
+            None,
+        )?,
     };
     Ok(writer.with_writer_properties(properties))
 }
 
-/// Writes the data files of `batches` (one per core), not yet committed.
+/// Writes the data files of `batches` (one per core, sorted by the clustering
+/// columns first), not yet committed.
 pub(crate) async fn stage(
     table: &DeltaTable,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
+    layout: &FileLayout,
 ) -> DeltaResult<Vec<Action>> {
+    let batches = super::cluster::sorted_batches(batches, &layout.cluster)
+        .map_err(|e| DeltaTableError::Generic(e.to_string()))?;
     let properties = super::encoding::writer_properties(schema, &batches);
     let mut handles = Vec::new();
     for part in split(batches) {
-        let mut writer = file_writer(table, schema, properties.clone())?;
+        let mut writer = file_writer(table, schema, &layout.partitions, properties.clone())?;
         handles.push(tokio::spawn(async move {
             for batch in part {
                 writer.write(batch).await?;
@@ -153,6 +186,7 @@ async fn create(
         .create()
         .with_columns(columns.fields().cloned())
         .with_table_name(&commit.name)
+        .with_partition_columns(commit.new_table_partitions())
         .with_configuration(commit.delta_properties())
         .with_commit_properties(commit.properties())
         .with_actions(commit.commit_info())

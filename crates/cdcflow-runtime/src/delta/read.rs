@@ -18,7 +18,7 @@ use datafusion::parquet::arrow::arrow_reader::{
 use datafusion::parquet::file::metadata::RowGroupMetaData;
 use roaring::RoaringTreemap;
 
-use super::{DataFile, conform};
+use super::{DataFile, conform, partitioning};
 use crate::{RunError, par};
 
 /// Rows per batch read.
@@ -73,6 +73,7 @@ pub(crate) fn read_files(
                 Some(deleted) => live(&batch, first, deleted)?.0,
                 None => batch,
             };
+            let live = partitioning::with_values(live, files[file].add.as_ref(), schema)?;
             out.push(conform(&live, schema)?);
         }
     }
@@ -344,6 +345,7 @@ impl Run {
                             (batch, UInt64Array::from_iter_values(first..end))
                         }
                     };
+                    let batch = partitioning::with_values(batch, f.file.add.as_ref(), schema)?;
                     Ok(Located {
                         file: f.index,
                         positions,
@@ -385,7 +387,13 @@ pub(crate) fn fetch(
         .build()
         .map_err(|e| file_error(path, e))?;
     reader
-        .map(|b| conform(&b.map_err(|e| file_error(path, e))?, schema))
+        .map(|b| {
+            let b = b.map_err(|e| file_error(path, e))?;
+            conform(
+                &partitioning::with_values(b, file.add.as_ref(), schema)?,
+                schema,
+            )
+        })
         .collect()
 }
 

@@ -26,6 +26,7 @@ pub struct Rewrite {
     table: DeltaTable,
     schema: SchemaRef,
     adds: Vec<Action>,
+    layout: parallel::FileLayout,
 }
 
 /// Reads the Parquet `sources` in batches of `read` on every core and writes the rows
@@ -51,12 +52,14 @@ where
         return Ok(None);
     }
     let visit = Arc::new(visit);
+    let layout = commit.file_layout();
     let mut tasks = Vec::new();
     for run in read::plan(sources)? {
         let (visit, table) = (Arc::clone(&visit), table.clone());
         let (read, schema) = (Arc::clone(read), Arc::clone(schema));
+        let partitions = layout.partitions.clone();
         tasks.push(tokio::spawn(async move {
-            rewrite_run(&run, &table, (&read, &schema), visit.as_ref()).await
+            rewrite_run(&run, &table, (&read, &schema), &partitions, visit.as_ref()).await
         }));
     }
     let mut adds = Vec::new();
@@ -73,6 +76,7 @@ where
         table,
         schema: Arc::clone(schema),
         adds,
+        layout,
     };
     Ok(Some((rewrite, aside)))
 }
@@ -83,6 +87,7 @@ async fn rewrite_run<T>(
     run: &read::Run,
     table: &DeltaTable,
     (read, schema): (&SchemaRef, &SchemaRef),
+    partitions: &[String],
     visit: &(dyn Fn(RecordBatch) -> Result<(Option<RecordBatch>, T), ArrowError> + Send + Sync),
 ) -> Result<(Vec<Action>, Vec<T>), RunError> {
     let dir = table.table_url().to_string();
@@ -91,6 +96,7 @@ async fn rewrite_run<T>(
     let mut file = RunFile {
         table,
         schema,
+        partitions,
         rows: run.rows,
         pending: Vec::new(),
         writer: None,
@@ -111,6 +117,8 @@ async fn rewrite_run<T>(
 struct RunFile<'a> {
     table: &'a DeltaTable,
     schema: &'a SchemaRef,
+    /// The partition columns, should the write create the table.
+    partitions: &'a [String],
     /// Rows the run reads: the file holds at most these.
     rows: usize,
     pending: Vec<RecordBatch>,
@@ -138,7 +146,8 @@ impl RunFile<'_> {
     /// The writer, its encoding judged on the rows that came so far.
     async fn start(&mut self) -> DeltaResult<&mut RecordBatchWriter> {
         let properties = encoding::writer_properties_for(self.schema, &self.pending, self.rows);
-        let mut writer = parallel::file_writer(self.table, self.schema, properties)?;
+        let mut writer =
+            parallel::file_writer(self.table, self.schema, self.partitions, properties)?;
         for batch in self.pending.drain(..) {
             writer.write(batch).await?;
         }
@@ -166,10 +175,11 @@ impl Rewrite {
             table,
             schema,
             mut adds,
+            layout,
         } = self;
         if batches.iter().any(|b| b.num_rows() > 0) {
             adds.extend(
-                parallel::stage(&table, &schema, batches)
+                parallel::stage(&table, &schema, batches, &layout)
                     .await
                     .map_err(|e| RunError::delta(&dir, e))?,
             );

@@ -27,6 +27,8 @@ pub struct Sink {
     table: DeltaTable,
     schema: SchemaRef,
     files: Vec<SinkFile>,
+    /// The columns each part is sorted by before it is shared out (`CLUSTER BY`).
+    cluster: Vec<String>,
 }
 
 impl Sink {
@@ -45,10 +47,12 @@ impl Sink {
             return Ok(None);
         }
         let count = parallel::files_for(rows);
+        let layout = commit.file_layout();
         let files = (0..count)
             .map(|_| SinkFile {
                 table: table.clone(),
                 schema: Arc::clone(schema),
+                partitions: layout.partitions.clone(),
                 rows: rows.div_ceil(count),
                 written: 0,
                 pending: Vec::new(),
@@ -60,14 +64,24 @@ impl Sink {
             table,
             schema: Arc::clone(schema),
             files,
+            cluster: layout.cluster,
         }))
     }
 
     /// Encodes `batches` into the files, each batch to the file with the fewest rows
     /// so far, the files on every core at once.
+    /// A clustered table's part is sorted first and cut into one contiguous range
+    /// per file, so each file takes a narrow range of the clustering columns.
     pub async fn write(&mut self, batches: Vec<RecordBatch>) -> Result<(), RunError> {
         let mut shares: Vec<Vec<RecordBatch>> = vec![Vec::new(); self.files.len()];
         let mut planned: Vec<usize> = self.files.iter().map(|f| f.written).collect();
+        let batches = match self.cluster.is_empty() {
+            true => batches,
+            false => ranges(
+                super::cluster::sorted_batches(batches, &self.cluster)?,
+                self.files.len(),
+            ),
+        };
         for batch in batches.into_iter().filter(|b| b.num_rows() > 0) {
             let Some((least, _)) = planned.iter().enumerate().min_by_key(|&(_, &r)| r) else {
                 break;
@@ -100,6 +114,7 @@ impl Sink {
             table,
             schema,
             files,
+            ..
         } = self;
         let tasks: Vec<_> = files
             .into_iter()
@@ -131,11 +146,28 @@ impl Sink {
     }
 }
 
+/// `batches` (sorted) as `count` batches of contiguous rows, about equal.
+fn ranges(batches: Vec<RecordBatch>, count: usize) -> Vec<RecordBatch> {
+    let Some(first) = batches.first() else {
+        return batches;
+    };
+    let Ok(all) = datafusion::arrow::compute::concat_batches(first.schema_ref(), &batches) else {
+        return batches;
+    };
+    let per = all.num_rows().div_ceil(count.max(1)).max(1);
+    (0..all.num_rows())
+        .step_by(per)
+        .map(|start| all.slice(start, per.min(all.num_rows() - start)))
+        .collect()
+}
+
 /// One new file: its first rows wait until there are enough to judge its encoding by,
 /// then every row goes to the writer as it comes.
 struct SinkFile {
     table: DeltaTable,
     schema: SchemaRef,
+    /// The partition columns, should the write create the table.
+    partitions: Vec<String>,
     /// Rows the file is expected to hold, for the encoding's estimates.
     rows: usize,
     written: usize,
@@ -160,7 +192,8 @@ impl SinkFile {
     async fn start(&mut self) -> DeltaResult<()> {
         let properties =
             encoding::writer_properties_for(&self.schema, &self.pending, self.rows.max(1));
-        let mut writer = parallel::file_writer(&self.table, &self.schema, properties)?;
+        let mut writer =
+            parallel::file_writer(&self.table, &self.schema, &self.partitions, properties)?;
         for batch in self.pending.drain(..) {
             writer.write(batch).await?;
         }

@@ -1,0 +1,18 @@
+CREATE OR REFRESH STREAMING TABLE changes PARTITIONED BY (region)
+AS SELECT * FROM STREAM read_files('landing', format => 'json',
+  schema => 'id BIGINT, name STRING, region STRING, op STRING, seq BIGINT');
+
+CREATE OR REFRESH STREAMING TABLE people PARTITIONED BY (Region);
+CREATE FLOW people_cdc AS AUTO CDC INTO people FROM STREAM(changes) KEYS (id)
+APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq);
+
+CREATE OR REFRESH STREAMING TABLE people_history PARTITIONED BY (region);
+CREATE FLOW history_cdc AS AUTO CDC INTO people_history FROM STREAM(changes) KEYS (id)
+APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op, seq)
+STORED AS SCD TYPE 2;
+
+CREATE OR REFRESH MATERIALIZED VIEW per_region PARTITIONED BY (region)
+AS SELECT region, count(*) AS people FROM people GROUP BY region;
+
+CREATE OR REFRESH MATERIALIZED VIEW by_name CLUSTER BY (name)
+AS SELECT name, id FROM people;
