@@ -20,6 +20,7 @@ pub mod read_files;
 mod relations;
 mod resolve;
 pub mod suggest;
+mod table_functions;
 pub mod types;
 
 pub use diagnostic::{Diagnostic, Located, Severity};

@@ -125,6 +125,14 @@ impl ContextProvider for Provider<'_> {
             .ok_or_else(|| DataFusionError::Plan(format!("table '{name}' not found")))
     }
 
+    fn get_table_function_source(
+        &self,
+        name: &str,
+        args: Vec<Expr>,
+    ) -> Result<Arc<dyn TableSource>> {
+        crate::table_functions::source(&self.planner.state, name, args)
+    }
+
     fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
         self.planner.state.expr_planners()
     }

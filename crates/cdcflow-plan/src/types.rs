@@ -106,7 +106,13 @@ pub fn ddl_schema(ddl: &str) -> Result<Schema, String> {
             cdcflow_sql::sqlparser::keywords::Keyword::NOT,
             cdcflow_sql::sqlparser::keywords::Keyword::NULL,
         ]);
-        fields.push(Field::new(name.value, arrow_type(&t)?, !not_null));
+        let mut field = Field::new(name.value, arrow_type(&t)?, !not_null);
+        // `COMMENT '…'` describes the column (Spark's DDL strings allow it).
+        if p.parse_keyword(cdcflow_sql::sqlparser::keywords::Keyword::COMMENT) {
+            let comment = p.parse_literal_string().map_err(|e| e.to_string())?;
+            field = field.with_metadata([("comment".to_string(), comment)].into());
+        }
+        fields.push(field);
         if !p.consume_token(&Token::Comma) {
             break;
         }
@@ -133,5 +139,10 @@ mod tests {
         );
         assert!(matches!(s.field(4).data_type(), DataType::List(_)));
         assert!(ddl_schema("id BIGINT,").is_err());
+        let s = ddl_schema("id BIGINT NOT NULL COMMENT 'the key', name STRING COMMENT \"who\"")
+            .unwrap();
+        assert_eq!(s.field(0).metadata()["comment"], "the key");
+        assert!(!s.field(0).is_nullable());
+        assert_eq!(s.field(1).metadata()["comment"], "who");
     }
 }

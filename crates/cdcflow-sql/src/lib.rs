@@ -14,6 +14,7 @@ mod error;
 pub mod notebook;
 mod parser;
 pub mod preprocess;
+mod spark_forms;
 mod tokens;
 
 pub use datafusion::sql::sqlparser;

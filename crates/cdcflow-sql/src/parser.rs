@@ -17,6 +17,9 @@ use crate::tokens::{is_word, tokenize};
 pub struct ParsedFile {
     pub statements: Vec<Statement>,
     pub errors: Vec<ParseError>,
+    /// Datasets whose definition broke after their name: a reference to one is not
+    /// reported as unknown on top of the definition's own error.
+    pub broken: Vec<String>,
 }
 
 /// Parses the text of a flow file.
@@ -25,14 +28,17 @@ pub fn parse_statements(text: &str) -> ParsedFile {
         Ok(t) => t,
         Err(e) => {
             return ParsedFile {
-                statements: vec![],
                 errors: vec![e],
+                ..ParsedFile::default()
             };
         }
     };
     let dialect = DatabricksDialect {};
     let parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
-    let mut p = StatementParser { p: parser };
+    let mut p = StatementParser {
+        p: parser,
+        defining: None,
+    };
     let mut out = ParsedFile::default();
     loop {
         while p.p.consume_token(&Token::SemiColon) {}
@@ -40,6 +46,7 @@ pub fn parse_statements(text: &str) -> ParsedFile {
             break;
         }
         let start = p.p.index();
+        p.defining = None;
         let parsed = p.statement();
         // A statement that ends where the next begins, without `;` (`tokens.rs`).
         if let Some(next) = unended.iter().find(|u| u.span == p.peek().span)
@@ -72,6 +79,7 @@ pub fn parse_statements(text: &str) -> ParsedFile {
                     e.message = format!("{head}found '{}'", next.word);
                 }
                 out.errors.push(e);
+                out.broken.extend(p.defining.take());
                 p.skip_statement(start);
             }
         }
@@ -95,6 +103,8 @@ const CLAUSES: [&[&str]; 8] = [
 
 struct StatementParser<'a> {
     p: Parser<'a>,
+    /// The dataset the statement being parsed defines, once its name is read.
+    defining: Option<String>,
 }
 
 /// A clause that may appear once, remembered to report a repeat.
@@ -439,6 +449,7 @@ impl<'a> StatementParser<'a> {
         private: bool,
     ) -> Result<CreateDataset> {
         let name = self.dataset_name()?;
+        self.defining = Some(name.name().to_string());
         let mut d = CreateDataset {
             kind,
             or_refresh,

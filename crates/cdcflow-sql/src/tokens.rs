@@ -21,7 +21,10 @@ pub(crate) fn tokenize(text: &str) -> Result<(Vec<TokenWithSpan>, Vec<Unended>),
         .tokenize_with_location()
         .map_err(ParseError::from_tokenizer)?;
     let (tokens, unended) = end_before_statements(end_cells(tokens));
-    Ok((parenthesize_stream(tokens), unended))
+    Ok((
+        crate::spark_forms::rewrite(parenthesize_stream(tokens)),
+        unended,
+    ))
 }
 
 /// A statement that began where the one before had no `;`: a `;` with its first

@@ -103,6 +103,8 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         file_schemas: HashMap::new(),
         unresolved: Vec::new(),
         by_name: HashMap::new(),
+        broken: Default::default(),
+        broken_references: 0,
     };
     let used = r.read_libraries(&config, &config_text, &conf);
     r.check_overrides(&config, overrides, &used);
@@ -155,6 +157,10 @@ struct Resolver<'a> {
     unresolved: Vec<usize>,
     /// Dataset indexes by lower-cased name (names ignore case).
     by_name: HashMap<String, usize>,
+    /// Lower-cased names of datasets whose definition did not parse (reported there).
+    broken: std::collections::HashSet<String>,
+    /// References to such datasets met so far: the flows holding them are not planned.
+    broken_references: usize,
 }
 
 /// A flow as parsed, before its references are resolved.
@@ -224,6 +230,8 @@ impl Resolver<'_> {
                         .help("define it under `configuration:` in pipeline.yaml or pass --conf key=value"),
                 );
             }
+            self.broken
+                .extend(parsed.broken.iter().map(|n| n.to_ascii_lowercase()));
             for e in parsed.errors {
                 let mut d = Diagnostic::error("cdcflow::syntax", e.message.clone())
                     .at(self.locate(file, e.span, "here"));
@@ -405,6 +413,14 @@ impl Resolver<'_> {
     }
 
     fn unknown_dataset(&mut self, file: FileId, span: Span, parts: &[String]) {
+        // Its definition's syntax error is the one to fix; this reference is fine.
+        if parts
+            .last()
+            .is_some_and(|n| self.broken.contains(&n.to_ascii_lowercase()))
+        {
+            self.broken_references += 1;
+            return;
+        }
         let written = parts.join(".");
         let known: Vec<&str> = self.datasets.iter().map(|d| d.name.as_str()).collect();
         let near = parts
@@ -481,9 +497,11 @@ impl Resolver<'_> {
             .map_or(target, |i| self.datasets[i].name.clone());
         match body {
             PendingBody::Query { mut query, append } => {
-                let errors = self.diags.len();
+                let (errors, broken) = (self.diags.len(), self.broken_references);
                 let inputs = self.resolve_query(&mut query, file, &name);
-                if self.diags[errors..].iter().any(Diagnostic::is_error) {
+                if self.diags[errors..].iter().any(Diagnostic::is_error)
+                    || self.broken_references > broken
+                {
                     self.unresolved.push(self.flows.len());
                 }
                 self.flows.push(Flow {
