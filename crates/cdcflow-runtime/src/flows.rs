@@ -9,13 +9,13 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::delta::{self, Commit, Mode, Operation, Table, conform};
-use crate::expectations;
 use crate::files::BadRecord;
 use crate::inputs::BatchInputs;
 use crate::quarantine;
 use crate::report::{FlowOutcome, FlowReport};
 use crate::runner::RunContext;
 use crate::{RunError, layout};
+use crate::{expectations, identity};
 use cdcflow_plan::config::BadRecords;
 
 /// A query flow's batch in the making: its target, progress and registered input.
@@ -114,6 +114,10 @@ impl QueryBatch {
                 kept
             }
             None => batches,
+        };
+        let (schema, batches) = match rc.pipeline.dataset(&flow.target) {
+            Some(target) => identity::fill(target, &self.table, mode, schema, batches)?,
+            None => (schema, batches),
         };
         report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
         if let Some(change) =

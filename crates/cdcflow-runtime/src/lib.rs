@@ -31,6 +31,7 @@ pub mod files;
 mod fingerprint;
 mod flows;
 pub mod history;
+mod identity;
 mod inputs;
 pub mod landing;
 pub mod layout;

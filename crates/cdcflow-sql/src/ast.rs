@@ -144,11 +144,23 @@ pub struct ColumnDef {
     pub comment: Option<String>,
     /// `GENERATED ALWAYS AS (expr)`
     pub generated: Option<Expr>,
+    /// `GENERATED { ALWAYS | BY DEFAULT } AS IDENTITY [(START WITH n INCREMENT BY m)]`
+    pub identity: Option<Identity>,
     /// `DEFAULT expr`
     pub default: Option<Expr>,
     /// Informational constraints (`PRIMARY KEY`, `[FOREIGN KEY] REFERENCES t [(c)]`),
     /// kept as written: Databricks does not enforce them either.
     pub constraints: Vec<String>,
+    pub span: Span,
+}
+
+/// An identity column: each row written gets the next value, `start`, `start + step`, …
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `ALWAYS`: the value is always generated; `BY DEFAULT`: only where none is given.
+    pub always: bool,
+    pub start: i64,
+    pub step: i64,
     pub span: Span,
 }
 

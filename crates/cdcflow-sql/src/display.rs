@@ -111,6 +111,14 @@ impl Display for ColumnDef {
         if let Some(g) = &self.generated {
             write!(f, " GENERATED ALWAYS AS ({g})")?;
         }
+        if let Some(i) = &self.identity {
+            let how = if i.always { "ALWAYS" } else { "BY DEFAULT" };
+            write!(
+                f,
+                " GENERATED {how} AS IDENTITY (START WITH {} INCREMENT BY {})",
+                i.start, i.step
+            )?;
+        }
         if let Some(d) = &self.default {
             write!(f, " DEFAULT {d}")?;
         }

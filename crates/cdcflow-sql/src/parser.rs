@@ -594,6 +594,7 @@ impl<'a> StatementParser<'a> {
             not_null: false,
             comment: None,
             generated: None,
+            identity: None,
             default: None,
             constraints: vec![],
             span: Span::empty(),
@@ -620,11 +621,28 @@ impl<'a> StatementParser<'a> {
                 c.not_null = true;
             } else if self.word("COMMENT") {
                 c.comment = Some(self.string()?);
-            } else if self.words(&["GENERATED", "ALWAYS", "AS"]) {
-                self.expect_token(&Token::LParen)?;
-                let e = self.p.parse_expr();
-                c.generated = Some(self.sql(e)?);
-                self.expect_token(&Token::RParen)?;
+            } else if self.peek_is("GENERATED") {
+                let at = self.start();
+                self.word("GENERATED");
+                let always = self.word("ALWAYS");
+                if !always && !self.words(&["BY", "DEFAULT"]) {
+                    return Err(self.unexpected("expected ALWAYS or BY DEFAULT"));
+                }
+                if !self.word("AS") {
+                    return Err(self.unexpected("expected AS"));
+                }
+                if self.word("IDENTITY") {
+                    c.identity = Some(self.identity_options(at, always)?);
+                } else if always {
+                    self.expect_token(&Token::LParen)?;
+                    let e = self.p.parse_expr();
+                    c.generated = Some(self.sql(e)?);
+                    self.expect_token(&Token::RParen)?;
+                } else {
+                    return Err(self
+                        .unexpected("expected IDENTITY")
+                        .with_help("a column computed from others is GENERATED ALWAYS AS (expr)"));
+                }
             } else if self.word("DEFAULT") {
                 let e = self.p.parse_expr();
                 c.default = Some(self.sql(e)?);
@@ -634,6 +652,44 @@ impl<'a> StatementParser<'a> {
         }
         c.span = self.span_from(start);
         Ok(c)
+    }
+
+    /// `[(START WITH n] [INCREMENT BY m)]` after `AS IDENTITY`; both default to 1.
+    fn identity_options(&mut self, at: Location, always: bool) -> Result<Identity> {
+        let (mut start, mut step) = (1, 1);
+        if self.p.consume_token(&Token::LParen) {
+            loop {
+                if self.words(&["START", "WITH"]) {
+                    start = self.signed_integer()?;
+                } else if self.words(&["INCREMENT", "BY"]) {
+                    step = self.signed_integer()?;
+                } else {
+                    break;
+                }
+            }
+            self.expect_token(&Token::RParen)?;
+        }
+        Ok(Identity {
+            always,
+            start,
+            step,
+            span: self.span_from(at),
+        })
+    }
+
+    fn signed_integer(&mut self) -> Result<i64> {
+        let negative = self.p.consume_token(&Token::Minus);
+        let token = self.peek().clone();
+        match &token.token {
+            Token::Number(n, _) => {
+                let value: i64 = n
+                    .parse()
+                    .map_err(|_| self.unexpected("expected a BIGINT number"))?;
+                self.p.next_token();
+                Ok(if negative { -value } else { value })
+            }
+            _ => Err(self.unexpected("expected a number")),
+        }
     }
 
     fn paren_idents(&mut self) -> Result<Vec<Ident>> {
