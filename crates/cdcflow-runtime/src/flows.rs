@@ -15,7 +15,7 @@ use crate::quarantine;
 use crate::report::{FlowOutcome, FlowReport};
 use crate::runner::RunContext;
 use crate::{RunError, layout};
-use crate::{expectations, identity};
+use crate::{expectations, generated, identity};
 use cdcflow_plan::config::BadRecords;
 
 /// A query flow's batch in the making: its target, progress and registered input.
@@ -116,7 +116,10 @@ impl QueryBatch {
             None => batches,
         };
         let (schema, batches) = match rc.pipeline.dataset(&flow.target) {
-            Some(target) => identity::fill(target, &self.table, mode, schema, batches)?,
+            Some(target) => {
+                let (schema, batches) = identity::fill(target, &self.table, mode, schema, batches)?;
+                generated::fill(target, &self.planner, &rc.ctx.state(), schema, batches)?
+            }
             None => (schema, batches),
         };
         report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();

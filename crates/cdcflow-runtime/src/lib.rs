@@ -30,6 +30,7 @@ pub mod failpoint;
 pub mod files;
 mod fingerprint;
 mod flows;
+mod generated;
 pub mod history;
 mod identity;
 mod inputs;

@@ -114,7 +114,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     r.check_view_depth(&order);
     r.derive_schemas(&order);
     r.check_layouts();
-    r.check_identities();
+    r.check_generated_columns();
     // Landing-file schemas were inferred once here; the run reuses them.
     for flow in &mut r.flows {
         for input in &mut flow.inputs {
@@ -574,8 +574,8 @@ impl Resolver<'_> {
 }
 
 mod cdc;
+mod generated_columns;
 mod graph;
-mod identity;
 mod layout;
 mod library;
 mod plan_errors;

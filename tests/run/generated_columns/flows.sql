@@ -1,7 +1,8 @@
 CREATE OR REFRESH STREAMING TABLE events (
   event_id BIGINT GENERATED ALWAYS AS IDENTITY,
   name STRING,
-  n BIGINT
+  n BIGINT,
+  label STRING GENERATED ALWAYS AS (concat(name, '#', CAST(n AS STRING)))
 )
 AS SELECT name, n FROM STREAM read_files('landing', format => 'json', schema => 'name STRING, n BIGINT, given BIGINT');
 
