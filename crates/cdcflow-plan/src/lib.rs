@@ -19,6 +19,7 @@ pub mod planner;
 pub mod read_files;
 mod relations;
 mod resolve;
+pub mod stateful;
 pub mod suggest;
 pub mod types;
 

@@ -111,6 +111,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     let order = r.order_datasets();
     r.check_view_depth(&order);
     r.derive_schemas(&order);
+    r.check_stateful_streams();
     r.check_layouts();
     // Landing-file schemas were inferred once here; the run reuses them.
     for flow in &mut r.flows {
@@ -561,6 +562,7 @@ mod library;
 mod plan_errors;
 mod references;
 mod schemas;
+mod streams;
 mod view_depth;
 
 #[cfg(test)]
