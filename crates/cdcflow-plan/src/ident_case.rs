@@ -12,7 +12,7 @@ use std::ops::ControlFlow;
 
 use cdcflow_sql::Span;
 use cdcflow_sql::sqlparser::ast::{
-    Expr, ExcludeSelectItem, Ident, JoinConstraint, JoinOperator, ObjectName, ObjectNamePart,
+    ExcludeSelectItem, Expr, Ident, JoinConstraint, JoinOperator, ObjectName, ObjectNamePart,
     OneOrManyWithParens, Query, SelectItem, SetExpr, TableFactor, Visit, VisitMut, Visitor,
     VisitorMut,
 };
@@ -161,7 +161,10 @@ pub fn query(query: &Query, table: &dyn Fn(&str) -> Option<SchemaRef>) -> Result
 /// `expr` with its column references spelled as in `schema`.
 pub fn expr(expr: &Expr, schema: &DFSchema) -> Result<Expr, Ambiguous> {
     let mut names = Names::default();
-    let mut qualifiers: Vec<&str> = schema.iter().filter_map(|(q, _)| q.map(|q| q.table())).collect();
+    let mut qualifiers: Vec<&str> = schema
+        .iter()
+        .filter_map(|(q, _)| q.map(|q| q.table()))
+        .collect();
     qualifiers.dedup();
     names.add_schema(&qualifiers, schema.inner());
     let _ = expr.visit(&mut Collect {
@@ -201,10 +204,16 @@ impl Visitor for Collect<'_> {
                 let written = last(name).map(|i| i.value.clone());
                 let schema = written.as_deref().and_then(|n| (self.table)(n));
                 let alias_name = alias.as_ref().map(|a| a.name.value.clone());
-                let qualifiers: Vec<&str> = written.iter().chain(&alias_name).map(String::as_str).collect();
+                let qualifiers: Vec<&str> = written
+                    .iter()
+                    .chain(&alias_name)
+                    .map(String::as_str)
+                    .collect();
                 match schema {
                     Some(s) => self.names.add_schema(&qualifiers, &s),
-                    None => qualifiers.iter().for_each(|q| add(&mut self.names.introduced, q)),
+                    None => qualifiers
+                        .iter()
+                        .for_each(|q| add(&mut self.names.introduced, q)),
                 }
                 None
             }
@@ -355,7 +364,8 @@ impl Respell<'_> {
                     }
                 }
                 for join in s.from.iter_mut().flat_map(|t| &mut t.joins) {
-                    if let Some(JoinConstraint::Using(names)) = constraint(&mut join.join_operator) {
+                    if let Some(JoinConstraint::Using(names)) = constraint(&mut join.join_operator)
+                    {
                         for name in names {
                             self.object_name(name)?;
                         }

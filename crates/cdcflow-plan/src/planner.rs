@@ -113,8 +113,8 @@ impl Planner {
 
     /// Plans an expression over the columns of `schema`, ignoring case.
     pub fn plan_expr(&self, expr: &SqlExpr, schema: &DFSchema) -> Result<Expr> {
-        let expr = ident_case::expr(expr, schema)
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let expr =
+            ident_case::expr(expr, schema).map_err(|e| DataFusionError::External(Box::new(e)))?;
         let provider = Provider { planner: self };
         self.sql_to_rel(&provider)
             .sql_to_expr(expr, schema, &mut PlannerContext::new())

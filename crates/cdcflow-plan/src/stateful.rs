@@ -191,8 +191,7 @@ fn selects(
 fn call(query: &Query, function: &str, window: bool) -> Option<Span> {
     let found = visit_expressions(query, |e| match e {
         SqlExpr::Function(f)
-            if f.over.is_some() == window
-                && f.name.to_string().eq_ignore_ascii_case(function) =>
+            if f.over.is_some() == window && f.name.to_string().eq_ignore_ascii_case(function) =>
         {
             ControlFlow::Break(f.name.span())
         }
@@ -220,9 +219,8 @@ mod tests {
         for t in ["s", "s2", "dim"] {
             planner.register_schema(t, Arc::clone(&schema));
         }
-        let parsed = cdcflow_sql::parse_statements(&format!(
-            "CREATE MATERIALIZED VIEW v AS {sql};"
-        ));
+        let parsed =
+            cdcflow_sql::parse_statements(&format!("CREATE MATERIALIZED VIEW v AS {sql};"));
         let cdcflow_sql::ast::Statement::CreateDataset(def) = &parsed.statements[0] else {
             panic!("not a dataset");
         };
@@ -261,12 +259,18 @@ mod tests {
 
     #[test]
     fn stateless_queries_and_static_sides_pass() {
-        assert_eq!(check("SELECT id, upper(city) AS c FROM s WHERE id > 1"), None);
+        assert_eq!(
+            check("SELECT id, upper(city) AS c FROM s WHERE id > 1"),
+            None
+        );
         assert_eq!(
             check("SELECT s.id, dim.city FROM s JOIN dim ON s.id = dim.id"),
             None
         );
-        assert_eq!(check("SELECT city, count(*) AS n FROM dim GROUP BY city"), None);
+        assert_eq!(
+            check("SELECT city, count(*) AS n FROM dim GROUP BY city"),
+            None
+        );
         assert_eq!(check("SELECT id FROM s UNION ALL SELECT id FROM s2"), None);
     }
 }

@@ -45,7 +45,10 @@ impl Resolver<'_> {
                 .iter()
                 .filter(|a| a.eq_ignore_ascii_case(&i.value))
                 .collect();
-            match (matching.iter().find(|a| ***a == i.value), matching.as_slice()) {
+            match (
+                matching.iter().find(|a| ***a == i.value),
+                matching.as_slice(),
+            ) {
                 (Some(exact), _) | (None, [exact]) => out.push((*exact).clone()),
                 (None, []) => {
                     self.column_error(file, i, clause, available, "the source");

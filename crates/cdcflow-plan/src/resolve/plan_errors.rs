@@ -47,12 +47,25 @@ impl Resolver<'_> {
             })
             .filter(|s| *s != Span::empty());
         if let Some(a) = ambiguous(err) {
-            let span = Some(a.span).filter(|s| *s != Span::empty()).unwrap_or(fallback);
+            let span = Some(a.span)
+                .filter(|s| *s != Span::empty())
+                .unwrap_or(fallback);
             let help = format!(
                 "names ignore case, as in Spark; write one of {} exactly, or rename a column in a view",
-                a.candidates.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+                a.candidates
+                    .iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
-            self.error(file, span, "cdcflow::ambiguous_column", a.to_string(), "ambiguous", Some(help));
+            self.error(
+                file,
+                span,
+                "cdcflow::ambiguous_column",
+                a.to_string(),
+                "ambiguous",
+                Some(help),
+            );
             return;
         }
         if let Some((column, valid)) = unknown_column(err) {

@@ -97,8 +97,14 @@ impl Resolver<'_> {
 fn help(op: &Stateful, target: &str, view: bool) -> String {
     const WHY: &str = "cdcflow keeps no state across the batches of a stream (Databricks asks for a watermark here)";
     match op {
-        Stateful::StreamJoin => format!("{WHY}: read one side whole, without STREAM(…), to join each batch with all of it, or define `{target}` as a MATERIALIZED VIEW"),
-        _ if view => format!("{WHY}: compute this in a MATERIALIZED VIEW, recomputed from its whole input, rather than in a view read as a stream"),
-        _ => format!("{WHY}: define `{target}` as a MATERIALIZED VIEW, recomputed from its whole input"),
+        Stateful::StreamJoin => format!(
+            "{WHY}: read one side whole, without STREAM(…), to join each batch with all of it, or define `{target}` as a MATERIALIZED VIEW"
+        ),
+        _ if view => format!(
+            "{WHY}: compute this in a MATERIALIZED VIEW, recomputed from its whole input, rather than in a view read as a stream"
+        ),
+        _ => format!(
+            "{WHY}: define `{target}` as a MATERIALIZED VIEW, recomputed from its whole input"
+        ),
     }
 }

@@ -107,7 +107,8 @@ impl Reader<'_, '_> {
             let name = self.p.parse_identifier().map_err(|e| e.to_string())?;
             let _ = self.p.consume_token(&Token::Colon);
             let t = self.parse_type()?;
-            let not_null = !self.pending_gt && self.p.parse_keywords(&[Keyword::NOT, Keyword::NULL]);
+            let not_null =
+                !self.pending_gt && self.p.parse_keywords(&[Keyword::NOT, Keyword::NULL]);
             if !self.pending_gt && self.p.parse_keyword(Keyword::COMMENT) {
                 self.p.parse_literal_string().map_err(|e| e.to_string())?;
             }
@@ -125,7 +126,11 @@ mod tests {
     use super::*;
 
     fn type_of(ddl: &str) -> DataType {
-        ddl_schema(ddl).expect("parses").field(0).data_type().clone()
+        ddl_schema(ddl)
+            .expect("parses")
+            .field(0)
+            .data_type()
+            .clone()
     }
 
     fn map(key: DataType, value: DataType) -> DataType {
@@ -165,8 +170,8 @@ mod tests {
                 Field::new("n", DataType::Int32, true),
             ]))
         );
-        let schema = ddl_schema("id BIGINT, attrs MAP<STRING, DECIMAL(10,2)>, ok BOOLEAN")
-            .expect("parses");
+        let schema =
+            ddl_schema("id BIGINT, attrs MAP<STRING, DECIMAL(10,2)>, ok BOOLEAN").expect("parses");
         assert_eq!(schema.fields().len(), 3);
         assert!(ddl_schema("m MAP<STRING>").is_err());
         assert!(ddl_schema("a ARRAY<INT>>").is_err());
