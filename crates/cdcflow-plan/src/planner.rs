@@ -20,6 +20,8 @@ use datafusion::logical_expr::{
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::planner::{ContextProvider, ParserOptions, PlannerContext, SqlToRel};
 
+use crate::ident_case;
+
 /// DataFusion configuration for the dialect: identifiers keep their case (column names
 /// come from files, `userId` must stay `userId`), strings are `Utf8`, spans are kept.
 pub fn session_config() -> SessionConfig {
@@ -89,18 +91,33 @@ impl Planner {
         SqlToRel::new_with_options(provider, options)
     }
 
-    /// Plans a query whose table references are registered names.
-    pub fn plan_query(&self, query: &Query) -> Result<LogicalPlan> {
-        let provider = Provider { planner: self };
-        self.sql_to_rel(&provider)
-            .sql_statement_to_plan(SqlStatement::Query(Box::new(query.clone())))
+    /// The source registered as `name`, ignoring case when no name matches exactly.
+    fn source(&self, name: &str) -> Option<&Arc<dyn TableSource>> {
+        self.tables.get(name).or_else(|| {
+            self.tables
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+        })
     }
 
-    /// Plans an expression over the columns of `schema`.
-    pub fn plan_expr(&self, expr: &SqlExpr, schema: &DFSchema) -> Result<Expr> {
+    /// Plans a query whose table references are registered names; its identifiers
+    /// resolve ignoring case (`ident_case`).
+    pub fn plan_query(&self, query: &Query) -> Result<LogicalPlan> {
+        let query = ident_case::query(query, &|name| self.source(name).map(|s| s.schema()))
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let provider = Provider { planner: self };
         self.sql_to_rel(&provider)
-            .sql_to_expr(expr.clone(), schema, &mut PlannerContext::new())
+            .sql_statement_to_plan(SqlStatement::Query(Box::new(query)))
+    }
+
+    /// Plans an expression over the columns of `schema`, ignoring case.
+    pub fn plan_expr(&self, expr: &SqlExpr, schema: &DFSchema) -> Result<Expr> {
+        let expr =
+            ident_case::expr(expr, schema).map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let provider = Provider { planner: self };
+        self.sql_to_rel(&provider)
+            .sql_to_expr(expr, schema, &mut PlannerContext::new())
     }
 }
 
@@ -110,17 +127,8 @@ struct Provider<'a> {
 
 impl ContextProvider for Provider<'_> {
     fn get_table_source(&self, name: TableReference) -> Result<Arc<dyn TableSource>> {
-        let key = name.table();
         self.planner
-            .tables
-            .get(key)
-            .or_else(|| {
-                self.planner
-                    .tables
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case(key))
-                    .map(|(_, v)| v)
-            })
+            .source(name.table())
             .cloned()
             .ok_or_else(|| DataFusionError::Plan(format!("table '{name}' not found")))
     }

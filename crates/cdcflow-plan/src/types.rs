@@ -12,6 +12,8 @@ use cdcflow_sql::sqlparser::parser::Parser;
 use cdcflow_sql::sqlparser::tokenizer::Token;
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
 
+mod ddl_type;
+
 /// Converts a SQL type to Arrow, or says which type is not supported.
 pub fn arrow_type(t: &SqlType) -> Result<DataType, String> {
     let text = t.to_string().to_ascii_uppercase();
@@ -101,12 +103,12 @@ pub fn ddl_schema(ddl: &str) -> Result<Schema, String> {
         let name = p.parse_identifier().map_err(|e| e.to_string())?;
         // `name: TYPE` is accepted too, as in Spark's DDL strings.
         let _ = p.consume_token(&Token::Colon);
-        let t = p.parse_data_type().map_err(|e| e.to_string())?;
+        let t = ddl_type::parse(&mut p)?;
         let not_null = p.parse_keywords(&[
             cdcflow_sql::sqlparser::keywords::Keyword::NOT,
             cdcflow_sql::sqlparser::keywords::Keyword::NULL,
         ]);
-        let mut field = Field::new(name.value, arrow_type(&t)?, !not_null);
+        let mut field = Field::new(name.value, t, !not_null);
         // `COMMENT '…'` describes the column (Spark's DDL strings allow it).
         if p.parse_keyword(cdcflow_sql::sqlparser::keywords::Keyword::COMMENT) {
             let comment = p.parse_literal_string().map_err(|e| e.to_string())?;

@@ -231,6 +231,10 @@ pub struct AutoCdc {
     pub sequence_by: Spanned<Expr>,
     pub columns: Option<Spanned<ColumnSelection>>,
     pub stored_as: Option<Spanned<u64>>,
+    /// `STORED AS BITEMPORAL` (Databricks Beta): parsed so that validation names it.
+    pub stored_as_bitemporal: Option<Span>,
+    /// `SYSTEM SEQUENCE BY expr`, the system-time order of a bitemporal target.
+    pub system_sequence_by: Option<Spanned<Expr>>,
     pub track_history: Option<Spanned<ColumnSelection>>,
     /// True for the legacy `APPLY CHANGES INTO` spelling.
     pub legacy: bool,

@@ -210,6 +210,12 @@ impl Display for AutoCdc {
         if let Some(s) = &self.stored_as {
             write!(f, " STORED AS SCD TYPE {}", s.node)?;
         }
+        if self.stored_as_bitemporal.is_some() {
+            write!(f, " STORED AS BITEMPORAL")?;
+        }
+        if let Some(s) = &self.system_sequence_by {
+            write!(f, " SYSTEM SEQUENCE BY {}", s.node)?;
+        }
         if let Some(t) = &self.track_history {
             write!(f, " TRACK HISTORY ON {}", t.node)?;
         }

@@ -915,6 +915,8 @@ impl<'a> StatementParser<'a> {
             sequence_by: Spanned::new(Expr::value(Value::Null), Span::empty()),
             columns: None,
             stored_as: None,
+            stored_as_bitemporal: None,
+            system_sequence_by: None,
             track_history: None,
             legacy,
             span: Span::empty(),
@@ -954,10 +956,18 @@ impl<'a> StatementParser<'a> {
                 cdc.columns = Some(Spanned::new(c, self.span_from(s)));
             } else if self.words(&["STORED", "AS"]) {
                 seen.check("STORED AS", self.span_from(s))?;
+                if self.word("BITEMPORAL") {
+                    cdc.stored_as_bitemporal = Some(self.span_from(s));
+                    continue;
+                }
                 self.expect_words(&["SCD", "TYPE"])?;
                 let n = self.p.parse_literal_uint();
                 let n = self.sql(n)?;
                 cdc.stored_as = Some(Spanned::new(n, self.span_from(s)));
+            } else if self.words(&["SYSTEM", "SEQUENCE", "BY"]) {
+                seen.check("SYSTEM SEQUENCE BY", self.span_from(s))?;
+                let e = self.expr()?;
+                cdc.system_sequence_by = Some(Spanned::new(e, self.span_from(s)));
             } else if self.words(&["TRACK", "HISTORY", "ON"]) {
                 seen.check("TRACK HISTORY", self.span_from(s))?;
                 let c = self.column_selection()?;
@@ -1007,6 +1017,21 @@ mod tests {
         );
         assert_eq!(f.errors[0].span.start.line, 2);
         assert_eq!(f.errors[1].span.start, Location::new(3, 8));
+    }
+
+    #[test]
+    fn bitemporal_clauses_are_parsed_for_validation_to_name() {
+        let f = parse_statements(
+            "CREATE FLOW f AS AUTO CDC INTO a FROM STREAM(b) KEYS (id)\n SEQUENCE BY v SYSTEM SEQUENCE BY s STORED AS BITEMPORAL",
+        );
+        assert!(f.errors.is_empty(), "{:?}", f.errors);
+        let text = f.statements[0].to_string();
+        assert!(
+            text.ends_with("SEQUENCE BY v STORED AS BITEMPORAL SYSTEM SEQUENCE BY s"),
+            "{text}"
+        );
+        let again = parse_statements(&text);
+        assert!(again.errors.is_empty() && again.statements[0].to_string() == text);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! An AUTO CDC flow against its source schema: column checks, conditions, sequencing, the plan node.
 
 use super::*;
+use crate::ident_case::Ambiguous;
 
 impl Resolver<'_> {
     /// An unknown column of `clause`, with the columns of `owner` (`the source`, or a
@@ -40,10 +41,27 @@ impl Resolver<'_> {
         let mut out = Vec::new();
         let mut ok = true;
         for i in idents {
-            match available.iter().find(|a| a.eq_ignore_ascii_case(&i.value)) {
-                Some(a) => out.push(a.clone()),
-                None => {
+            let matching: Vec<&String> = available
+                .iter()
+                .filter(|a| a.eq_ignore_ascii_case(&i.value))
+                .collect();
+            match (
+                matching.iter().find(|a| ***a == i.value),
+                matching.as_slice(),
+            ) {
+                (Some(exact), _) | (None, [exact]) => out.push((*exact).clone()),
+                (None, []) => {
                     self.column_error(file, i, clause, available, "the source");
+                    ok = false;
+                }
+                (None, several) => {
+                    let a = Ambiguous {
+                        name: i.value.clone(),
+                        candidates: several.iter().map(|s| s.to_string()).collect(),
+                        span: i.span,
+                    };
+                    let err = DataFusionError::External(Box::new(a));
+                    self.datafusion_error(file, &err, i.span);
                     ok = false;
                 }
             }
@@ -51,16 +69,19 @@ impl Resolver<'_> {
         ok.then_some(out)
     }
 
+    /// The columns of `over` that `sel` selects (`*` is every one of them); the columns
+    /// it names are resolved against the source's, `available`.
     pub(super) fn selection(
         &mut self,
         file: FileId,
         sel: &ColumnSelection,
         clause: &str,
         available: &[String],
+        over: &[String],
     ) -> Option<Vec<String>> {
         self.resolve_columns(file, sel.named(), clause, available)?;
         Some(
-            sel.select(available.iter().map(String::as_str))
+            sel.select(over.iter().map(String::as_str))
                 .into_iter()
                 .map(str::to_string)
                 .collect(),
@@ -253,7 +274,7 @@ impl Resolver<'_> {
         }
         let keys = self.resolve_columns(file, &cdc.keys.node, "KEYS", &available);
         let columns = match &cdc.columns {
-            Some(c) => self.selection(file, &c.node, "COLUMNS", &available),
+            Some(c) => self.selection(file, &c.node, "COLUMNS", &available, &available),
             None => Some(available.clone()),
         };
         if let (Some(keys), Some(columns)) = (&keys, &columns) {
@@ -291,15 +312,13 @@ impl Resolver<'_> {
             .and_then(|e| self.plan_condition(file, e, "WHERE", &df_schema, &available));
         let out_columns = columns.clone().unwrap_or_default();
         let track_history = match &cdc.track_history {
-            Some(t) => self
-                .selection(file, &t.node, "TRACK HISTORY", &available)
-                .map(|c| c.into_iter().filter(|c| out_columns.contains(c)).collect()),
+            Some(t) => self.selection(file, &t.node, "TRACK HISTORY", &available, &out_columns),
             None => Some(out_columns.clone()),
         };
         let ignore_null_updates = match &cdc.ignore_null_updates {
             Some(Spanned {
                 node: Some(sel), ..
-            }) => self.selection(file, sel, "IGNORE NULL UPDATES", &available),
+            }) => self.selection(file, sel, "IGNORE NULL UPDATES", &available, &out_columns),
             Some(Spanned { node: None, .. }) => Some(out_columns.clone()),
             None => Some(vec![]),
         };

@@ -7,6 +7,19 @@ impl Resolver<'_> {
 
     pub(super) fn check_cdc_clauses(&mut self, cdc: &AutoCdc, file: FileId) {
         let scd = cdc.scd_type();
+        let bitemporal = cdc
+            .stored_as_bitemporal
+            .or(cdc.system_sequence_by.as_ref().map(|s| s.span));
+        if let Some(span) = bitemporal {
+            self.error(
+                file,
+                span,
+                "cdcflow::bitemporal",
+                "bitemporal tables (STORED AS BITEMPORAL, SYSTEM SEQUENCE BY; Databricks Beta) are not supported".into(),
+                "bitemporal",
+                Some("cdcflow keeps one time axis, the SEQUENCE BY order: SCD TYPE 2 keeps each key's history along it (__START_AT, __END_AT); a second, system-time axis of when each version was recorded is not kept. Use STORED AS SCD TYPE 2".into()),
+            );
+        }
         if let Some(s) = &cdc.stored_as
             && !(s.node == 1 || s.node == 2)
         {

@@ -113,6 +113,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     let order = r.order_datasets();
     r.check_view_depth(&order);
     r.derive_schemas(&order);
+    r.check_stateful_streams();
     r.check_layouts();
     r.check_generated_columns();
     // Landing-file schemas were inferred once here; the run reuses them.
@@ -581,6 +582,7 @@ mod library;
 mod plan_errors;
 mod references;
 mod schemas;
+mod streams;
 mod view_depth;
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use datafusion::common::{Column, SchemaError};
 
 use super::*;
 use crate::df_message::{NO_SIGNATURE, user_message};
+use crate::ident_case::Ambiguous;
 
 /// How the planner names a `read_files` source's table (`references.rs`).
 const FILES_TABLE_PREFIX: &str = "__files_";
@@ -45,6 +46,28 @@ impl Resolver<'_> {
                 )
             })
             .filter(|s| *s != Span::empty());
+        if let Some(a) = ambiguous(err) {
+            let span = Some(a.span)
+                .filter(|s| *s != Span::empty())
+                .unwrap_or(fallback);
+            let help = format!(
+                "names ignore case, as in Spark; write one of {} exactly, or rename a column in a view",
+                a.candidates
+                    .iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            self.error(
+                file,
+                span,
+                "cdcflow::ambiguous_column",
+                a.to_string(),
+                "ambiguous",
+                Some(help),
+            );
+            return;
+        }
         if let Some((column, valid)) = unknown_column(err) {
             let span = own_span
                 .or_else(|| query.and_then(|q| identifier_span(q, column)))
@@ -131,6 +154,17 @@ fn without_internal_names(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The reference an error says matches two columns that differ only in case.
+fn ambiguous(err: &DataFusionError) -> Option<&Ambiguous> {
+    match err {
+        DataFusionError::Diagnostic(_, inner) | DataFusionError::Context(_, inner) => {
+            ambiguous(inner)
+        }
+        DataFusionError::External(e) => e.downcast_ref::<Ambiguous>(),
+        _ => None,
+    }
 }
 
 /// The column an error says is not there, with the columns that are.

@@ -1,0 +1,7 @@
+-- `run` validates first: a count per city over a stream, which would append one count
+-- per batch (two `oslo` rows of 1 after two runs), is refused before anything is read.
+CREATE OR REFRESH STREAMING TABLE bronze
+AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, city STRING');
+
+CREATE OR REFRESH STREAMING TABLE by_city
+AS SELECT city, count(*) AS n FROM STREAM(bronze) GROUP BY city;
