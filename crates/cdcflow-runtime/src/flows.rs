@@ -15,7 +15,7 @@ use crate::quarantine;
 use crate::report::{FlowOutcome, FlowReport};
 use crate::runner::RunContext;
 use crate::{RunError, layout};
-use crate::{expectations, generated, identity};
+use crate::{declared, expectations, generated, identity};
 use cdcflow_plan::config::BadRecords;
 
 /// A query flow's batch in the making: its target, progress and registered input.
@@ -118,7 +118,9 @@ impl QueryBatch {
         let (schema, batches) = match rc.pipeline.dataset(&flow.target) {
             Some(target) => {
                 let (schema, batches) = identity::fill(target, &self.table, mode, schema, batches)?;
-                generated::fill(target, &self.planner, &rc.ctx.state(), schema, batches)?
+                let (schema, batches) =
+                    generated::fill(target, &self.planner, &rc.ctx.state(), schema, batches)?;
+                declared::conform(target, schema, batches, &self.inputs.landing)?
             }
             None => (schema, batches),
         };

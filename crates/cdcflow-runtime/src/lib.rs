@@ -21,6 +21,7 @@ pub mod cdc;
 pub mod checkpoint;
 pub mod compact;
 pub mod continuous;
+mod declared;
 pub mod delta;
 pub mod describe;
 mod error;

@@ -116,6 +116,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     r.check_stateful_streams();
     r.check_layouts();
     r.check_generated_columns();
+    r.check_declared_columns();
     // Landing-file schemas were inferred once here; the run reuses them.
     for flow in &mut r.flows {
         for input in &mut flow.inputs {
@@ -575,6 +576,7 @@ impl Resolver<'_> {
 }
 
 mod cdc;
+mod declared;
 mod generated_columns;
 mod graph;
 mod layout;
