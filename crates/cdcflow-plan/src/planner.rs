@@ -17,7 +17,7 @@ use datafusion::logical_expr::planner::{ExprPlanner, TypePlanner};
 use datafusion::logical_expr::{
     AggregateUDF, Expr, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
 };
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionConfig;
 use datafusion::sql::planner::{ContextProvider, ParserOptions, PlannerContext, SqlToRel};
 
 /// DataFusion configuration for the dialect: identifiers keep their case (column names
@@ -54,8 +54,9 @@ impl std::fmt::Debug for Planner {
 }
 
 impl Planner {
+    /// A planner with every function of the dialect ([`crate::functions`]).
     pub fn new() -> Self {
-        Self::with_state(SessionContext::new_with_config(session_config()).state())
+        Self::with_state(crate::functions::session_state(session_config()))
     }
 
     /// A planner that uses the functions of `state` (the runtime's session).
@@ -90,10 +91,14 @@ impl Planner {
     }
 
     /// Plans a query whose table references are registered names.
+    /// Spark's generators (`explode`, LATERAL VIEW) are rewritten first
+    /// ([`crate::functions::syntax`]).
     pub fn plan_query(&self, query: &Query) -> Result<LogicalPlan> {
         let provider = Provider { planner: self };
+        let mut query = query.clone();
+        crate::functions::syntax::rewrite_query(&mut query);
         self.sql_to_rel(&provider)
-            .sql_statement_to_plan(SqlStatement::Query(Box::new(query.clone())))
+            .sql_statement_to_plan(SqlStatement::Query(Box::new(query)))
     }
 
     /// Plans an expression over the columns of `schema`.
