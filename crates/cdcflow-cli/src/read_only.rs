@@ -22,6 +22,7 @@ pub async fn sql(
     cdcflow_runtime::time_travel::resolve(ctx, pipeline, &mut statement).await?;
     // Spark's generators, as flows plan them (`cdcflow_plan::functions::syntax`).
     if let datafusion::sql::parser::Statement::Statement(s) = &mut statement {
+        cdcflow_plan::functions::service::refuse_calls(s)?;
         cdcflow_plan::functions::syntax::rewrite_statement(s);
     }
     let plan = ctx.state().statement_to_plan(statement).await?;

@@ -92,9 +92,10 @@ impl Planner {
 
     /// Plans a query whose table references are registered names.
     /// Spark's generators (`explode`, LATERAL VIEW) are rewritten first
-    /// ([`crate::functions::syntax`]).
+    /// ([`crate::functions::syntax`]); a Databricks service function is refused.
     pub fn plan_query(&self, query: &Query) -> Result<LogicalPlan> {
         let provider = Provider { planner: self };
+        crate::functions::service::refuse_calls(query)?;
         let mut query = query.clone();
         crate::functions::syntax::rewrite_query(&mut query);
         self.sql_to_rel(&provider)
@@ -103,6 +104,7 @@ impl Planner {
 
     /// Plans an expression over the columns of `schema`.
     pub fn plan_expr(&self, expr: &SqlExpr, schema: &DFSchema) -> Result<Expr> {
+        crate::functions::service::refuse_calls(expr)?;
         let provider = Provider { planner: self };
         self.sql_to_rel(&provider)
             .sql_to_expr(expr.clone(), schema, &mut PlannerContext::new())

@@ -17,3 +17,8 @@ AS SELECT id, CASE WHEN is_member('admins') THEN review END AS review FROM LIVE.
 -- COMMAND ----------
 CREATE OR REFRESH MATERIALIZED VIEW with_key
 AS SELECT id, secret('crm', 'api-key') AS api_key FROM LIVE.reviews;
+
+-- COMMAND ----------
+-- A variant path is planned by validate too, so a bad call beside it is found here.
+CREATE OR REFRESH MATERIALIZED VIEW bad_path
+AS SELECT id, unknown_fn(review:rating::int) AS r FROM LIVE.reviews;

@@ -5,7 +5,10 @@
 //! `cdcflow::databricks_function` at the call. `secret()` is not here: it has a local
 //! meaning (`secret.rs`).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
+
+use cdcflow_sql::sqlparser::ast::{Expr, ObjectNamePart, Visit, visit_expressions};
 
 use datafusion::arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::{Result, exec_err, plan_err};
@@ -66,6 +69,31 @@ pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
         .collect()
 }
 
+/// A planning error for the first call in `node` of a function of this module: the
+/// planner does not always ask a function for its type (a WHERE, a CASE condition), so
+/// calls are looked for before planning rather than left to fail there.
+pub fn refuse_calls<V: Visit>(node: &V) -> Result<()> {
+    let found = visit_expressions(node, |e| {
+        if let Expr::Function(f) = e
+            && let [ObjectNamePart::Identifier(name)] = f.name.0.as_slice()
+            && let Some(&(name, service)) = SERVICES
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(&name.value))
+        {
+            return ControlFlow::Break(message(name, service));
+        }
+        ControlFlow::Continue(())
+    });
+    match found {
+        ControlFlow::Break(m) => plan_err!("{m}"),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+fn message(name: &str, service: &str) -> String {
+    format!("`{name}()` needs {service}, {MARK}")
+}
+
 /// The function a planning error of this module is about, and the help to give.
 pub fn called(message: &str) -> Option<(&str, &'static str)> {
     if !message.contains(MARK) {
@@ -92,7 +120,7 @@ struct ServiceFunction {
 
 impl ServiceFunction {
     fn message(&self) -> String {
-        format!("`{}()` needs {}, {MARK}", self.name, self.service)
+        message(self.name, self.service)
     }
 }
 
