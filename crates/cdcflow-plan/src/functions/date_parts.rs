@@ -99,11 +99,6 @@ impl ScalarUDFImpl for Field {
         if part == DatePart::DayOfWeekSunday0 {
             field = add(&field, &Int32Array::new_scalar(1))?;
         }
-        Ok(match value {
-            ColumnarValue::Scalar(_) => ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(field.as_ref(), 0)?,
-            ),
-            ColumnarValue::Array(_) => ColumnarValue::Array(field),
-        })
+        super::columnar(field, &args.args)
     }
 }

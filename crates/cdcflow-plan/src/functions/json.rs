@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, StringArray};
+use datafusion::arrow::array::{Array, StringArray};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::cast::as_string_array;
 use datafusion::common::{Result, ScalarValue, exec_err};
@@ -16,6 +16,8 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use serde_json::Value;
+
+use super::{columnar, string_args};
 
 pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
     vec![
@@ -53,7 +55,7 @@ impl ScalarUDFImpl for GetJsonObject {
     }
 
     fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
-        strings(self.name(), args, 2)
+        string_args(self.name(), args, 2)
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
@@ -84,28 +86,8 @@ impl ScalarUDFImpl for GetJsonObject {
                 extract(json.value(i), &steps)
             })
             .collect();
-        result(out, &args.args)
+        columnar(Arc::new(out), &args.args)
     }
-}
-
-/// `count` arguments, each taken as a string.
-pub(super) fn strings(name: &str, args: &[DataType], count: usize) -> Result<Vec<DataType>> {
-    if args.len() != count {
-        return datafusion::common::plan_err!(
-            "{name}() takes {count} argument(s), not {}",
-            args.len()
-        );
-    }
-    Ok(vec![DataType::Utf8; count])
-}
-
-/// An array result as a scalar when every argument was one.
-pub(super) fn result(out: StringArray, args: &[ColumnarValue]) -> Result<ColumnarValue> {
-    let out: ArrayRef = Arc::new(out);
-    if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
-        return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-    }
-    Ok(ColumnarValue::Array(out))
 }
 
 /// One step of a JSON path.
@@ -188,7 +170,7 @@ impl ScalarUDFImpl for ParseJson {
     }
 
     fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
-        strings(self.name, args, 1)
+        string_args(self.name, args, 1)
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
@@ -215,7 +197,10 @@ impl ScalarUDFImpl for ParseJson {
                 }
             }
         }
-        result(out.into_iter().collect(), &args.args)
+        columnar(
+            Arc::new(out.into_iter().collect::<StringArray>()),
+            &args.args,
+        )
     }
 }
 

@@ -85,5 +85,32 @@ fn aggregate_functions() -> Vec<Arc<AggregateUDF>> {
     all
 }
 
+/// A function's result: a scalar when every argument was one (a call on literals),
+/// else the array of a value per row.
+fn columnar(
+    out: datafusion::arrow::array::ArrayRef,
+    args: &[datafusion::logical_expr::ColumnarValue],
+) -> datafusion::common::Result<datafusion::logical_expr::ColumnarValue> {
+    use datafusion::logical_expr::ColumnarValue;
+    if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+        let value = datafusion::common::ScalarValue::try_from_array(&out, 0)?;
+        return Ok(ColumnarValue::Scalar(value));
+    }
+    Ok(ColumnarValue::Array(out))
+}
+
+/// The argument types of a function of `count` strings: each taken as `Utf8`.
+fn string_args(
+    name: &str,
+    args: &[datafusion::arrow::datatypes::DataType],
+    count: usize,
+) -> datafusion::common::Result<Vec<datafusion::arrow::datatypes::DataType>> {
+    if args.len() != count {
+        let given = args.len();
+        return datafusion::common::plan_err!("{name}() takes {count} argument(s), not {given}");
+    }
+    Ok(vec![datafusion::arrow::datatypes::DataType::Utf8; count])
+}
+
 #[cfg(test)]
 mod tests;

@@ -134,14 +134,7 @@ impl ScalarUDFImpl for RegexFn {
                 Arc::new(out.finish())
             }
         };
-        if args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
-        {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-        }
-        Ok(ColumnarValue::Array(out))
+        super::columnar(out, &args.args)
     }
 }
 

@@ -7,15 +7,15 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, StringArray};
+use datafusion::arrow::array::{Array, StringArray};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::cast::as_string_array;
-use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::common::{Result, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
-use super::json::strings;
+use super::{columnar, string_args};
 
 pub(super) fn function() -> Arc<ScalarUDF> {
     Arc::new(ScalarUDF::new_from_impl(Secret {
@@ -51,7 +51,7 @@ impl ScalarUDFImpl for Secret {
     }
 
     fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
-        strings(self.name(), args, 2)
+        string_args(self.name(), args, 2)
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
@@ -79,15 +79,7 @@ impl ScalarUDFImpl for Secret {
                 }
             }
         }
-        let out: ArrayRef = Arc::new(StringArray::from(out));
-        if args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
-        {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-        }
-        Ok(ColumnarValue::Array(out))
+        columnar(Arc::new(StringArray::from(out)), &args.args)
     }
 }
 

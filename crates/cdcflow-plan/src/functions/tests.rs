@@ -165,6 +165,7 @@ async fn our_functions_compute_what_spark_computes() {
             vec!["true"],
         ),
         ("SELECT date_add(s, 1) FROM t", vec!["2024-03-06"]),
+        ("SELECT hour(s) * 100 + minute(ts) FROM t", vec!["1030"]),
         ("SELECT explode(arr) FROM t", vec!["1", "2"]),
         (
             "SELECT x FROM t LATERAL VIEW explode(arr) v AS x",

@@ -75,14 +75,7 @@ impl ScalarUDFImpl for UnixTimestamp {
             [v, format] => parse(&v.to_array(rows)?, Some(&format.to_array(rows)?))?,
             _ => return exec_err!("unix_timestamp() takes at most 2 arguments"),
         };
-        if args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
-        {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-        }
-        Ok(ColumnarValue::Array(out))
+        super::columnar(out, &args.args)
     }
 }
 
