@@ -20,6 +20,11 @@ pub async fn sql(
     let dialect = ctx.state().config().options().sql_parser.dialect;
     let mut statement = ctx.state().sql_to_statement(sql, &dialect)?;
     cdcflow_runtime::time_travel::resolve(ctx, pipeline, &mut statement).await?;
+    // Spark's generators, as flows plan them (`cdcflow_plan::functions::syntax`).
+    if let datafusion::sql::parser::Statement::Statement(s) = &mut statement {
+        cdcflow_plan::functions::service::refuse_calls(s)?;
+        cdcflow_plan::functions::syntax::rewrite_statement(s);
+    }
     let plan = ctx.state().statement_to_plan(statement).await?;
     if let Some(kind) = writing_statement(&plan) {
         return Err(refused(kind));

@@ -13,6 +13,7 @@ pub mod autocdc;
 pub mod config;
 pub mod df_message;
 pub mod diagnostic;
+pub mod functions;
 pub mod ident_case;
 pub mod names;
 pub mod pipeline;

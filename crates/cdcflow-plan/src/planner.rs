@@ -17,7 +17,7 @@ use datafusion::logical_expr::planner::{ExprPlanner, TypePlanner};
 use datafusion::logical_expr::{
     AggregateUDF, Expr, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
 };
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionConfig;
 use datafusion::sql::planner::{ContextProvider, ParserOptions, PlannerContext, SqlToRel};
 
 use crate::ident_case;
@@ -56,8 +56,9 @@ impl std::fmt::Debug for Planner {
 }
 
 impl Planner {
+    /// A planner with every function of the dialect ([`crate::functions`]).
     pub fn new() -> Self {
-        Self::with_state(SessionContext::new_with_config(session_config()).state())
+        Self::with_state(crate::functions::session_state(session_config()))
     }
 
     /// A planner that uses the functions of `state` (the runtime's session).
@@ -101,11 +102,15 @@ impl Planner {
         })
     }
 
-    /// Plans a query whose table references are registered names; its identifiers
-    /// resolve ignoring case (`ident_case`).
+    /// Plans a query whose table references are registered names. A Databricks service
+    /// function is refused; identifiers resolve ignoring case (`ident_case`), and
+    /// Spark's generators (`explode`, LATERAL VIEW) are rewritten
+    /// ([`crate::functions::syntax`]).
     pub fn plan_query(&self, query: &Query) -> Result<LogicalPlan> {
-        let query = ident_case::query(query, &|name| self.source(name).map(|s| s.schema()))
+        crate::functions::service::refuse_calls(query)?;
+        let mut query = ident_case::query(query, &|name| self.source(name).map(|s| s.schema()))
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        crate::functions::syntax::rewrite_query(&mut query);
         let provider = Provider { planner: self };
         self.sql_to_rel(&provider)
             .sql_statement_to_plan(SqlStatement::Query(Box::new(query)))
@@ -113,6 +118,7 @@ impl Planner {
 
     /// Plans an expression over the columns of `schema`, ignoring case.
     pub fn plan_expr(&self, expr: &SqlExpr, schema: &DFSchema) -> Result<Expr> {
+        crate::functions::service::refuse_calls(expr)?;
         let expr =
             ident_case::expr(expr, schema).map_err(|e| DataFusionError::External(Box::new(e)))?;
         let provider = Provider { planner: self };

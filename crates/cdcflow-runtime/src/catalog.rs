@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use cdcflow_plan::planner::session_config;
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
 use datafusion::common::TableReference;
@@ -60,7 +59,7 @@ pub async fn session(pipeline: &Pipeline) -> Result<SessionContext, RunError> {
 /// [`session`], and the published tables that could not be opened: one damaged table
 /// leaves the others readable.
 pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable>), RunError> {
-    let ctx = SessionContext::new_with_config(session_config());
+    let ctx = cdcflow_plan::functions::session_context();
     let storage = pipeline.storage_dir();
     let mut unreadable = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {

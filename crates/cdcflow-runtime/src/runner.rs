@@ -125,7 +125,7 @@ pub(crate) async fn run_locked(
     let rc = RunContext {
         pipeline,
         storage: &storage,
-        ctx: SessionContext::new_with_config(cdcflow_plan::planner::session_config()),
+        ctx: cdcflow_plan::functions::session_context(),
         now_micros: options
             .now_micros
             .unwrap_or_else(|| chrono::Utc::now().timestamp_micros()),

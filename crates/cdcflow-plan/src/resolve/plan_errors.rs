@@ -90,6 +90,20 @@ impl Resolver<'_> {
             return;
         }
         let message = user_message(err);
+        if let Some((function, help)) = crate::functions::service::called(&message) {
+            let span = own_span
+                .or_else(|| function_span(query?, function))
+                .unwrap_or(fallback);
+            self.error(
+                file,
+                span,
+                "cdcflow::databricks_function",
+                message.clone(),
+                "needs Databricks",
+                Some(help.to_string()),
+            );
+            return;
+        }
         let span = own_span
             .or_else(|| {
                 let function = function_without_signature(&message)?;

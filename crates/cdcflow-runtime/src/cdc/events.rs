@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cdcflow_plan::autocdc::AutoCdcSpec;
-use cdcflow_plan::planner::session_config;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch, StructArray, UInt32Array,
     new_empty_array,
@@ -17,7 +16,6 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::common::{Column, TableReference};
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, lit, when};
-use datafusion::prelude::SessionContext;
 
 use super::kernel::{Op, Rules};
 use crate::RunError;
@@ -106,7 +104,7 @@ async fn evaluate(
     let Some(schema) = batches.first().map(RecordBatch::schema) else {
         return Ok(vec![]);
     };
-    let ctx = SessionContext::new_with_config(session_config());
+    let ctx = cdcflow_plan::functions::session_context();
     let table = TableReference::bare(spec.source.as_str());
     ctx.register_table(
         table.clone(),
