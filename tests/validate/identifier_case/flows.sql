@@ -15,7 +15,8 @@ APPLY CHANGES INTO LIVE.users FROM STREAM(LIVE.bronze)
 CREATE OR REFRESH MATERIALIZED VIEW names
 AS SELECT B.USERID, upper(Name) AS NAME, addr.city AS city FROM LIVE.Bronze b WHERE SequenceNum > 0 ORDER BY userid;
 
--- Two columns differing only in case: a reference written as neither is ambiguous.
+-- Two columns differing only in case: a reference written as neither is ambiguous
+-- (and a table cannot store both: duplicate_output_column).
 CREATE OR REFRESH STREAMING TABLE twins
 AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, Id BIGINT, seq BIGINT');
 

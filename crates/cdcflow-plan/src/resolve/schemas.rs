@@ -172,7 +172,36 @@ impl Resolver<'_> {
             FlowKind::AutoCdc(_) => self.plan_cdc(f)?,
         };
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        self.check_output_names(f, &schema);
         self.flows[f].plan = Some(plan);
         Some(schema)
+    }
+
+    /// A Delta table's column names differ, ignoring case: a query that gives two
+    /// columns of one name (`SELECT *` over a join) cannot be stored, nor read by name.
+    fn check_output_names(&mut self, f: usize, schema: &SchemaRef) {
+        let fields = schema.fields();
+        for (i, field) in fields.iter().enumerate() {
+            let earlier = fields[..i]
+                .iter()
+                .any(|e| e.name().eq_ignore_ascii_case(field.name()));
+            if !earlier {
+                continue;
+            }
+            let (file, span, name) = (
+                self.flows[f].file,
+                self.flows[f].span,
+                self.flows[f].name.clone(),
+            );
+            self.error(
+                file,
+                span,
+                "cdcflow::duplicate_output_column",
+                format!("flow `{name}` gives two columns named `{}`", field.name()),
+                "this flow",
+                Some("name them apart with AS (a table's column names differ, ignoring case); `SELECT *` over a join gives both sides' columns".into()),
+            );
+            return;
+        }
     }
 }
