@@ -586,8 +586,7 @@ impl<'a> StatementParser<'a> {
     fn column_def(&mut self) -> Result<ColumnDef> {
         let start = self.start();
         let name = self.ident()?;
-        let dt = self.p.parse_data_type();
-        let data_type = self.sql(dt)?;
+        let data_type = self.data_type()?;
         let mut c = ColumnDef {
             name,
             data_type,
@@ -652,6 +651,25 @@ impl<'a> StatementParser<'a> {
         }
         c.span = self.span_from(start);
         Ok(c)
+    }
+
+    /// A column's type, `MAP<key, value>` too, which sqlparser's Databricks dialect
+    /// does not read (its `>>` closing two types is split in `spark_forms.rs`).
+    fn data_type(&mut self) -> Result<crate::sqlparser::ast::DataType> {
+        if self.peek_is("MAP") && matches!(self.p.peek_nth_token_ref(1).token, Token::Lt) {
+            self.word("MAP");
+            self.expect_token(&Token::Lt)?;
+            let key = self.data_type()?;
+            self.expect_token(&Token::Comma)?;
+            let value = self.data_type()?;
+            self.expect_token(&Token::Gt)?;
+            return Ok(crate::sqlparser::ast::DataType::Map(
+                Box::new(key),
+                Box::new(value),
+            ));
+        }
+        let dt = self.p.parse_data_type();
+        self.sql(dt)
     }
 
     /// `[(START WITH n] [INCREMENT BY m)]` after `AS IDENTITY`; both default to 1.

@@ -4,7 +4,9 @@
 //! - `FROM (orders)`, `JOIN (orders)`: a table name in parentheses loses them;
 //! - `* EXCEPT (o.status)`: the columns a star leaves out lose their qualifier (the
 //!   star's own, since it names the columns of one relation);
-//! - `struct(amount total, …)`: a field named without `AS` gets it.
+//! - `struct(amount total, …)`: a field named without `AS` gets it;
+//! - `MAP<STRING, ARRAY<INT>>`: the `>>` that closes two types at once is two `>`, so
+//!   the map's type and the one inside it each find theirs.
 
 use crate::sqlparser::keywords::Keyword;
 use crate::sqlparser::tokenizer::{Token, TokenWithSpan, Word};
@@ -14,7 +16,49 @@ use crate::tokens::is_word;
 pub(crate) fn rewrite(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let tokens = unparenthesize_tables(tokens);
     let tokens = unqualify_star_except(tokens);
+    let tokens = split_map_type_ends(tokens);
     name_struct_fields(tokens)
+}
+
+fn split_map_type_ends(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let sig = significant(&tokens);
+    let mut split = Vec::new();
+    for k in 0..sig.len() {
+        if !is_word(&tokens[sig[k]].token, "MAP")
+            || sig.get(k + 1).is_none_or(|&i| tokens[i].token != Token::Lt)
+        {
+            continue;
+        }
+        let mut depth = 0usize;
+        for &i in &sig[k + 1..] {
+            match tokens[i].token {
+                Token::Lt => depth += 1,
+                Token::Gt => depth -= 1,
+                Token::ShiftRight if depth >= 2 => {
+                    split.push(i);
+                    depth -= 2;
+                }
+                _ => {}
+            }
+            if depth == 0 {
+                break;
+            }
+        }
+    }
+    if split.is_empty() {
+        return tokens;
+    }
+    let mut out = Vec::with_capacity(tokens.len() + split.len());
+    for (i, t) in tokens.into_iter().enumerate() {
+        match split.contains(&i) {
+            true => {
+                out.push(TokenWithSpan::new(Token::Gt, t.span));
+                out.push(TokenWithSpan::new(Token::Gt, t.span));
+            }
+            false => out.push(t),
+        }
+    }
+    out
 }
 
 fn significant(tokens: &[TokenWithSpan]) -> Vec<usize> {
@@ -243,5 +287,19 @@ mod tests {
             rewritten("SELECT a FROM t EXCEPT (SELECT a FROM u)"),
             "SELECT a FROM t EXCEPT (SELECT a FROM u)"
         );
+    }
+
+    #[test]
+    fn the_shift_that_closes_two_map_types_is_two_closings() {
+        let sql = "CREATE TABLE t (m MAP<STRING, ARRAY<INT>>, n INT) AS SELECT a >> 1 FROM t";
+        let tokens = Tokenizer::new(&DatabricksDialect {}, sql)
+            .tokenize_with_location()
+            .unwrap();
+        let kinds: Vec<Token> = rewrite(tokens)
+            .into_iter()
+            .map(|t| t.token)
+            .filter(|t| matches!(t, Token::Gt | Token::ShiftRight))
+            .collect();
+        assert_eq!(kinds, [Token::Gt, Token::Gt, Token::ShiftRight]);
     }
 }

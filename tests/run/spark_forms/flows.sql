@@ -6,3 +6,5 @@ SELECT struct(id AS i, name nm, n * 10 tens, CASE WHEN n > 1 THEN 'big' ELSE 'sm
 FROM base;
 CREATE OR REFRESH MATERIALIZED VIEW ranged AS SELECT * FROM range(1, 4);
 CREATE OR REFRESH MATERIALIZED VIEW ranged_step AS SELECT id * 2 AS twice FROM range(-2, 5, 3);
+CREATE OR REFRESH MATERIALIZED VIEW mapped (id BIGINT, attrs MAP<STRING, INT>, nested MAP<STRING, ARRAY<INT>>)
+AS SELECT 1 AS id, map('a', 1) AS attrs, map('b', array(1, 2)) AS nested;
