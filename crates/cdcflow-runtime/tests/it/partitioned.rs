@@ -2,7 +2,8 @@
 //! table, state and counts of the same batch applied in memory at once: for a narrow
 //! SCD type 1 state, one with IGNORE NULL UPDATES, and SCD type 2, with deletes,
 //! out-of-order sequences, duplicates and (separately) a TRUNCATE, over many small
-//! partitions and event parts.
+//! partitions and event parts; and so with the published table partitioned or
+//! clustered (`PARTITIONED BY`, `CLUSTER BY`).
 
 use cdcflow_runtime::cdc::kernel::{Applied, Visible, apply};
 use cdcflow_runtime::cdc::partitioned::{PARTITION_ROWS, apply_in_partitions};
@@ -74,6 +75,17 @@ fn parts(events: &RecordBatch, size: usize) -> Vec<RecordBatch> {
 }
 
 async fn check(config: Config, truncate: bool) {
+    check_laid_out(config, truncate, None, vec![]).await;
+}
+
+/// [`check`] with the published table partitioned by `partitions` and clustered by
+/// `cluster`.
+async fn check_laid_out(
+    config: Config,
+    truncate: bool,
+    partitions: Option<Vec<String>>,
+    cluster: Vec<String>,
+) {
     let rules = config.rules(i64::MAX / 4);
     let events = to_batch(&rules, &first_batch(truncate), 7);
     let in_memory: Applied =
@@ -86,6 +98,8 @@ async fn check(config: Config, truncate: bool) {
     let (public_commit, state_commit) = (
         Commit {
             name: "t".into(),
+            partition_columns: partitions.clone(),
+            cluster_columns: cluster,
             ..Commit::default()
         },
         Commit {
@@ -118,6 +132,26 @@ async fn check(config: Config, truncate: bool) {
     assert!(expected_public.len() > KEYS as usize / 10, "a real table");
     assert_eq!(rows_of(&public_rows), expected_public);
     assert_eq!(state_rows(&state_rows_read), state_rows(&in_memory.state));
+    if let Some(partitions) = &partitions {
+        let stored = public
+            .table
+            .as_ref()
+            .and_then(|t| t.snapshot().ok())
+            .map(|s| s.metadata().partition_columns().to_vec());
+        assert_eq!(stored.as_ref(), Some(partitions));
+        for column in partitions {
+            let folders = std::fs::read_dir(&public_dir)
+                .expect("table folder")
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("{column}="))
+                })
+                .count();
+            assert!(folders >= 2, "one folder per value of `{column}`");
+        }
+    }
 
     // The second batch finds tables: it is not the partitions' to apply.
     let again = apply_in_partitions(&rules, &targets_of(&state, &public, &targets), &[], 8, 1)
@@ -181,4 +215,15 @@ async fn scd2_partitioned_equals_in_memory() {
 async fn truncate_in_a_first_batch_partitioned_equals_in_memory() {
     check(scd1(), true).await;
     check(scd2(), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_published_table_holds_the_same_rows() {
+    check_laid_out(scd1(), false, Some(vec!["b".into()]), vec![]).await;
+    check_laid_out(scd2(), true, Some(vec!["b".into()]), vec![]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clustered_published_table_holds_the_same_rows() {
+    check_laid_out(scd1_ignore_null(), false, None, vec!["a".into()]).await;
 }
