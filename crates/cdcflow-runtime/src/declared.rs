@@ -9,16 +9,11 @@ use std::sync::Arc;
 use cdcflow_plan::Dataset;
 use cdcflow_plan::types::arrow_type;
 use datafusion::arrow::array::{RecordBatch, new_null_array};
-use datafusion::arrow::compute::{CastOptions, cast_with_options};
+use datafusion::arrow::compute::cast_with_options;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 
 use crate::RunError;
-
-/// A cast that fails on a value it cannot convert.
-const STRICT: CastOptions<'static> = CastOptions {
-    safe: false,
-    format_options: datafusion::arrow::util::display::FormatOptions::new(),
-};
+use crate::delta::STRICT;
 
 /// `batches` (of `schema`) in the declared columns of `target`; as they are when it
 /// declares none. `landing` names the landing files the rows came from, for errors.

@@ -101,25 +101,17 @@ impl QueryBatch {
             ));
         }
         let (schema, batches) = execute(rc, &self.planner, query).await?;
-        let batches = match rc.pipeline.dataset(&flow.target) {
-            Some(target) => {
-                let (kept, results) = expectations::enforce(
-                    target,
-                    &self.planner,
-                    &rc.ctx.state(),
-                    &schema,
-                    batches,
-                )?;
-                report.expectations = results;
-                kept
-            }
-            None => batches,
-        };
+        // The target's rules, then the columns it makes and declares, in that order:
+        // expectations see the query's rows, the table stores the declared ones.
         let (schema, batches) = match rc.pipeline.dataset(&flow.target) {
             Some(target) => {
-                let (schema, batches) = identity::fill(target, &self.table, mode, schema, batches)?;
+                let state = rc.ctx.state();
+                let (kept, results) =
+                    expectations::enforce(target, &self.planner, &state, &schema, batches)?;
+                report.expectations = results;
+                let (schema, batches) = identity::fill(target, &self.table, mode, schema, kept)?;
                 let (schema, batches) =
-                    generated::fill(target, &self.planner, &rc.ctx.state(), schema, batches)?;
+                    generated::fill(target, &self.planner, &state, schema, batches)?;
                 declared::conform(target, schema, batches, &self.inputs.landing)?
             }
             None => (schema, batches),

@@ -20,9 +20,7 @@ impl Resolver<'_> {
                 continue;
             };
             let name = self.datasets[d].name.clone();
-            let writers: Vec<usize> = (0..self.flows.len())
-                .filter(|&f| self.flows[f].target.eq_ignore_ascii_case(&name))
-                .collect();
+            let writers = self.flows_into(&name);
             for f in writers {
                 let Some(given) = self.flows[f]
                     .plan

@@ -48,9 +48,7 @@ impl Resolver<'_> {
                         Some("every row needs a value of its own: increment by a positive or negative number".into()),
                     );
                 }
-                let writers: Vec<usize> = (0..self.flows.len())
-                    .filter(|&f| self.flows[f].target.eq_ignore_ascii_case(&name))
-                    .collect();
+                let writers = self.flows_into(&name);
                 if let Some(&f) = writers
                     .iter()
                     .find(|&&f| self.flows[f].auto_cdc().is_some())
@@ -116,9 +114,7 @@ impl Resolver<'_> {
                     ))
                 })
                 .collect();
-            let writers: Vec<usize> = (0..self.flows.len())
-                .filter(|&f| self.flows[f].target.eq_ignore_ascii_case(&name))
-                .collect();
+            let writers = self.flows_into(&name);
             for column in columns {
                 let Some(expr) = &column.generated else {
                     continue;

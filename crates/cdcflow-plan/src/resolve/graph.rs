@@ -65,9 +65,7 @@ impl Resolver<'_> {
     pub(super) fn check_targets(&mut self) {
         for d in 0..self.datasets.len() {
             let name = self.datasets[d].name.clone();
-            let flows: Vec<usize> = (0..self.flows.len())
-                .filter(|&f| self.flows[f].target.eq_ignore_ascii_case(&name))
-                .collect();
+            let flows = self.flows_into(&name);
             let cdc: Vec<usize> = flows
                 .iter()
                 .copied()

@@ -411,6 +411,13 @@ impl Resolver<'_> {
         }
     }
 
+    /// The flows that write the dataset `name`, by index.
+    fn flows_into(&self, name: &str) -> Vec<usize> {
+        (0..self.flows.len())
+            .filter(|&f| self.flows[f].target.eq_ignore_ascii_case(name))
+            .collect()
+    }
+
     fn dataset_index(&self, name: &str) -> Option<usize> {
         self.by_name.get(&name.to_ascii_lowercase()).copied()
     }

@@ -9,9 +9,7 @@ impl Resolver<'_> {
         for &d in order {
             let declared = self.declared_schema(d);
             let name = self.datasets[d].name.clone();
-            let flows: Vec<usize> = (0..self.flows.len())
-                .filter(|&f| self.flows[f].target.eq_ignore_ascii_case(&name))
-                .collect();
+            let flows = self.flows_into(&name);
             let mut derived: Option<(usize, SchemaRef)> = None;
             for f in flows {
                 let Some(schema) = self.plan_flow(f) else {

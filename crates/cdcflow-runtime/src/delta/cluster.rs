@@ -20,20 +20,41 @@ pub(crate) fn sorted_batches(
     batches: Vec<RecordBatch>,
     columns: &[String],
 ) -> Result<Vec<RecordBatch>, RunError> {
-    let Some(first) = batches.first() else {
-        return Ok(batches);
-    };
-    if columns.is_empty() || !columns.iter().any(|c| first.column_by_name(c).is_some()) {
+    if !sorts(&batches, columns) {
         return Ok(batches);
     }
-    let all = concat_batches(first.schema_ref(), &batches)?;
+    Ok(sorted_whole(batches, columns)?.map_or_else(Vec::new, |all| cut(&all, BATCH_ROWS)))
+}
+
+/// Whether `batches` have one of `columns` to sort by.
+pub(crate) fn sorts(batches: &[RecordBatch], columns: &[String]) -> bool {
+    batches
+        .first()
+        .is_some_and(|b| columns.iter().any(|c| b.column_by_name(c).is_some()))
+}
+
+/// `batches` as one batch sorted by `columns` (`None` for no batches). The inputs are
+/// let go before the sort copies the rows.
+pub(crate) fn sorted_whole(
+    batches: Vec<RecordBatch>,
+    columns: &[String],
+) -> Result<Option<RecordBatch>, RunError> {
+    let Some(schema) = batches.first().map(RecordBatch::schema) else {
+        return Ok(None);
+    };
+    let all = concat_batches(&schema, &batches)?;
     drop(batches);
     let names: Vec<&str> = columns.iter().map(String::as_str).collect();
-    let all = sorted(all, &names)?;
-    Ok((0..all.num_rows())
-        .step_by(BATCH_ROWS)
-        .map(|start| all.slice(start, BATCH_ROWS.min(all.num_rows() - start)))
-        .collect())
+    Ok(Some(sorted(all, &names)?))
+}
+
+/// `rows` in consecutive slices of at most `size` rows.
+pub(crate) fn cut(rows: &RecordBatch, size: usize) -> Vec<RecordBatch> {
+    let size = size.max(1);
+    (0..rows.num_rows())
+        .step_by(size)
+        .map(|start| rows.slice(start, size.min(rows.num_rows() - start)))
+        .collect()
 }
 
 /// `rows` ordered by the columns `keys` (those it has; as they are without any). The

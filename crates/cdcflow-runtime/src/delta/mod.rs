@@ -812,7 +812,7 @@ pub(crate) fn data_file_path(dir: &Path, path: &str) -> Result<PathBuf, RunError
 }
 
 /// Casts that fail on a value they cannot convert instead of making it null.
-const STRICT: CastOptions<'static> = CastOptions {
+pub(crate) const STRICT: CastOptions<'static> = CastOptions {
     safe: false,
     format_options: datafusion::arrow::util::display::FormatOptions::new(),
 };

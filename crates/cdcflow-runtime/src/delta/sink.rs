@@ -15,7 +15,7 @@ use deltalake::kernel::Action;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
 
-use super::{Commit, Staged, StagedData, Table, encoding, parallel};
+use super::{Commit, Staged, StagedData, Table, cluster, encoding, parallel};
 use crate::RunError;
 
 /// Rows a file's encoding is judged on before its writer starts.
@@ -75,12 +75,11 @@ impl Sink {
     pub async fn write(&mut self, batches: Vec<RecordBatch>) -> Result<(), RunError> {
         let mut shares: Vec<Vec<RecordBatch>> = vec![Vec::new(); self.files.len()];
         let mut planned: Vec<usize> = self.files.iter().map(|f| f.written).collect();
-        let batches = match self.cluster.is_empty() {
-            true => batches,
-            false => ranges(
-                super::cluster::sorted_batches(batches, &self.cluster)?,
-                self.files.len(),
-            ),
+        let batches = match cluster::sorts(&batches, &self.cluster) {
+            true => cluster::sorted_whole(batches, &self.cluster)?.map_or_else(Vec::new, |all| {
+                cluster::cut(&all, all.num_rows().div_ceil(self.files.len()))
+            }),
+            false => batches,
         };
         for batch in batches.into_iter().filter(|b| b.num_rows() > 0) {
             let Some((least, _)) = planned.iter().enumerate().min_by_key(|&(_, &r)| r) else {
@@ -144,21 +143,6 @@ impl Sink {
             DeltaTableError::Generic(format!("file sink task: {e}")),
         )
     }
-}
-
-/// `batches` (sorted) as `count` batches of contiguous rows, about equal.
-fn ranges(batches: Vec<RecordBatch>, count: usize) -> Vec<RecordBatch> {
-    let Some(first) = batches.first() else {
-        return batches;
-    };
-    let Ok(all) = datafusion::arrow::compute::concat_batches(first.schema_ref(), &batches) else {
-        return batches;
-    };
-    let per = all.num_rows().div_ceil(count.max(1)).max(1);
-    (0..all.num_rows())
-        .step_by(per)
-        .map(|start| all.slice(start, per.min(all.num_rows() - start)))
-        .collect()
 }
 
 /// One new file: its first rows wait until there are enough to judge its encoding by,
