@@ -21,6 +21,7 @@ pub mod planner;
 pub mod read_files;
 mod relations;
 mod resolve;
+mod sql_spans;
 pub mod stateful;
 pub mod suggest;
 mod table_functions;

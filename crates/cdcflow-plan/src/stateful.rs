@@ -12,7 +12,7 @@ use std::ops::ControlFlow;
 use cdcflow_sql::Span;
 use cdcflow_sql::sqlparser::ast::{
     Distinct, Expr as SqlExpr, GroupByExpr, ObjectNamePart, Query, SetExpr, Spanned, TableFactor,
-    Visit, Visitor, visit_expressions,
+    Visit, Visitor,
 };
 use datafusion::logical_expr::{Expr, LogicalPlan};
 
@@ -189,18 +189,14 @@ fn selects(
 
 /// The first call of `function`, with (`window`) or without an OVER clause.
 fn call(query: &Query, function: &str, window: bool) -> Option<Span> {
-    let found = visit_expressions(query, |e| match e {
+    crate::sql_spans::find_expr(query, |e| match e {
         SqlExpr::Function(f)
             if f.over.is_some() == window && f.name.to_string().eq_ignore_ascii_case(function) =>
         {
-            ControlFlow::Break(f.name.span())
+            Some(f.name.span())
         }
-        _ => ControlFlow::Continue(()),
-    });
-    match found {
-        ControlFlow::Break(span) => Some(span),
-        ControlFlow::Continue(()) => None,
-    }
+        _ => None,
+    })
 }
 
 #[cfg(test)]

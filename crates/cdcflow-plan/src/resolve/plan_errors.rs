@@ -5,14 +5,13 @@
 //! column in GROUP BY or ORDER BY, or a call no signature takes, it does not: those are
 //! found again in the query by name.
 
-use std::ops::ControlFlow;
-
-use cdcflow_sql::sqlparser::ast::{Expr as SqlExpr, Query, visit_expressions};
+use cdcflow_sql::sqlparser::ast::{Expr as SqlExpr, Query};
 use datafusion::common::{Column, SchemaError};
 
 use super::*;
 use crate::df_message::{NO_SIGNATURE, user_message};
 use crate::ident_case::Ambiguous;
+use crate::sql_spans::find_expr;
 
 /// How the planner names a `read_files` source's table (`references.rs`).
 const FILES_TABLE_PREFIX: &str = "__files_";
@@ -250,18 +249,6 @@ fn function_span(query: &Query, function: &str) -> Option<Span> {
         }
         _ => None,
     })
-}
-
-/// The span `pick` returns for the first expression of `query` it picks.
-fn find_expr(query: &Query, mut pick: impl FnMut(&SqlExpr) -> Option<Span>) -> Option<Span> {
-    let found = visit_expressions(query, |e| match pick(e) {
-        Some(span) if span != Span::empty() => ControlFlow::Break(span),
-        _ => ControlFlow::Continue(()),
-    });
-    match found {
-        ControlFlow::Break(span) => Some(span),
-        ControlFlow::Continue(()) => None,
-    }
 }
 
 #[cfg(test)]
