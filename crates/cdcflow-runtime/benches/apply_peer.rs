@@ -1,11 +1,15 @@
 //! cdcflow as a peer of the CDC-apply benchmark kit (`../shared/bench`, README "Peer
-//! contract"): `apply_peer --data DIR --mode scd1|scd2 --out PATH`.
+//! contract"): `apply_peer --data DIR --mode scd1|scd2 --out PATH [--path merge|rewrite]`.
 //!
 //! The timed part is what a `cdcflow run` batch does for an AUTO CDC flow: read the
 //! stored state (here: the kit's target or history table, every row an event older
 //! than the batch), read the change batch, evaluate the flow's expressions with
 //! DataFusion, apply with the kernel, and commit both the internal state table and the
-//! published table to Delta (the published one at PATH). Build and run:
+//! published table to Delta (the published one at PATH), by the way a run takes
+//! (`cdc::staging`). `--path merge` (the default) seeds both tables as a run creates
+//! them, with deletion vectors allowed, so the batch is applied by merge-on-write;
+//! `--path rewrite` seeds them without, as a table whose TBLPROPERTIES turn deletion
+//! vectors off, so both tables stream through the apply and are rewritten. Build and run:
 //!
 //! ```text
 //! cargo bench --locked -p cdcflow-runtime --bench apply_peer --no-run
@@ -22,13 +26,17 @@ use cdcflow_plan::autocdc::{AutoCdcSpec, SequenceField};
 use cdcflow_runtime::cdc::events::to_events;
 use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules};
 use cdcflow_runtime::cdc::rules_for;
-use cdcflow_runtime::cdc::streamed::{self, Targets};
+use cdcflow_runtime::cdc::staging::{self, Staging};
+use cdcflow_runtime::cdc::streamed::Targets;
 use cdcflow_runtime::delta::{Commit, DataFile, Mode, Table, conform, read_parquet, rewrite};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::logical_expr::{col, lit};
+
+/// The table property that lets a table's rows be deleted by deletion vectors.
+const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
 
 const COLUMNS: [&str; 6] = [
     "customer_id",
@@ -43,18 +51,22 @@ struct Args {
     data: PathBuf,
     scd2: bool,
     out: PathBuf,
+    /// Whether the tables take deletion vectors (merge-on-write) or are rewritten.
+    merge: bool,
 }
 
 fn args() -> Result<Args, String> {
     let mut data = None;
     let mut mode = None;
     let mut out = None;
+    let mut path = "merge".to_string();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--data" => data = it.next(),
             "--mode" => mode = it.next(),
             "--out" => out = it.next(),
+            "--path" => path = it.next().ok_or("--path needs merge or rewrite")?,
             "--bench" => {}
             other => return Err(format!("unknown argument {other}")),
         }
@@ -68,6 +80,11 @@ fn args() -> Result<Args, String> {
             m => return Err(format!("unknown mode {m}")),
         },
         out: PathBuf::from(out.ok_or("--out PATH is required")?),
+        merge: match path.as_str() {
+            "merge" => true,
+            "rewrite" => false,
+            p => return Err(format!("unknown path {p} (merge or rewrite)")),
+        },
     })
 }
 
@@ -135,14 +152,10 @@ async fn seed(
     stored_file: &Path,
     dir: &Path,
     schema: &SchemaRef,
-    name: &str,
+    commit: Commit,
     make: impl Fn(RecordBatch) -> Result<RecordBatch, String> + Send + Sync + 'static,
 ) -> Result<(), String> {
     let read_schema = file_schema(stored_file)?;
-    let commit = Commit {
-        name: name.into(),
-        ..Commit::default()
-    };
     let dest = Table::open(dir).await.map_err(|e| e.to_string())?;
     let (seeded, _) = rewrite(
         &[DataFile::plain(stored_file.to_path_buf())],
@@ -165,26 +178,6 @@ async fn seed(
         .commit(Mode::Overwrite, &commit)
         .await
         .map_err(|e| e.to_string())
-}
-
-/// Deletes the data files of `dir` that its current version does not hold (the seed's),
-/// so that the kit, which reads every Parquet file of the folder, sees the new rows only.
-async fn keep_current_files(dir: &Path) -> Result<(), String> {
-    let table = Table::open(dir).await.map_err(|e| e.to_string())?;
-    let current: Vec<PathBuf> = table
-        .files()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|f| f.path)
-        .collect();
-    for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        let is_parquet = path.extension().is_some_and(|x| x == "parquet");
-        if is_parquet && !current.iter().any(|c| c.file_name() == path.file_name()) {
-            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-    }
-    Ok(())
 }
 
 fn read(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
@@ -217,13 +210,32 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     let state_dir = a.out.with_extension("cdcflow_state");
     // The kit's table is the published table; its rows are the state: every row an
     // upsert event (SCD2: sequenced by `__START_AT`), narrow for SCD type 1.
+    // As a run commits them: the batch's txn, and deletion vectors allowed unless the
+    // rewrite path is measured.
+    let public_commit = Commit {
+        txns: vec![("cdcflow:bench".into(), 0)],
+        name: "customers".into(),
+        configuration: match a.merge {
+            true => [(DELETION_VECTORS.to_string(), "true".to_string())].into(),
+            false => BTreeMap::new(),
+        },
+        ..Commit::default()
+    };
+    let state_commit = Commit {
+        name: "customers__state".into(),
+        ..public_commit.clone()
+    };
     let public_schema = rules.public_schema();
     let conformed = Arc::clone(&public_schema);
+    let seeded = |c: &Commit| Commit {
+        txns: vec![],
+        ..c.clone()
+    };
     seed(
         &stored_file,
         &a.out,
         &public_schema,
-        "customers",
+        seeded(&public_commit),
         move |b| conform(&b, &conformed).map_err(|e| e.to_string()),
     )
     .await?;
@@ -232,7 +244,7 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         &stored_file,
         &state_dir,
         &rules.state_schema(),
-        "customers__state",
+        seeded(&state_commit),
         move |b| as_state(&state_rules, &b, scd2),
     )
     .await?;
@@ -262,14 +274,10 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     .await
     .map_err(|e| e.to_string())?;
     let t = phase("events", t);
-    let public_commit = Commit {
-        txns: vec![("cdcflow:bench".into(), 0)],
-        name: "customers".into(),
-        ..Commit::default()
-    };
-    let state_commit = Commit {
-        name: "customers__state".into(),
-        ..public_commit.clone()
+    let expected = if a.merge {
+        Mode::Merge
+    } else {
+        Mode::Overwrite
     };
     let targets = Targets {
         state: &state,
@@ -277,18 +285,22 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         public: &public,
         public_commit: &public_commit,
     };
-    // As a run does it: both tables stream through the apply into new files, then the
-    // published table is committed, then the state.
-    let done = streamed::apply(&rules, &targets, &events, 1)
+    // As a run does it: the batch staged by the way the tables allow (merge-on-write,
+    // or both tables streamed through the apply into new files), then the published
+    // table is committed, then the state.
+    let done = match staging::stage(&rules, &targets, vec![events], 1)
         .await
         .map_err(|e| e.to_string())?
-        .ok_or("the batch was not applied streaming")?;
+    {
+        Staging::Staged(done) if done.mode == expected => *done,
+        Staging::Staged(_) => return Err("the batch took another path than --path".into()),
+        Staging::InMemory(_) => return Err("the batch could not be applied streaming".into()),
+    };
     let t = phase("apply", t);
     let rows = done.public_rows;
     done.commit(&targets).await.map_err(|e| e.to_string())?;
     phase("commit", t);
     let seconds = started.elapsed().as_secs_f64();
-    keep_current_files(&a.out).await?;
     Ok((seconds, rows))
 }
 

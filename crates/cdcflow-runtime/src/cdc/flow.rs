@@ -17,9 +17,10 @@ use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
-use super::events::{Sourced, concat_parts, event_parts};
+use super::events::{Sourced, event_parts};
 use super::kernel::{self, Rules, Visible};
-use super::{merged, partitioned, rules_for, streamed};
+use super::staging::{self, Staging};
+use super::{rules_for, streamed};
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::inputs::BatchInputs;
@@ -127,9 +128,7 @@ pub(crate) async fn run(
 }
 
 /// The batch applied and both tables' files staged, by the cheapest way the tables
-/// allow: a target's first batch a partition of its keys at a time (`partitioned.rs`),
-/// later ones by merge-on-write (`merged.rs`), else streaming through the tables
-/// (`streamed.rs`), else in memory.
+/// allow (`staging.rs`), else in memory.
 async fn stage_batch(
     target: &Dataset,
     rules: &Rules,
@@ -138,16 +137,10 @@ async fn stage_batch(
     now_micros: i64,
     report: &mut FlowReport,
 ) -> Result<streamed::Streamed, RunError> {
-    if let Some(done) = partitioned::apply(rules, targets, &events, now_micros).await? {
-        return Ok(done);
-    }
-    let events = concat_parts(&rules.event_schema(), events)?;
-    if let Some(merge) = merged::prepare(rules, targets, &events, now_micros)? {
-        return merge.apply(targets, events).await;
-    }
-    if let Some(done) = streamed::apply(rules, targets, &events, now_micros).await? {
-        return Ok(done);
-    }
+    let events = match staging::stage(rules, targets, events, now_micros).await? {
+        Staging::Staged(done) => return Ok(*done),
+        Staging::InMemory(events) => events,
+    };
     let (state, public) = (targets.state, targets.public);
     let applied = apply_in_memory(target, rules, state, public, &events, now_micros)?;
     if let Some(change) = delta::added_columns(

@@ -8,6 +8,7 @@ mod keyset;
 pub mod merged;
 pub mod partitioned;
 mod shares;
+pub mod staging;
 pub mod streamed;
 mod touched;
 
