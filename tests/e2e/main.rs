@@ -8,6 +8,7 @@ mod crash;
 mod damaged;
 mod diagnostics;
 mod escape_attempt;
+mod initial_load;
 mod landing;
 mod landing_columns;
 mod log_format;

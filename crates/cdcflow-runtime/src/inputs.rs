@@ -20,7 +20,7 @@ use datafusion::prelude::SessionContext;
 use cdcflow_plan::planner::Planner;
 
 use crate::checkpoint::{Offsets, Progress};
-use crate::delta::Table;
+use crate::delta::{self, DataFile, Table};
 use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
 use crate::{RunError, cascade, files, layout, quarantine};
 
@@ -206,23 +206,36 @@ impl InputReader<'_> {
         after: Option<i64>,
         schema: &SchemaRef,
     ) -> Result<(Vec<(String, RecordBatch)>, Option<i64>), RunError> {
+        let (files, version) = self.appended_files(d, after).await?;
+        let mut rows = Vec::new();
+        for (origin, file) in files {
+            for batch in delta::read::read_files(std::slice::from_ref(&file), schema)? {
+                rows.push((origin.clone(), batch));
+            }
+        }
+        Ok((rows, version))
+    }
+
+    /// The files of streaming table `d` holding what it appended after version `after`,
+    /// each named for messages, and the version they reach.
+    pub async fn appended_files(
+        &self,
+        d: &Dataset,
+        after: Option<i64>,
+    ) -> Result<(Vec<(String, DataFile)>, Option<i64>), RunError> {
         let table = Table::open(&layout::table_dir(self.storage, d)?).await?;
-        let (rows, version) = table
-            .appended_since(after, schema)
-            .await
-            .map_err(|e| match e {
-                RunError::Rewritten { version, .. } => {
-                    let readers =
-                        cascade::broken_readers(self.pipeline, std::slice::from_ref(&d.name));
-                    RunError::rewritten(&d.name, version, &readers)
-                }
-                e => e,
-            })?;
-        let rows = rows
+        let (files, version) = table.appended_files(after).await.map_err(|e| match e {
+            RunError::Rewritten { version, .. } => {
+                let readers = cascade::broken_readers(self.pipeline, std::slice::from_ref(&d.name));
+                RunError::rewritten(&d.name, version, &readers)
+            }
+            e => e,
+        })?;
+        let files = files
             .into_iter()
-            .map(|(file, b)| (format!("{} ({file})", d.name), b))
+            .map(|(file, f)| (format!("{} ({file})", d.name), f))
             .collect();
-        Ok((rows, version.or(after)))
+        Ok((files, version.or(after)))
     }
 
     async fn register_files(

@@ -19,10 +19,11 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::events::{Sourced, event_parts};
 use super::kernel::{self, Rules, Visible};
+use super::load::GroupedLoad;
 use super::staging::{self, Staging};
 use super::{rules_for, streamed};
 use crate::checkpoint::{Offsets, Progress};
-use crate::delta::{self, Commit, Mode, Operation, Table};
+use crate::delta::{self, Commit, DataFile, Mode, Operation, Table};
 use crate::inputs::BatchInputs;
 use crate::report::{FlowOutcome, FlowReport};
 use crate::runner::RunContext;
@@ -74,9 +75,18 @@ pub(crate) async fn run(
         shape.check(&shape_file, &target.name)?;
     }
     let batch = progress.next_batch();
-    let (rows, offsets, has_new) =
-        read_source(rc, spec, source, &source_schema, &progress, batch, report).await?;
-    report.rows_read = rows.iter().map(|(_, b)| b.num_rows() as u64).sum();
+    let first_load = !state.exists() && !public.exists();
+    let (read, offsets, has_new) = read_source(
+        rc,
+        spec,
+        source,
+        &source_schema,
+        &progress,
+        first_load,
+        report,
+    )
+    .await?;
+    report.rows_read = read.rows();
     if !has_new && published_ahead {
         return Err(RunError::input(format!(
             "flow `{}`: batch {batch} reached `{}` but not its state, and its input is gone",
@@ -93,8 +103,6 @@ pub(crate) async fn run(
     checkpoint.write_intent(&offsets)?;
     shape.record(&shape_file)?;
 
-    let events = event_parts(spec, &rules, &source_schema, rows, rc.now_micros).await?;
-    report.oldest_change_micros = oldest_commit_time(&events);
     let operation = Operation::AutoCdc {
         flow: spec.flow.clone(),
         batch,
@@ -112,7 +120,34 @@ pub(crate) async fn run(
         public: &public,
         public_commit: &public_commit,
     };
+    let rows = match read {
+        SourceRead::Rows(rows) => rows,
+        SourceRead::Grouped(load, files) => {
+            let (source_schema, now) = (&source_schema, rc.now_micros);
+            let oldest = &mut report.oldest_change_micros;
+            match load
+                .apply(spec, &rules, source_schema, &targets, now, oldest)
+                .await?
+            {
+                Some(done) => return finish(done, &targets, batch, report).await,
+                // Tables only deltalake's write operation writes: read whole.
+                None => read_files_whole(&files, source_schema)?,
+            }
+        }
+    };
+    let events = event_parts(spec, &rules, &source_schema, rows, rc.now_micros).await?;
+    report.oldest_change_micros = oldest_commit_time(&events);
     let done = stage_batch(target, &rules, &targets, events, rc.now_micros, report).await?;
+    finish(done, &targets, batch, report).await
+}
+
+/// Reports the staged batch and commits it.
+async fn finish(
+    done: streamed::Streamed,
+    targets: &streamed::Targets<'_>,
+    batch: i64,
+    report: &mut FlowReport,
+) -> Result<(), RunError> {
     if done.metrics.late_after_gc > 0 {
         report.warnings.push(format!(
             "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",
@@ -122,7 +157,7 @@ pub(crate) async fn run(
     }
     report.cdc = Some(done.metrics);
     report.rows_written = done.public_rows as u64;
-    done.commit(&targets).await?;
+    done.commit(targets).await?;
     report.outcome = FlowOutcome::Committed { batch };
     Ok(())
 }
@@ -282,24 +317,33 @@ async fn read_source(
     source: &Dataset,
     schema: &SchemaRef,
     progress: &Progress,
-    batch: i64,
+    first_load: bool,
     report: &mut FlowReport,
-) -> Result<(Sourced, Offsets, bool), RunError> {
+) -> Result<(SourceRead, Offsets, bool), RunError> {
+    let batch = progress.next_batch();
     let mut offsets = Offsets {
         batch,
         ..Offsets::default()
     };
     match source.kind {
         DatasetKind::StreamingTable if spec.streaming => {
-            let (rows, version) = rc
+            let (files, version) = rc
                 .reader()
-                .appended(source, progress.source_version(&source.name), schema)
+                .appended_files(source, progress.source_version(&source.name))
                 .await?;
             if let Some(v) = version {
                 offsets.sources.insert(source.name.clone(), v);
             }
-            let has_new = !rows.is_empty();
-            Ok((rows, offsets, has_new))
+            let grouped = match first_load {
+                true => GroupedLoad::plan(spec, &files, schema)?,
+                false => None,
+            };
+            let read = match grouped {
+                Some(load) => SourceRead::Grouped(load, files),
+                None => SourceRead::Rows(read_files_whole(&files, schema)?),
+            };
+            let has_new = read.rows() > 0;
+            Ok((read, offsets, has_new))
         }
         DatasetKind::View => {
             // Read as a stream, the view runs over what its streaming inputs appended
@@ -331,7 +375,7 @@ async fn read_source(
             report.warnings.extend(inputs.landing_warnings());
             let origin = format!("view {}", source.name);
             Ok((
-                rows.into_iter().map(|b| (origin.clone(), b)).collect(),
+                SourceRead::Rows(rows.into_iter().map(|b| (origin.clone(), b)).collect()),
                 inputs.offsets,
                 has_new,
             ))
@@ -340,9 +384,40 @@ async fn read_source(
             let table = Table::open(&layout::table_dir(rc.storage, source)?).await?;
             let all = table.read_all(schema)?;
             let has_new = all.num_rows() > 0;
-            Ok((vec![(source.name.clone(), all)], offsets, has_new))
+            Ok((
+                SourceRead::Rows(vec![(source.name.clone(), all)]),
+                offsets,
+                has_new,
+            ))
         }
     }
+}
+
+/// What a batch reads from its source: its rows, or, for a large first batch, the files
+/// to read a group of keys at a time (`load.rs`).
+enum SourceRead {
+    Rows(Sourced),
+    Grouped(GroupedLoad, Vec<(String, DataFile)>),
+}
+
+impl SourceRead {
+    fn rows(&self) -> u64 {
+        match self {
+            Self::Rows(rows) => rows.iter().map(|(_, b)| b.num_rows() as u64).sum(),
+            Self::Grouped(load, _) => load.rows,
+        }
+    }
+}
+
+/// The rows of `files`, each batch named by its file.
+fn read_files_whole(files: &[(String, DataFile)], schema: &SchemaRef) -> Result<Sourced, RunError> {
+    let mut rows = Vec::new();
+    for (origin, file) in files {
+        for batch in delta::read::read_files(std::slice::from_ref(file), schema)? {
+            rows.push((origin.clone(), batch));
+        }
+    }
+    Ok(rows)
 }
 
 fn planner_table(
@@ -421,7 +496,7 @@ impl Shape {
 
 /// The earliest source commit time among the `events` parts, when the SEQUENCE BY value
 /// is a timestamp (or a struct whose first field is one), µs since the epoch.
-fn oldest_commit_time(events: &[RecordBatch]) -> Option<i64> {
+pub(super) fn oldest_commit_time(events: &[RecordBatch]) -> Option<i64> {
     events.iter().filter_map(oldest_commit_time_of).min()
 }
 

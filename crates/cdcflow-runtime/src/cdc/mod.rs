@@ -5,6 +5,7 @@ pub mod events;
 pub(crate) mod flow;
 pub mod kernel;
 mod keyset;
+mod load;
 pub mod merged;
 pub mod partitioned;
 mod shares;

@@ -59,54 +59,109 @@ pub async fn apply_in_partitions(
     now_micros: i64,
     partition_rows: usize,
 ) -> Result<Option<Streamed>, RunError> {
-    if targets.state.exists() || targets.public.exists() {
-        return Ok(None);
-    }
     let rows: usize = events.iter().map(RecordBatch::num_rows).sum();
-    let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
-    let Some(mut public) =
-        Sink::new(targets.public, &public_schema, targets.public_commit, rows).await?
-    else {
+    let Some(mut load) = Load::new(rules, targets, rows).await? else {
         return Ok(None);
     };
-    let Some(mut state) =
-        Sink::new(targets.state, &state_schema, targets.state_commit, rows).await?
-    else {
-        return Ok(None);
-    };
-    let mut metrics = ApplyMetrics::default();
-    let mut markers = Vec::new();
-    let mut public_rows = 0;
-    let event_schema = rules.event_schema();
-    let starts = part_starts(events);
-    for part in partitions(rules, events, rows.div_ceil(partition_rows.max(1)))? {
-        let part = gather(&event_schema, events, &starts, &part)?;
-        let applied = kernel::apply(rules, vec![], Visible::Rows(vec![]), &part, now_micros)?;
-        drop(part);
-        metrics.add(&applied.metrics);
-        public_rows += applied.public_rows();
-        let mut keyed = Vec::with_capacity(applied.state.len());
-        for batch in &applied.state {
-            let (k, m) = without_markers(batch)?;
-            keyed.extend(k);
-            markers.extend(m);
+    load.add(events, now_micros, partition_rows).await?;
+    Ok(Some(load.finish().await?))
+}
+
+/// A first batch being written: events are added in groups that share no key (each
+/// group's partitions decided and written as they come), and both tables' files are
+/// staged at the end.
+pub struct Load<'r> {
+    rules: &'r Rules,
+    public: Sink,
+    state: Sink,
+    metrics: ApplyMetrics,
+    /// TRUNCATE markers the partitions wrote back: the newest of each kind is kept.
+    markers: Vec<RecordBatch>,
+    public_rows: usize,
+    events: u64,
+}
+
+impl<'r> Load<'r> {
+    /// A first batch of about `rows` events into `targets`; `None` when the target has
+    /// tables, or tables only deltalake's write operation writes (known before anything
+    /// is written).
+    pub async fn new(
+        rules: &'r Rules,
+        targets: &Targets<'_>,
+        rows: usize,
+    ) -> Result<Option<Self>, RunError> {
+        if targets.state.exists() || targets.public.exists() {
+            return Ok(None);
         }
-        drop(applied.state);
-        tokio::try_join!(public.write(applied.public), state.write(keyed))?;
+        let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
+        let Some(public) =
+            Sink::new(targets.public, &public_schema, targets.public_commit, rows).await?
+        else {
+            return Ok(None);
+        };
+        let Some(state) =
+            Sink::new(targets.state, &state_schema, targets.state_commit, rows).await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            rules,
+            public,
+            state,
+            metrics: ApplyMetrics::default(),
+            markers: Vec::new(),
+            public_rows: 0,
+            events: 0,
+        }))
     }
-    state
-        .write(newest_markers(&state_schema, &markers)?)
-        .await?;
-    // Every partition counted the TRUNCATE events it was given.
-    metrics.events = rows as u64;
-    let (public, state) = tokio::try_join!(public.finish(), state.finish())?;
-    Ok(Some(Streamed {
-        public,
-        state,
-        metrics,
-        public_rows,
-        mode: Mode::Overwrite,
-    }))
+
+    /// Decides `events` (which share no key with the events added before, unless they
+    /// are TRUNCATEs, which every group must see) in partitions of about
+    /// `partition_rows`, and writes their rows.
+    pub async fn add(
+        &mut self,
+        events: &[RecordBatch],
+        now_micros: i64,
+        partition_rows: usize,
+    ) -> Result<(), RunError> {
+        let rules = self.rules;
+        let rows: usize = events.iter().map(RecordBatch::num_rows).sum();
+        let event_schema = rules.event_schema();
+        let starts = part_starts(events);
+        for part in partitions(rules, events, rows.div_ceil(partition_rows.max(1)))? {
+            let part = gather(&event_schema, events, &starts, &part)?;
+            let applied = kernel::apply(rules, vec![], Visible::Rows(vec![]), &part, now_micros)?;
+            drop(part);
+            self.metrics.add(&applied.metrics);
+            self.public_rows += applied.public_rows();
+            let mut keyed = Vec::with_capacity(applied.state.len());
+            for batch in &applied.state {
+                let (k, m) = without_markers(batch)?;
+                keyed.extend(k);
+                self.markers.extend(m);
+            }
+            drop(applied.state);
+            tokio::try_join!(self.public.write(applied.public), self.state.write(keyed))?;
+        }
+        self.events += rows as u64;
+        Ok(())
+    }
+
+    /// Writes the newest TRUNCATE markers and stages both tables' files.
+    pub async fn finish(mut self) -> Result<Streamed, RunError> {
+        let markers = newest_markers(&self.rules.state_schema(), &self.markers)?;
+        self.state.write(markers).await?;
+        // Every partition counted the TRUNCATE events it was given.
+        self.metrics.events = self.events;
+        let (public, state) = tokio::try_join!(self.public.finish(), self.state.finish())?;
+        Ok(Streamed {
+            public,
+            state,
+            metrics: self.metrics,
+            public_rows: self.public_rows,
+            mode: Mode::Overwrite,
+        })
+    }
 }
 
 /// Where each of the `events` parts starts, counting rows over all of them.

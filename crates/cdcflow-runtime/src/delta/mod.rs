@@ -260,13 +260,29 @@ impl Table {
 
     /// The rows added by commits after `after` up to the current version (the whole
     /// current version when `after` is `None`), each batch with where it came from (the
-    /// landing files its commit read, else its data file), and the current version. Fails on a commit that removed data: a streaming
-    /// source must be append-only.
+    /// landing files its commit read, else its data file), and the current version.
+    /// Fails on a commit that removed data: a streaming source must be append-only.
     pub async fn appended_since(
         &self,
         after: Option<i64>,
         schema: &SchemaRef,
     ) -> Result<(Vec<(String, RecordBatch)>, Option<i64>), RunError> {
+        let (files, current) = self.appended_files(after).await?;
+        let mut out = Vec::new();
+        for (origin, file) in files {
+            for batch in read::read_files(std::slice::from_ref(&file), schema)? {
+                out.push((origin.clone(), batch));
+            }
+        }
+        Ok((out, current))
+    }
+
+    /// The files whose rows [`Table::appended_since`] reads, each with where its rows
+    /// came from, and the current version.
+    pub async fn appended_files(
+        &self,
+        after: Option<i64>,
+    ) -> Result<(Vec<(String, DataFile)>, Option<i64>), RunError> {
         let Some(t) = &self.table else {
             return Ok((vec![], None));
         };
@@ -292,9 +308,7 @@ impl Table {
                             .map(|n| n.to_string_lossy().into_owned())
                     })
                     .unwrap_or_default();
-                for batch in read::read_files(std::slice::from_ref(&file), schema)? {
-                    out.push((name.clone(), batch));
-                }
+                out.push((name, file));
             }
             return Ok((out, current));
         };
@@ -325,9 +339,7 @@ impl Table {
                             deleted: None,
                             add: Some(add),
                         };
-                        for batch in read::read_files(std::slice::from_ref(&file), schema)? {
-                            out.push((origin.clone(), batch));
-                        }
+                        out.push((origin, file));
                     }
                     Action::Remove(r) if r.data_change => {
                         // The reader names the source and the tables reading it.

@@ -80,6 +80,51 @@ pub(crate) fn read_files(
     Ok(out)
 }
 
+/// The live rows of `files` that `keep` keeps, batch by batch as they are read, so
+/// that what it drops is never held at once; in file order, on every core.
+pub(crate) fn read_files_where(
+    files: &[DataFile],
+    schema: &SchemaRef,
+    keep: impl Fn(RecordBatch) -> Result<Option<RecordBatch>, RunError> + Sync,
+) -> Result<Vec<RecordBatch>, RunError> {
+    let parts = par::map(plan(files)?, |run| {
+        let mut kept = Vec::new();
+        for batch in run.batches(schema) {
+            if let Some(batch) = keep(batch?)?.filter(|b| b.num_rows() > 0) {
+                kept.push(batch);
+            }
+        }
+        Ok::<_, RunError>(kept)
+    })?;
+    Ok(parts.into_iter().flatten().collect())
+}
+
+/// The rows of `files`, from their footers, and about the bytes they take in memory once
+/// read as `schema`: the memory of the first batch of the first file holding rows,
+/// averaged over its rows (files' own sizes say little of it: encodings and compression
+/// shrink columns by very different factors).
+pub(crate) fn memory_size(files: &[DataFile], schema: &SchemaRef) -> Result<(u64, u64), RunError> {
+    let (metadata, groups) = load(files)?;
+    let rows: u64 = groups.iter().map(|g| g.rows as u64).sum();
+    let Some(first) = groups.iter().find(|g| g.rows > 0) else {
+        return Ok((0, 0));
+    };
+    let (path, meta) = (&files[first.file].path, &metadata[first.file]);
+    let roots = named_roots(meta, schema);
+    let parquet_schema = meta.metadata().file_metadata().schema_descr();
+    let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(open(path)?, meta.clone())
+        .with_row_groups(vec![first.index])
+        .with_projection(ProjectionMask::roots(parquet_schema, roots))
+        .with_batch_size(BATCH_ROWS)
+        .build()
+        .map_err(|e| file_error(path, e))?;
+    let Some(batch) = reader.next().transpose().map_err(|e| file_error(path, e))? else {
+        return Ok((rows, 0));
+    };
+    let per_row = batch.get_array_memory_size() as f64 / batch.num_rows().max(1) as f64;
+    Ok((rows, (per_row * rows as f64) as u64))
+}
+
 /// Walks a run's batches (which never span files) to the file and position of each.
 struct Positions<'a> {
     groups: &'a [Group],
