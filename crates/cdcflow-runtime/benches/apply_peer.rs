@@ -180,6 +180,44 @@ async fn seed(
         .map_err(|e| e.to_string())
 }
 
+/// Where the published table is written: PATH itself for the rewrite, which the kit's
+/// check reads through the Delta log; beside it for merge-on-write, whose deletion
+/// vectors the kit's pinned `deltalake` reader (`to_pyarrow_table`) refuses.
+fn published_dir(a: &Args) -> PathBuf {
+    match a.merge {
+        true => a.out.with_extension("cdcflow_table"),
+        false => a.out.clone(),
+    }
+}
+
+/// The current rows of the published table at `table` (deletion vectors applied, as
+/// every cdcflow reader applies them) copied, streaming, as a plain Delta table at `out`
+/// for the kit's check (untimed).
+async fn export(table: &Path, schema: &SchemaRef, out: &Path) -> Result<(), String> {
+    let files = Table::open(table)
+        .await
+        .and_then(|t| t.files())
+        .map_err(|e| e.to_string())?;
+    let commit = Commit {
+        name: "customers".into(),
+        ..Commit::default()
+    };
+    let dest = Table::open(out).await.map_err(|e| e.to_string())?;
+    let (copied, _) = rewrite(&files, schema, &dest, schema, &commit, |batch| {
+        Ok((Some(batch), ()))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .ok_or("the published table cannot be copied file by file")?;
+    copied
+        .with(vec![])
+        .await
+        .map_err(|e| e.to_string())?
+        .commit(Mode::Overwrite, &commit)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 fn read(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
     read_parquet(path, schema).map_err(|e| e.to_string())
 }
@@ -208,6 +246,7 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         "target.parquet"
     });
     let state_dir = a.out.with_extension("cdcflow_state");
+    let public_dir = published_dir(a);
     // The kit's table is the published table; its rows are the state: every row an
     // upsert event (SCD2: sequenced by `__START_AT`), narrow for SCD type 1.
     // As a run commits them: the batch's txn, and deletion vectors allowed unless the
@@ -233,7 +272,7 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     };
     seed(
         &stored_file,
-        &a.out,
+        &public_dir,
         &public_schema,
         seeded(&public_commit),
         move |b| conform(&b, &conformed).map_err(|e| e.to_string()),
@@ -257,7 +296,7 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         Instant::now()
     };
     let state = Table::open(&state_dir).await.map_err(|e| e.to_string())?;
-    let public = Table::open(&a.out).await.map_err(|e| e.to_string())?;
+    let public = Table::open(&public_dir).await.map_err(|e| e.to_string())?;
     let changes = concat_batches(
         &changes_schema,
         &read(&a.data.join("changes.parquet"), &changes_schema)?,
@@ -301,6 +340,9 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     done.commit(&targets).await.map_err(|e| e.to_string())?;
     phase("commit", t);
     let seconds = started.elapsed().as_secs_f64();
+    if a.merge {
+        export(&public_dir, &public_schema, &a.out).await?;
+    }
     Ok((seconds, rows))
 }
 
@@ -316,6 +358,7 @@ fn main() {
         a.out.clone(),
         a.out.with_extension("cdcflow_state"),
         a.out.with_extension("cdcflow_seed"),
+        a.out.with_extension("cdcflow_table"),
     ] {
         let _ = std::fs::remove_dir_all(&p);
         let _ = std::fs::remove_file(&p);
