@@ -60,6 +60,9 @@ pub struct Dataset {
     pub partition_columns: Vec<String>,
     /// `CLUSTER BY`: the columns rows are sorted by within the files a write makes.
     pub cluster_columns: Vec<String>,
+    /// For the view made of an AUTO CDC flow's `FROM (query)`: that flow's name. Such
+    /// a view is the flow's own; nothing else reads it.
+    pub source_of: Option<String>,
 }
 
 impl Dataset {

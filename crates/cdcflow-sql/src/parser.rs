@@ -889,6 +889,27 @@ impl<'a> StatementParser<'a> {
             ))
     }
 
+    /// The source after FROM: `STREAM(name)`, `STREAM name`, `name` or `(query)`.
+    fn cdc_source(&mut self) -> Result<CdcSource> {
+        let start = self.start();
+        if self.p.consume_token(&Token::LParen) {
+            let query = self.query()?;
+            self.expect_token(&Token::RParen)
+                .map_err(|e| e.with_help("the query after FROM ( ends with ) before KEYS"))?;
+            return Ok(CdcSource::Query(Spanned::new(query, self.span_from(start))));
+        }
+        let streaming = self.word("STREAM");
+        let name = if streaming {
+            self.expect_token(&Token::LParen)?;
+            let name = self.dataset_name()?;
+            self.expect_token(&Token::RParen)?;
+            name
+        } else {
+            self.dataset_name()?
+        };
+        Ok(CdcSource::Dataset(SourceRef { name, streaming }))
+    }
+
     fn auto_cdc(&mut self, start: Location, once: bool, legacy: bool) -> Result<AutoCdc> {
         let target = self.dataset_name()?;
         self.expect_words(&["FROM"])?;
@@ -900,15 +921,7 @@ impl<'a> StatementParser<'a> {
                     "land each snapshot's changes as events and read them with FROM STREAM(source)",
                 ));
         }
-        let streaming = self.word("STREAM");
-        let source = if streaming {
-            self.expect_token(&Token::LParen)?;
-            let name = self.dataset_name()?;
-            self.expect_token(&Token::RParen)?;
-            name
-        } else {
-            self.dataset_name()?
-        };
+        let source = self.cdc_source()?;
         let keys_start = self.start();
         if !self.word("KEYS") {
             return Err(self.unexpected("expected KEYS").with_help(
@@ -921,10 +934,7 @@ impl<'a> StatementParser<'a> {
         let mut cdc = AutoCdc {
             once,
             target,
-            source: SourceRef {
-                name: source,
-                streaming,
-            },
+            source,
             keys,
             filter: None,
             ignore_null_updates: None,

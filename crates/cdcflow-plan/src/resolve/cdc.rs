@@ -261,7 +261,7 @@ impl Resolver<'_> {
             if field.name().starts_with(RESERVED_PREFIX) {
                 self.error(
                     file,
-                    cdc.source.name.span,
+                    cdc.source.span(),
                     "cdcflow::reserved_column",
                     format!(
                         "the source has column `{}`; the prefix {RESERVED_PREFIX} is reserved",
@@ -296,7 +296,7 @@ impl Resolver<'_> {
                 .collect();
             if !reserved.is_empty() {
                 let names: Vec<&str> = reserved.iter().map(|s| s.as_str()).collect();
-                self.error(file, cdc.source.name.span, "cdcflow::reserved_column", format!("the source carries the reserved column(s) {}", names.join(", ")), "source", Some("__START_AT and __END_AT are written by SCD TYPE 2; exclude them with COLUMNS * EXCEPT (__START_AT, __END_AT) or rename them in a view".into()));
+                self.error(file, cdc.source.span(), "cdcflow::reserved_column", format!("the source carries the reserved column(s) {}", names.join(", ")), "source", Some("__START_AT and __END_AT are written by SCD TYPE 2; exclude them with COLUMNS * EXCEPT (__START_AT, __END_AT) or rename them in a view".into()));
             }
         }
         let sequence = self.sequence_fields(file, &cdc.sequence_by, &df_schema, &available);

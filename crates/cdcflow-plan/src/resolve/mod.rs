@@ -9,7 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cdcflow_sql::ast::{
-    AutoCdc, ColumnSelection, CreateDataset, DatasetKind, DatasetName, FlowBody, Spanned, Statement,
+    AutoCdc, CdcSource, ColumnSelection, CreateDataset, DatasetKind, DatasetName, FlowBody,
+    Spanned, Statement,
 };
 use cdcflow_sql::preprocess::{Preprocessed, substitute};
 use cdcflow_sql::sqlparser::ast::{Expr as SqlExpr, Ident, Query, Spanned as _};
@@ -333,6 +334,7 @@ impl Resolver<'_> {
                 );
                 continue;
             }
+            let flow = self.with_source_view(flow);
             self.add_flow(flow);
         }
     }
@@ -379,6 +381,7 @@ impl Resolver<'_> {
             properties,
             partition_columns,
             cluster_columns,
+            source_of: None,
         });
         true
     }
@@ -432,7 +435,12 @@ impl Resolver<'_> {
             return;
         }
         let written = parts.join(".");
-        let known: Vec<&str> = self.datasets.iter().map(|d| d.name.as_str()).collect();
+        let known: Vec<&str> = self
+            .datasets
+            .iter()
+            .filter(|d| d.source_of.is_none())
+            .map(|d| d.name.as_str())
+            .collect();
         let near = parts
             .last()
             .and_then(|name| suggest::closest(name, known.iter().copied()));
@@ -526,11 +534,14 @@ impl Resolver<'_> {
                 });
             }
             PendingBody::AutoCdc(cdc) => {
-                let src = &cdc.source.name;
+                let CdcSource::Dataset(source) = &cdc.source else {
+                    return; // `with_source_view` made it a view
+                };
+                let src = &source.name;
                 let inputs = match self.dataset_index(src.name()) {
                     Some(i) if src.qualifier().len() <= 2 => vec![Input::Dataset {
                         name: self.datasets[i].name.clone(),
-                        streaming: cdc.source.streaming,
+                        streaming: source.streaming,
                     }],
                     _ => {
                         let parts: Vec<String> =
@@ -550,7 +561,7 @@ impl Resolver<'_> {
                             Input::Files(f) => f.table.clone(),
                         })
                         .unwrap_or_default(),
-                    streaming: cdc.source.streaming,
+                    streaming: source.streaming,
                     once: cdc.once,
                     keys: ident_list(&cdc.keys.node)
                         .iter()
@@ -591,6 +602,7 @@ mod library;
 mod plan_errors;
 mod references;
 mod schemas;
+mod source_query;
 mod streams;
 mod view_depth;
 
