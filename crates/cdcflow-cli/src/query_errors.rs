@@ -42,7 +42,12 @@ fn why_missing(
     missing: &TableReference,
     unreadable: Vec<Unreadable>,
 ) -> RunError {
-    let name = missing.table();
+    // A dataset known by several parts (`silver.orders`) is asked for by them all.
+    let whole = missing.to_string();
+    let name = match pipeline.dataset(&whole) {
+        Some(_) => whole.as_str(),
+        None => missing.table(),
+    };
     if let Some(u) = unreadable
         .into_iter()
         .find(|u| u.name.eq_ignore_ascii_case(name))

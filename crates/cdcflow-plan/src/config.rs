@@ -14,6 +14,13 @@ pub struct PipelineConfig {
     /// Where tables and checkpoints live, relative to the pipeline folder.
     #[serde(default = "default_storage")]
     pub storage: String,
+    /// The default catalog of the pipeline's names, as a Databricks pipeline's
+    /// `catalog` setting: `orders` is `<catalog>.<schema>.orders` (`crate::namespace`).
+    #[serde(default)]
+    pub catalog: Option<String>,
+    /// The default schema of the pipeline's names (Databricks' `schema`, formerly `target`).
+    #[serde(default)]
+    pub schema: Option<String>,
     /// Globs of SQL files, relative to the folder; default every `*.sql` below it.
     #[serde(default = "default_libraries")]
     pub libraries: Vec<String>,

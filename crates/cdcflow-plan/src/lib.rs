@@ -16,6 +16,7 @@ pub mod diagnostic;
 pub mod functions;
 pub mod ident_case;
 pub mod names;
+pub mod namespace;
 pub mod pipeline;
 pub mod planner;
 pub mod read_files;

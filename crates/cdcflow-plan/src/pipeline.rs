@@ -45,8 +45,12 @@ impl SourceFile {
 /// A table or view of the pipeline.
 #[derive(Debug, Clone)]
 pub struct Dataset {
-    /// As declared (case kept); lookups ignore case.
+    /// The name it is known by (case kept, lookups ignore case): its last part, or as
+    /// many of its last parts as tell it apart from the pipeline's other datasets
+    /// (`silver.orders` beside `bronze.orders`). Its folder under the storage is named so.
     pub name: String,
+    /// Its catalog, schema and name (`crate::namespace`).
+    pub identity: crate::namespace::Identity,
     pub kind: DatasetKind,
     pub def: CreateDataset,
     pub file: FileId,

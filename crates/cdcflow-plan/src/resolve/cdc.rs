@@ -254,7 +254,7 @@ impl Resolver<'_> {
             .map(|f| f.name().clone())
             .collect();
         let df_schema =
-            DFSchema::try_from_qualified_schema(spec.source.as_str(), &source_schema).ok()?;
+            DFSchema::try_from_qualified_schema(bare(&spec.source), &source_schema).ok()?;
         let errors_before = self.diags.iter().filter(|d| d.is_error()).count();
 
         for field in source_schema.fields() {
@@ -367,7 +367,7 @@ impl Resolver<'_> {
         let source = datafusion::datasource::provider_as_source(Arc::new(
             datafusion::datasource::empty::EmptyTable::new(Arc::clone(schema)),
         ));
-        LogicalPlanBuilder::scan(name, source, None)
+        LogicalPlanBuilder::scan(bare(name), source, None)
             .and_then(|b| b.build())
             .ok()
     }
@@ -386,4 +386,10 @@ pub(super) fn orderable(t: &DataType) -> bool {
                 | DataType::Decimal256(..)
         )
         || matches!(t, DataType::Struct(fields) if fields.iter().all(|f| orderable(f.data_type())))
+}
+
+/// A dataset's name as one table reference: `silver.orders` is one name, not a schema
+/// and a table (`crate::namespace`).
+fn bare(name: &str) -> datafusion::common::TableReference {
+    datafusion::common::TableReference::bare(name)
 }

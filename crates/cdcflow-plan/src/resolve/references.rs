@@ -1,5 +1,6 @@
 //! Resolving the relations of queries: datasets and `read_files` sources.
 
+use super::lookup::Found;
 use super::*;
 
 impl Resolver<'_> {
@@ -10,47 +11,55 @@ impl Resolver<'_> {
         query: &mut Query,
         file: FileId,
         flow: &str,
+        namespace: &Namespace,
     ) -> Vec<Input> {
         let mut found = Vec::new();
         let mut counter = 0usize;
-        let (by_name, datasets) = (&self.by_name, &self.datasets);
+        let this = &*self;
         rewrite_relations(query, &mut |rel| match &rel {
             Relation::Dataset { parts, .. } => {
-                let last = parts
-                    .last()
-                    .map(|p| p.to_ascii_lowercase())
-                    .unwrap_or_default();
-                let known = by_name.get(&last).map(|&i| datasets[i].name.clone());
-                let qualifier_ok = parts.len() <= 3
-                    && (parts.len() == 1
-                        || parts[0].eq_ignore_ascii_case("live")
-                        || known.is_some());
-                let name = if qualifier_ok { known } else { None };
-                found.push((rel, name.clone()));
+                let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+                let live = parts
+                    .first()
+                    .is_some_and(|p| p.eq_ignore_ascii_case("live"));
+                let lookup = match parts.len() - usize::from(live && parts.len() > 1) <= 3 {
+                    true => this.find_dataset(&parts, namespace),
+                    false => Found::None,
+                };
+                let name = lookup.one().map(|i| this.datasets[i].name.clone());
+                found.push((rel, lookup));
                 name
             }
             Relation::Files(_) => {
                 counter += 1;
                 let table = format!("__files_{flow}_{counter}");
-                found.push((rel, Some(table.clone())));
+                found.push((rel, Found::None));
                 Some(table)
             }
         });
         let mut inputs = Vec::new();
-        for (rel, name) in found {
-            match (rel, name) {
-                (Relation::Dataset { streaming, .. }, Some(name)) => {
-                    inputs.push(Input::Dataset { name, streaming })
+        let mut files = 0usize;
+        for (rel, lookup) in found {
+            match (rel, lookup) {
+                (Relation::Dataset { streaming, .. }, Found::One(d)) => {
+                    inputs.push(Input::Dataset {
+                        name: self.datasets[d].name.clone(),
+                        streaming,
+                    })
                 }
-                (Relation::Dataset { parts, span, .. }, None) => {
+                (Relation::Dataset { parts, span, .. }, found @ Found::Many(_)) => {
+                    self.ambiguous_dataset(file, span, &parts.join("."), &found)
+                }
+                (Relation::Dataset { parts, span, .. }, Found::None) => {
                     self.unknown_dataset(file, span, &parts)
                 }
-                (Relation::Files(call), Some(table)) => {
+                (Relation::Files(call), _) => {
+                    files += 1;
+                    let table = format!("__files_{flow}_{files}");
                     if let Some(rf) = self.read_files(&call, table, file) {
                         inputs.push(Input::Files(rf));
                     }
                 }
-                (Relation::Files(_), None) => {}
             }
         }
         inputs

@@ -8,6 +8,8 @@
 
 use cdcflow_sql::ast::SourceRef;
 
+use crate::namespace::Identity;
+
 use super::*;
 
 impl Resolver<'_> {
@@ -46,6 +48,10 @@ impl Resolver<'_> {
             .insert(name.to_ascii_lowercase(), self.datasets.len());
         self.datasets.push(Dataset {
             name: name.clone(),
+            identity: Identity {
+                name: name.clone(),
+                ..Identity::default()
+            },
             kind: DatasetKind::View,
             def,
             file: flow.file,
@@ -61,12 +67,13 @@ impl Resolver<'_> {
             name_span: span,
             target: view_name.clone(),
             once: false,
-            implicit: true,
+            implicit: Some(self.datasets.len() - 1),
             body: PendingBody::Query {
                 query,
                 append: false,
             },
             file: flow.file,
+            namespace: flow.namespace.clone(),
         });
         let streaming = self.flows.get(view_flow).is_some_and(|f| {
             f.inputs.iter().any(|i| match i {
