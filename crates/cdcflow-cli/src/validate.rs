@@ -67,7 +67,11 @@ fn summary(loaded: &Loaded) -> String {
                 .iter()
                 .filter(|f| p.dataset(&f.target).is_none_or(|d| d.source_of.is_none()))
                 .count(),
-            p.flows.iter().filter(|f| f.plan.is_some()).count()
+            p.flows
+                .iter()
+                .filter(|f| f.plan.is_some())
+                .filter(|f| p.dataset(&f.target).is_none_or(|d| d.source_of.is_none()))
+                .count()
         ),
         None => "no pipeline".to_string(),
     }

@@ -11,6 +11,7 @@
 
 pub mod autocdc;
 pub mod config;
+pub mod delta_schema;
 pub mod df_message;
 pub mod diagnostic;
 pub mod functions;
@@ -29,5 +30,5 @@ mod table_functions;
 pub mod types;
 
 pub use diagnostic::{Diagnostic, Located, Severity};
-pub use pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
+pub use pipeline::{Dataset, ExternalDelta, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
 pub use resolve::{Loaded, load};

@@ -81,8 +81,31 @@ impl Dataset {
 pub enum Input {
     /// Another dataset of the pipeline; `streaming` for `STREAM(name)`.
     Dataset { name: String, streaming: bool },
-    /// Files in a landing folder (`read_files`).
+    /// Files in a landing folder (`read_files`), or an external table stored as files.
     Files(ReadFiles),
+    /// An external Delta table (pipeline.yaml `external_tables:`).
+    Delta(ExternalDelta),
+}
+
+/// A Delta table from outside the pipeline, read from its folder and never written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalDelta {
+    /// The table name that stands for it in the flow's rewritten query.
+    pub table: String,
+    /// Its name as pipeline.yaml declares it.
+    pub name: String,
+    /// Absolute: a relative path is taken from the pipeline folder.
+    pub path: PathBuf,
+    pub schema: SchemaRef,
+    /// `STREAM(name)`: each batch reads the rows of the commits after the last read.
+    pub streaming: bool,
+}
+
+impl ExternalDelta {
+    /// The key of the version read in a flow's checkpoint (apart from the datasets').
+    pub fn offset_key(&self) -> String {
+        format!("external:{}", self.name)
+    }
 }
 
 /// What a flow computes.

@@ -84,7 +84,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
                 span: Span::new(Location::new(line, col), Location::new(line, col + 1)),
                 label: "here".into(),
             })
-            .help("pipeline.yaml takes name, storage, libraries and configuration");
+            .help("pipeline.yaml takes name, storage, libraries, configuration, catalog, schema, external_tables, bad_records, trigger_interval_seconds, landing_settle_seconds and follow_symlinks_out_of_landing (docs/pipeline-format.md)");
             diags.push(d);
             return Loaded {
                 pipeline: None,
@@ -108,7 +108,18 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         by_name: HashMap::new(),
         broken: Default::default(),
         broken_references: 0,
+        externals: Vec::new(),
     };
+    let defaults = Namespace::new(config.catalog.clone(), config.schema.clone());
+    r.externals = config
+        .external_tables
+        .iter()
+        .map(|(name, config)| external::External {
+            name: name.clone(),
+            identity: defaults.identity(&name.split('.').collect::<Vec<_>>()),
+            config: config.clone(),
+        })
+        .collect();
     let used = r.read_libraries(&config, &config_text, &conf);
     r.check_overrides(&config, overrides, &used);
     r.collect(&Namespace::new(
@@ -170,6 +181,8 @@ struct Resolver<'a> {
     broken: std::collections::HashSet<String>,
     /// References to such datasets met so far: the flows holding them are not planned.
     broken_references: usize,
+    /// Tables from outside the pipeline (pipeline.yaml `external_tables:`).
+    externals: Vec<external::External>,
 }
 
 /// A flow as parsed, before its references are resolved.
@@ -471,7 +484,7 @@ impl Resolver<'_> {
         };
         let help = if !same_name.is_empty() {
             format!(
-                "`{written}` is not a dataset of this pipeline, which has {}; cdcflow reads only the pipeline's own datasets and files (read_files)",
+                "`{written}` is not a dataset of this pipeline, which has {}; a table from outside is declared under `external_tables:` in pipeline.yaml",
                 same_name.join(", ")
             )
         } else if let Some(near) = near {
@@ -481,7 +494,8 @@ impl Resolver<'_> {
             )
         } else if parts.len() > 1 && !parts[0].eq_ignore_ascii_case("live") {
             format!(
-                "`{written}` names a table outside this pipeline; cdcflow reads only the pipeline's own datasets and files (read_files)"
+                "`{written}` names a table outside this pipeline; to read a local copy, declare it in pipeline.yaml:\nexternal_tables:\n  {written}:\n    format: delta   # or parquet, csv, json (these with schema: \"id BIGINT, …\")\n    path: copies/{}",
+                parts.last().map_or("table", String::as_str)
             )
         } else if known.is_empty() {
             "declare it with CREATE STREAMING TABLE, CREATE MATERIALIZED VIEW or CREATE VIEW"
@@ -615,6 +629,7 @@ impl Resolver<'_> {
                         .map(|i| match i {
                             Input::Dataset { name, .. } => name.clone(),
                             Input::Files(f) => f.table.clone(),
+                            Input::Delta(d) => d.table.clone(),
                         })
                         .unwrap_or_default(),
                     streaming: source.streaming,
@@ -651,6 +666,7 @@ impl Resolver<'_> {
 
 mod cdc;
 mod declared;
+mod external;
 mod generated_columns;
 mod graph;
 mod layout;

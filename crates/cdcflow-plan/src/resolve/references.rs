@@ -1,7 +1,17 @@
 //! Resolving the relations of queries: datasets and `read_files` sources.
 
+use super::external;
 use super::lookup::Found;
 use super::*;
+
+/// What a relation of a query was found to be.
+enum Resolved {
+    Dataset(Found),
+    /// An external table (its index) and the table name that stands for it.
+    External(usize, String),
+    /// A `read_files` call and the table name that stands for it.
+    Files(String),
+}
 
 impl Resolver<'_> {
     // ---- query relations -----------------------------------------------------------
@@ -23,43 +33,55 @@ impl Resolver<'_> {
                     .first()
                     .is_some_and(|p| p.eq_ignore_ascii_case("live"));
                 let lookup = match parts.len() - usize::from(live && parts.len() > 1) <= 3 {
-                    true => this.find_dataset(&parts, namespace),
-                    false => Found::None,
+                    true => this.find_relation(&parts, namespace),
+                    false => external::Relation::Dataset(Found::None),
+                };
+                let lookup = match lookup {
+                    external::Relation::Dataset(found) => found,
+                    external::Relation::External(e) => {
+                        counter += 1;
+                        let table = format!("__external_{flow}_{counter}");
+                        found.push((rel, Resolved::External(e, table.clone())));
+                        return Some(table);
+                    }
                 };
                 let name = lookup.one().map(|i| this.datasets[i].name.clone());
-                found.push((rel, lookup));
+                found.push((rel, Resolved::Dataset(lookup)));
                 name
             }
             Relation::Files(_) => {
                 counter += 1;
                 let table = format!("__files_{flow}_{counter}");
-                found.push((rel, Found::None));
+                found.push((rel, Resolved::Files(table.clone())));
                 Some(table)
             }
         });
         let mut inputs = Vec::new();
-        let mut files = 0usize;
-        for (rel, lookup) in found {
-            match (rel, lookup) {
-                (Relation::Dataset { streaming, .. }, Found::One(d)) => {
-                    inputs.push(Input::Dataset {
+        for (rel, resolved) in found {
+            match (rel, resolved) {
+                (Relation::Dataset { streaming, .. }, Resolved::Dataset(Found::One(d))) => inputs
+                    .push(Input::Dataset {
                         name: self.datasets[d].name.clone(),
                         streaming,
-                    })
+                    }),
+                (Relation::Dataset { parts, span, .. }, Resolved::Dataset(found)) => match found {
+                    Found::Many(_) => self.ambiguous_dataset(file, span, &parts.join("."), &found),
+                    _ => self.unknown_dataset(file, span, &parts),
+                },
+                (
+                    Relation::Dataset {
+                        streaming, span, ..
+                    },
+                    Resolved::External(e, table),
+                ) => {
+                    inputs.extend(self.external_input(e, streaming, table, file, span));
                 }
-                (Relation::Dataset { parts, span, .. }, found @ Found::Many(_)) => {
-                    self.ambiguous_dataset(file, span, &parts.join("."), &found)
-                }
-                (Relation::Dataset { parts, span, .. }, Found::None) => {
-                    self.unknown_dataset(file, span, &parts)
-                }
-                (Relation::Files(call), _) => {
-                    files += 1;
-                    let table = format!("__files_{flow}_{files}");
+                (Relation::Files(call), Resolved::Files(table)) => {
                     if let Some(rf) = self.read_files(&call, table, file) {
                         inputs.push(Input::Files(rf));
                     }
                 }
+                _ => {}
             }
         }
         inputs

@@ -109,6 +109,7 @@ impl Resolver<'_> {
                     .clone()
                     .ok_or_else(|| format!("the schema of `{name}` is not known"))
             }
+            Input::Delta(d) => Ok(Arc::clone(&d.schema)),
             Input::Files(rf) => {
                 if let Some(s) = self.file_schemas.get(&rf.table) {
                     return s

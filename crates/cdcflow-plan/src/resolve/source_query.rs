@@ -4,7 +4,8 @@
 //! read as a stream when the query reads one (`STREAM(…)`, a streaming `read_files`):
 //! each batch runs the query over what its streams appended since the flow's last
 //! batch and over the whole of what it reads without `STREAM`, as Databricks runs a
-//! streaming query with stream-static joins.
+//! streaming query with stream-static joins. An AUTO CDC flow reading an external table
+//! (`external.rs`) reads it the same way, through `SELECT * FROM [STREAM](name)`.
 
 use cdcflow_sql::ast::SourceRef;
 
@@ -19,10 +20,15 @@ impl Resolver<'_> {
         let PendingBody::AutoCdc(cdc) = &mut flow.body else {
             return flow;
         };
-        let CdcSource::Query(query) = &cdc.source else {
-            return flow;
+        let (query, span) = match &cdc.source {
+            CdcSource::Query(query) => (query.node.clone(), query.span),
+            CdcSource::Dataset(source) => {
+                match self.external_source_query(source, &flow.namespace) {
+                    Some(query) => (query, source.name.span),
+                    None => return flow,
+                }
+            }
         };
-        let (query, span) = (query.node.clone(), query.span);
         let name = self.free_name(&format!("{}__source", flow.name));
         let view_name = DatasetName {
             parts: vec![Ident::with_span(span, name.clone())],
@@ -79,6 +85,7 @@ impl Resolver<'_> {
             f.inputs.iter().any(|i| match i {
                 Input::Dataset { streaming, .. } => *streaming,
                 Input::Files(rf) => rf.streaming,
+                Input::Delta(d) => d.streaming,
             })
         });
         cdc.source = CdcSource::Dataset(SourceRef {
