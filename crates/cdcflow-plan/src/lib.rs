@@ -14,6 +14,7 @@ pub mod config;
 pub mod delta_schema;
 pub mod df_message;
 pub mod diagnostic;
+pub mod file_metadata;
 pub mod functions;
 pub mod ident_case;
 pub mod names;

@@ -22,7 +22,7 @@ use cdcflow_plan::planner::Planner;
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::Table;
 use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
-use crate::{RunError, cascade, files, layout, quarantine};
+use crate::{RunError, cascade, file_metadata, files, layout, quarantine};
 
 /// The inputs of one batch.
 pub struct BatchInputs {
@@ -298,6 +298,11 @@ impl InputReader<'_> {
                     rf.path_text
                 ))
             })?;
+        // With `_metadata`, each file's rows carry its own (`file_metadata`).
+        let read_schema = match rf.metadata {
+            true => cdcflow_plan::file_metadata::with_column(&schema),
+            false => Arc::clone(&schema),
+        };
         let config = &self.pipeline.config;
         let links = match config.follow_symlinks_out_of_landing {
             true => Links::Anywhere,
@@ -378,7 +383,15 @@ impl InputReader<'_> {
                 batch.oldest_arrival_micros =
                     Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
             }
-            rows.extend(read.batches);
+            match rf.metadata {
+                true => rows.extend(file_metadata::attach(
+                    read.batches,
+                    &path,
+                    &stamp,
+                    &read_schema,
+                )?),
+                false => rows.extend(read.batches),
+            }
             if rf.streaming {
                 batch.landing.push(shown.clone());
             }
@@ -401,7 +414,7 @@ impl InputReader<'_> {
             batch.has_new |= !records.is_empty();
             batch.offsets.files.insert(rf.table.clone(), records);
         }
-        register_rows(planner, &rf.table, schema, rows)
+        register_rows(planner, &rf.table, read_schema, rows)
     }
 
     /// A view is planned over its own inputs and registered as a view. Read as a stream,

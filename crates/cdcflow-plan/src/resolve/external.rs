@@ -77,6 +77,45 @@ impl Resolver<'_> {
     ) -> Option<Input> {
         let External { name, config, .. } = &self.externals[e];
         let (name, config) = (name.clone(), config.clone());
+        self.table_input(&name, &config, true, streaming, table, file, span)
+    }
+
+    /// A direct file reference, `json.\`path\``, `csv.…`, `parquet.…` or `delta.…`:
+    /// its format and path, when `parts` is one and names no table.
+    pub(super) fn direct_reference(parts: &[&str]) -> Option<ExternalTableConfig> {
+        let [format, path] = parts else {
+            return None;
+        };
+        let format = match format.to_ascii_lowercase().as_str() {
+            "delta" => ExternalFormat::Delta,
+            "parquet" => ExternalFormat::Parquet,
+            "csv" => ExternalFormat::Csv,
+            "json" => ExternalFormat::Json,
+            _ => return None,
+        };
+        Some(ExternalTableConfig {
+            format,
+            path: path.to_string(),
+            schema: None,
+            options: Default::default(),
+        })
+    }
+
+    /// The input reading a table stored as `config` says, named `name` in messages;
+    /// `declared` for pipeline.yaml's declarations (CSV and JSON need a schema there;
+    /// a direct file reference infers it as `read_files` does).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn table_input(
+        &mut self,
+        name: &str,
+        config: &ExternalTableConfig,
+        declared: bool,
+        streaming: bool,
+        table: String,
+        file: FileId,
+        span: Span,
+    ) -> Option<Input> {
+        let name = name.to_string();
         let fail = |r: &mut Self, message: String, help: &str| {
             r.error(
                 file,
@@ -120,7 +159,7 @@ impl Resolver<'_> {
                 streaming,
             }));
         }
-        if config.schema.is_none() && config.format != ExternalFormat::Parquet {
+        if declared && config.schema.is_none() && config.format != ExternalFormat::Parquet {
             return fail(
                 self,
                 format!(

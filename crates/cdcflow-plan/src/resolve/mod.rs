@@ -574,7 +574,8 @@ impl Resolver<'_> {
         match body {
             PendingBody::Query { mut query, append } => {
                 let (errors, broken) = (self.diags.len(), self.broken_references);
-                let inputs = self.resolve_query(&mut query, file, &name, &namespace);
+                let mut inputs = self.resolve_query(&mut query, file, &name, &namespace);
+                self.file_metadata(&mut query, &mut inputs, file);
                 if self.diags[errors..].iter().any(Diagnostic::is_error)
                     || self.broken_references > broken
                 {
@@ -667,6 +668,7 @@ impl Resolver<'_> {
 mod cdc;
 mod declared;
 mod external;
+mod file_metadata;
 mod generated_columns;
 mod graph;
 mod layout;

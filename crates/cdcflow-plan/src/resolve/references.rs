@@ -11,6 +11,8 @@ enum Resolved {
     External(usize, String),
     /// A `read_files` call and the table name that stands for it.
     Files(String),
+    /// A direct file reference (`json.\`path\``) and the table name that stands for it.
+    Direct(crate::config::ExternalTableConfig, String),
 }
 
 impl Resolver<'_> {
@@ -37,6 +39,14 @@ impl Resolver<'_> {
                     false => external::Relation::Dataset(Found::None),
                 };
                 let lookup = match lookup {
+                    external::Relation::Dataset(Found::None)
+                        if let Some(direct) = Self::direct_reference(&parts) =>
+                    {
+                        counter += 1;
+                        let table = format!("__files_{flow}_{counter}");
+                        found.push((rel, Resolved::Direct(direct, table.clone())));
+                        return Some(table);
+                    }
                     external::Relation::Dataset(found) => found,
                     external::Relation::External(e) => {
                         counter += 1;
@@ -75,6 +85,19 @@ impl Resolver<'_> {
                     Resolved::External(e, table),
                 ) => {
                     inputs.extend(self.external_input(e, streaming, table, file, span));
+                }
+                (
+                    Relation::Dataset {
+                        parts,
+                        streaming,
+                        span,
+                    },
+                    Resolved::Direct(config, table),
+                ) => {
+                    let name = parts.join(".");
+                    inputs.extend(
+                        self.table_input(&name, &config, false, streaming, table, file, span),
+                    );
                 }
                 (Relation::Files(call), Resolved::Files(table)) => {
                     if let Some(rf) = self.read_files(&call, table, file) {
@@ -199,6 +222,7 @@ impl Resolver<'_> {
             auto_loader: call.auto_loader,
             schema_hints,
             inferred_schema: None,
+            metadata: false,
             span: call.span,
         })
     }

@@ -124,7 +124,11 @@ impl Resolver<'_> {
                 };
                 self.file_schemas.insert(rf.table.clone(), s.clone());
                 if let Some(s) = &s {
-                    self.planner.register_schema(&rf.table, Arc::clone(s));
+                    let read = match rf.metadata {
+                        true => crate::file_metadata::with_column(s),
+                        false => Arc::clone(s),
+                    };
+                    self.planner.register_schema(&rf.table, read);
                 }
                 s.ok_or_else(|| {
                     format!(
