@@ -4,7 +4,6 @@
 use crate::ast::*;
 use crate::error::ParseError;
 use crate::sqlparser::ast::{Expr, Ident, Value};
-use crate::sqlparser::dialect::DatabricksDialect;
 use crate::sqlparser::parser::{Parser, ParserError};
 use crate::sqlparser::tokenizer::{Location, Span, Token, TokenWithSpan};
 use crate::tokens::{is_word, tokenize};
@@ -33,7 +32,7 @@ pub fn parse_statements(text: &str) -> ParsedFile {
             };
         }
     };
-    let dialect = DatabricksDialect {};
+    let dialect = crate::dialect::SparkSqlDialect;
     let parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let mut p = StatementParser {
         p: parser,

@@ -4,8 +4,8 @@
 //! schema and options; a Delta table from its folder (`Input::Delta`). Either is read
 //! whole, or as a stream with `STREAM(name)`.
 
+use cdcflow_sql::dialect::SparkSqlDialect;
 use cdcflow_sql::sqlparser::ast::{Expr, VisitMut, VisitorMut};
-use cdcflow_sql::sqlparser::dialect::DatabricksDialect;
 use cdcflow_sql::sqlparser::parser::Parser;
 
 use super::*;
@@ -212,7 +212,7 @@ impl Resolver<'_> {
             true => format!("SELECT * FROM STREAM({})", quoted.join(".")),
             false => format!("SELECT * FROM {}", quoted.join(".")),
         };
-        let mut query = Parser::new(&DatabricksDialect {})
+        let mut query = Parser::new(&SparkSqlDialect)
             .try_with_sql(&sql)
             .and_then(|mut p| p.parse_query())
             .ok()?;
