@@ -653,19 +653,52 @@ impl<'a> StatementParser<'a> {
     }
 
     /// A column's type, `MAP<key, value>` too, which sqlparser's Databricks dialect
-    /// does not read (its `>>` closing two types is split in `spark_forms.rs`).
+    /// does not read, also inside `ARRAY<…>` and `STRUCT<…>`, read here for that (a
+    /// `>>` closing two types is split in `spark_forms.rs`).
     fn data_type(&mut self) -> Result<crate::sqlparser::ast::DataType> {
+        use crate::sqlparser::ast::{ArrayElemTypeDef, DataType, StructBracketKind, StructField};
+        let angle = matches!(self.p.peek_nth_token_ref(1).token, Token::Lt);
+        if angle && self.peek_is("ARRAY") {
+            self.word("ARRAY");
+            self.expect_token(&Token::Lt)?;
+            let element = self.data_type()?;
+            self.expect_token(&Token::Gt)?;
+            return Ok(DataType::Array(ArrayElemTypeDef::AngleBracket(Box::new(
+                element,
+            ))));
+        }
+        if angle && self.peek_is("STRUCT") {
+            self.word("STRUCT");
+            self.expect_token(&Token::Lt)?;
+            let mut fields = Vec::new();
+            loop {
+                let name = self.ident()?;
+                let _ = self.p.consume_token(&Token::Colon);
+                let field_type = self.data_type()?;
+                fields.push(StructField {
+                    field_name: Some(name),
+                    field_type,
+                    options: None,
+                });
+                if !self.p.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+            self.expect_token(&Token::Gt)?;
+            return Ok(DataType::Struct(fields, StructBracketKind::AngleBrackets));
+        }
         if self.peek_is("MAP") && matches!(self.p.peek_nth_token_ref(1).token, Token::Lt) {
             self.word("MAP");
             self.expect_token(&Token::Lt)?;
             let key = self.data_type()?;
-            self.expect_token(&Token::Comma)?;
+            if !self.p.consume_token(&Token::Comma) {
+                return Err(self
+                    .unexpected("expected `,` and the value type: MAP takes a key and a value type")
+                    .with_help("MAP<STRING, INT>"));
+            }
             let value = self.data_type()?;
             self.expect_token(&Token::Gt)?;
-            return Ok(crate::sqlparser::ast::DataType::Map(
-                Box::new(key),
-                Box::new(value),
-            ));
+            return Ok(DataType::Map(Box::new(key), Box::new(value)));
         }
         let dt = self.p.parse_data_type();
         self.sql(dt)
