@@ -22,11 +22,12 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DynComparator, Int8Array, Int64Array, RecordBatch,
     StructArray, make_comparator, new_null_array,
 };
-use datafusion::arrow::compute::{SortOptions, filter_record_batch, interleave};
+use datafusion::arrow::compute::{SortOptions, cast, filter_record_batch, interleave};
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::HashMap;
+use datafusion::physical_expr::PhysicalExpr;
 use serde::Serialize;
 
 use cdcflow_plan::autocdc::{END_AT, START_AT};
@@ -84,6 +85,19 @@ pub struct Rules {
     /// Batches with fewer member and event rows are decided on one thread, larger ones
     /// on every core ([`SHARED_ROWS`] unless a test wants every batch split).
     pub min_shared_rows: usize,
+    /// The target's computed columns (`GENERATED ALWAYS AS (expr)`), made from each
+    /// visible row's other columns and stored after them.
+    pub generated: Vec<GeneratedColumn>,
+}
+
+/// A computed column of an AUTO CDC target: its field and its expression over the
+/// visible row ([`Rules::computed_from`]).
+#[derive(Debug, Clone)]
+pub struct GeneratedColumn {
+    pub field: Field,
+    pub expr: Arc<dyn PhysicalExpr>,
+    /// The expression as written, for messages.
+    pub text: String,
 }
 
 /// The default [`Rules::min_shared_rows`]: below it, splitting costs more than it saves.
@@ -136,8 +150,20 @@ impl Rules {
         columns
     }
 
-    /// The visible table.
+    /// The visible table: [`Rules::computed_from`], then the computed columns.
     pub fn public_schema(&self) -> SchemaRef {
+        let base = self.computed_from();
+        if self.generated.is_empty() {
+            return base;
+        }
+        let mut fields: Vec<Field> = base.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(self.generated.iter().map(|g| g.field.clone()));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The visible row the computed columns are made from: the target's columns, and
+    /// `__START_AT`/`__END_AT` for SCD type 2.
+    pub fn computed_from(&self) -> SchemaRef {
         let mut fields: Vec<Field> = self
             .columns
             .fields()
@@ -149,6 +175,35 @@ impl Rules {
             fields.push(Field::new(END_AT, self.sequence_type.clone(), true));
         }
         Arc::new(Schema::new(fields))
+    }
+
+    /// `columns` (of [`Rules::computed_from`]) with the computed columns added.
+    fn with_generated(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch, ArrowError> {
+        let base = RecordBatch::try_new(self.computed_from(), columns)?;
+        if self.generated.is_empty() {
+            return Ok(base);
+        }
+        let mut columns = base.columns().to_vec();
+        for g in &self.generated {
+            let value = g
+                .expr
+                .evaluate(&base)
+                .and_then(|v| v.into_array(base.num_rows()))
+                .map_err(|e| {
+                    ArrowError::ComputeError(format!("generated column `{}`: {e}", g.field.name()))
+                })?;
+            let value = cast(&value, g.field.data_type())?;
+            if !g.field.is_nullable() && value.null_count() > 0 {
+                return Err(ArrowError::ComputeError(format!(
+                    "generated column `{}` is NOT NULL, but `{}` is null on {} row(s); nothing was committed",
+                    g.field.name(),
+                    g.text,
+                    value.null_count()
+                )));
+            }
+            columns.push(value);
+        }
+        RecordBatch::try_new(self.public_schema(), columns)
     }
 
     pub(crate) fn seq_col(&self) -> usize {
@@ -1260,7 +1315,7 @@ impl Output {
                     columns.push(view.gather(seq, &nulls[seq], &indices)?);
                 }
             }
-            out.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+            out.push(rules.with_generated(columns)?);
         }
         Ok(out)
     }
