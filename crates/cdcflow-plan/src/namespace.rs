@@ -131,26 +131,26 @@ impl Namespace {
 /// that no other identity ends with (`orders`, or `silver.orders` beside
 /// `bronze.orders`), joined by `.`.
 pub fn short_names(identities: &[Identity]) -> Vec<String> {
-    let suffix = |id: &Identity, k: usize| -> Vec<String> {
+    // The last `k` parts, lower-cased, of an identity that has that many; a shorter one
+    // ends with its own, whole, so `a` and `s.a` collide at `k = 1` only.
+    let suffix = |id: &Identity, k: usize| -> String {
         let parts = id.parts();
         parts[parts.len().saturating_sub(k)..]
-            .iter()
-            .map(|p| p.to_ascii_lowercase())
-            .collect()
+            .join(".")
+            .to_ascii_lowercase()
     };
+    let mut counts: std::collections::HashMap<(usize, String), usize> = Default::default();
+    for id in identities {
+        for k in 1..=3 {
+            *counts.entry((k, suffix(id, k))).or_default() += 1;
+        }
+    }
     identities
         .iter()
-        .enumerate()
-        .map(|(i, id)| {
+        .map(|id| {
             let parts = id.parts();
             let k = (1..=parts.len())
-                .find(|&k| {
-                    let mine = suffix(id, k);
-                    identities
-                        .iter()
-                        .enumerate()
-                        .all(|(j, other)| j == i || suffix(other, k) != mine)
-                })
+                .find(|&k| counts.get(&(k, suffix(id, k))) == Some(&1))
                 .unwrap_or(parts.len());
             parts[parts.len() - k..].join(".")
         })
