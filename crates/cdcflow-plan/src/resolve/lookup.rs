@@ -128,4 +128,41 @@ impl Resolver<'_> {
             pending[p].name = name;
         }
     }
+
+    /// A dataset known by more parts than its last (`silver.orders`, since another's name
+    /// ends in `orders` too) is stored in a folder of that name; a table left in the
+    /// folder of its last part, which no dataset now uses, is likely its own from before
+    /// the other was added: said, so that it is moved rather than silently rebuilt.
+    pub(super) fn check_moved_folders(&mut self, storage: &Path) {
+        for d in 0..self.datasets.len() {
+            let dataset = &self.datasets[d];
+            let last = &dataset.identity.name;
+            if dataset.kind == DatasetKind::View
+                || dataset.source_of.is_some()
+                || dataset.name.eq_ignore_ascii_case(last)
+                || self.dataset_index(last).is_some()
+            {
+                continue;
+            }
+            let area = if dataset.def.private {
+                "private"
+            } else {
+                "tables"
+            };
+            let old = storage.join(area).join(last);
+            if !old.join("_delta_log").is_dir() {
+                continue;
+            }
+            let (file, span, name) = (dataset.file, dataset.def.name.span, dataset.name.clone());
+            let located = self.locate(file, span, "stored under a new name");
+            self.diags.push(
+                Diagnostic::warning(
+                    "cdcflow::moved_storage",
+                    format!("`{name}` is stored in {area}/{name}, and {area}/{last} holds a table no dataset uses now"),
+                )
+                .at(located)
+                .help(format!("another dataset's name ends in `{last}` too, so this one is known by more of its name; if {area}/{last} is its table from before, move it (and state/{last}, if there is one) to {area}/{name} and state/{name} while no run is going, or the next run builds it afresh")),
+            );
+        }
+    }
 }

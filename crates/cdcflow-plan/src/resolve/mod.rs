@@ -122,10 +122,8 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         .collect();
     let used = r.read_libraries(&config, &config_text, &conf);
     r.check_overrides(&config, overrides, &used);
-    r.collect(&Namespace::new(
-        config.catalog.clone(),
-        config.schema.clone(),
-    ));
+    r.collect(&defaults);
+    r.check_moved_folders(&root.join(&config.storage));
     r.check_targets();
     let order = r.order_datasets();
     r.check_view_depth(&order);
