@@ -25,8 +25,7 @@ pub fn explain(
     unreadable: Vec<Unreadable>,
 ) -> Option<RunError> {
     let state = ctx.state();
-    let dialect = state.config_options().sql_parser.dialect;
-    let statement = state.sql_to_statement(sql, &dialect).ok()?;
+    let statement = crate::read_only::parse(ctx, sql).ok()?;
     let references = state.resolve_table_references(&statement).ok()?;
     let missing = references.into_iter().find(|r| {
         !state.table_functions().contains_key(r.table())
