@@ -25,10 +25,14 @@ pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
             continue;
         }
         let file = &pipeline.files[flow.file];
-        let kind = match &flow.kind {
-            cdcflow_plan::FlowKind::AutoCdc(_) => "auto cdc",
-            cdcflow_plan::FlowKind::Query { append: true, .. } => "append",
-            cdcflow_plan::FlowKind::Query { append: false, .. } => "query",
+        let source_of = pipeline
+            .dataset(&flow.target)
+            .and_then(|d| d.source_of.as_deref());
+        let kind = match (&flow.kind, source_of) {
+            (cdcflow_plan::FlowKind::AutoCdc(_), _) => "auto cdc".to_string(),
+            (_, Some(cdc)) => format!("the FROM query of {cdc}"),
+            (cdcflow_plan::FlowKind::Query { append: true, .. }, _) => "append".to_string(),
+            (cdcflow_plan::FlowKind::Query { append: false, .. }, _) => "query".to_string(),
         };
         outln!(
             "flow {} ({kind}) -> {}  [{}:{}]",

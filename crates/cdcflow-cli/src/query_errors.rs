@@ -25,8 +25,7 @@ pub fn explain(
     unreadable: Vec<Unreadable>,
 ) -> Option<RunError> {
     let state = ctx.state();
-    let dialect = state.config_options().sql_parser.dialect;
-    let statement = state.sql_to_statement(sql, &dialect).ok()?;
+    let statement = crate::read_only::parse(ctx, sql).ok()?;
     let references = state.resolve_table_references(&statement).ok()?;
     let missing = references.into_iter().find(|r| {
         !state.table_functions().contains_key(r.table())
@@ -42,7 +41,12 @@ fn why_missing(
     missing: &TableReference,
     unreadable: Vec<Unreadable>,
 ) -> RunError {
-    let name = missing.table();
+    // A dataset known by several parts (`silver.orders`) is asked for by them all.
+    let whole = missing.to_string();
+    let name = match pipeline.dataset(&whole) {
+        Some(_) => whole.as_str(),
+        None => missing.table(),
+    };
     if let Some(u) = unreadable
         .into_iter()
         .find(|u| u.name.eq_ignore_ascii_case(name))

@@ -17,8 +17,7 @@ pub async fn sql(
     pipeline: &cdcflow_plan::Pipeline,
     sql: &str,
 ) -> Result<DataFrame, RunError> {
-    let dialect = ctx.state().config().options().sql_parser.dialect;
-    let mut statement = ctx.state().sql_to_statement(sql, &dialect)?;
+    let mut statement = parse(ctx, sql)?;
     cdcflow_runtime::time_travel::resolve(ctx, pipeline, &mut statement).await?;
     // Spark's generators, as flows plan them (`cdcflow_plan::functions::syntax`).
     if let datafusion::sql::parser::Statement::Statement(s) = &mut statement {
@@ -39,6 +38,32 @@ pub async fn sql(
         return Err(refused(&e.strip_backtrace()));
     }
     Ok(ctx.execute_logical_plan(plan).await?)
+}
+
+/// The one statement of `sql`, read in the dialect flows are read in (Databricks', with
+/// Spark's `a DIV b`: `cdcflow_sql::dialect`), so a query reads as a flow's would.
+pub fn parse(
+    ctx: &SessionContext,
+    sql: &str,
+) -> datafusion::error::Result<datafusion::sql::parser::Statement> {
+    let recursion_limit = ctx
+        .state()
+        .config()
+        .options()
+        .sql_parser
+        .recursion_limit
+        .get();
+    let mut statements = datafusion::sql::parser::DFParserBuilder::new(sql)
+        .with_dialect(&cdcflow_sql::dialect::SparkSqlDialect)
+        .with_recursion_limit(recursion_limit)
+        .build()?
+        .parse_statements()?;
+    if statements.len() > 1 {
+        return datafusion::common::plan_err!("`cdcflow query` takes one statement at a time");
+    }
+    statements
+        .pop_front()
+        .ok_or_else(|| datafusion::common::plan_datafusion_err!("no SQL statement was given"))
 }
 
 fn refused(kind: &str) -> RunError {

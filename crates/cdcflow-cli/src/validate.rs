@@ -61,9 +61,17 @@ fn summary(loaded: &Loaded) -> String {
             "pipeline `{}` is valid: {} file(s), {} dataset(s), {} flow(s), {} planned",
             p.config.name,
             p.files.len(),
-            p.datasets.len(),
-            p.flows.len(),
-            p.flows.iter().filter(|f| f.plan.is_some()).count()
+            // A FROM (query) of an AUTO CDC flow is counted as part of that flow.
+            p.datasets.iter().filter(|d| d.source_of.is_none()).count(),
+            p.flows
+                .iter()
+                .filter(|f| p.dataset(&f.target).is_none_or(|d| d.source_of.is_none()))
+                .count(),
+            p.flows
+                .iter()
+                .filter(|f| f.plan.is_some())
+                .filter(|f| p.dataset(&f.target).is_none_or(|d| d.source_of.is_none()))
+                .count()
         ),
         None => "no pipeline".to_string(),
     }

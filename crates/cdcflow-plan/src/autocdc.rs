@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
-use datafusion::common::{DFSchema, DFSchemaRef, Result};
+use datafusion::common::{DFSchema, DFSchemaRef, Result, TableReference};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 
 /// `__START_AT`: where an SCD type 2 version starts (inclusive), of the sequence type.
@@ -105,7 +105,7 @@ impl AutoCdcNode {
     pub fn try_new(input: LogicalPlan, spec: Arc<AutoCdcSpec>) -> Result<Self> {
         let target = spec.target_schema(input.schema().as_arrow());
         let schema = Arc::new(DFSchema::try_from_qualified_schema(
-            spec.target.as_str(),
+            TableReference::bare(spec.target.as_str()),
             &target,
         )?);
         Ok(Self {

@@ -14,6 +14,17 @@ pub struct PipelineConfig {
     /// Where tables and checkpoints live, relative to the pipeline folder.
     #[serde(default = "default_storage")]
     pub storage: String,
+    /// The default catalog of the pipeline's names, as a Databricks pipeline's
+    /// `catalog` setting: `orders` is `<catalog>.<schema>.orders` (`crate::namespace`).
+    #[serde(default)]
+    pub catalog: Option<String>,
+    /// The default schema of the pipeline's names (Databricks' `schema`, formerly `target`).
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// Tables from outside the pipeline, by name (`prod.crm.customers`), read from a
+    /// local copy: a Delta table, or Parquet, CSV or JSON files.
+    #[serde(default)]
+    pub external_tables: BTreeMap<String, ExternalTableConfig>,
     /// Globs of SQL files, relative to the folder; default every `*.sql` below it.
     #[serde(default = "default_libraries")]
     pub libraries: Vec<String>,
@@ -95,6 +106,45 @@ fn trigger_interval<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Er
         }
     }
     d.deserialize_f64(Seconds)
+}
+
+/// One entry of `external_tables:`. Read only: cdcflow never writes, compacts or
+/// vacuums it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalTableConfig {
+    pub format: ExternalFormat,
+    /// The table's folder (Delta) or its files' folder or file; relative to the
+    /// pipeline folder.
+    pub path: String,
+    /// The columns, as in `schema =>` (`id BIGINT, name STRING`); required for CSV and
+    /// JSON, read from the files (Parquet) or the log (Delta) when left out.
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// Options as `read_files` takes them (`header`, `sep`); files only.
+    #[serde(default)]
+    pub options: BTreeMap<String, ConfigValue>,
+}
+
+/// How an external table is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExternalFormat {
+    Delta,
+    Parquet,
+    Csv,
+    Json,
+}
+
+impl ExternalFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Delta => "delta",
+            Self::Parquet => "parquet",
+            Self::Csv => "csv",
+            Self::Json => "json",
+        }
+    }
 }
 
 /// See [`PipelineConfig::bad_records`].

@@ -11,11 +11,14 @@
 
 pub mod autocdc;
 pub mod config;
+pub mod delta_schema;
 pub mod df_message;
 pub mod diagnostic;
+pub mod file_metadata;
 pub mod functions;
 pub mod ident_case;
 pub mod names;
+pub mod namespace;
 pub mod pipeline;
 pub mod planner;
 pub mod read_files;
@@ -28,5 +31,5 @@ mod table_functions;
 pub mod types;
 
 pub use diagnostic::{Diagnostic, Located, Severity};
-pub use pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
+pub use pipeline::{Dataset, ExternalDelta, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
 pub use resolve::{Loaded, load};

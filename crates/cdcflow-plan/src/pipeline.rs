@@ -45,8 +45,12 @@ impl SourceFile {
 /// A table or view of the pipeline.
 #[derive(Debug, Clone)]
 pub struct Dataset {
-    /// As declared (case kept); lookups ignore case.
+    /// The name it is known by (case kept, lookups ignore case): its last part, or as
+    /// many of its last parts as tell it apart from the pipeline's other datasets
+    /// (`silver.orders` beside `bronze.orders`). Its folder under the storage is named so.
     pub name: String,
+    /// Its catalog, schema and name (`crate::namespace`).
+    pub identity: crate::namespace::Identity,
     pub kind: DatasetKind,
     pub def: CreateDataset,
     pub file: FileId,
@@ -60,6 +64,9 @@ pub struct Dataset {
     pub partition_columns: Vec<String>,
     /// `CLUSTER BY`: the columns rows are sorted by within the files a write makes.
     pub cluster_columns: Vec<String>,
+    /// For the view made of an AUTO CDC flow's `FROM (query)`: that flow's name. Such
+    /// a view is the flow's own; nothing else reads it.
+    pub source_of: Option<String>,
 }
 
 impl Dataset {
@@ -74,8 +81,31 @@ impl Dataset {
 pub enum Input {
     /// Another dataset of the pipeline; `streaming` for `STREAM(name)`.
     Dataset { name: String, streaming: bool },
-    /// Files in a landing folder (`read_files`).
+    /// Files in a landing folder (`read_files`), or an external table stored as files.
     Files(ReadFiles),
+    /// An external Delta table (pipeline.yaml `external_tables:`).
+    Delta(ExternalDelta),
+}
+
+/// A Delta table from outside the pipeline, read from its folder and never written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalDelta {
+    /// The table name that stands for it in the flow's rewritten query.
+    pub table: String,
+    /// Its name as pipeline.yaml declares it.
+    pub name: String,
+    /// Absolute: a relative path is taken from the pipeline folder.
+    pub path: PathBuf,
+    pub schema: SchemaRef,
+    /// `STREAM(name)`: each batch reads the rows of the commits after the last read.
+    pub streaming: bool,
+}
+
+impl ExternalDelta {
+    /// The key of the version read in a flow's checkpoint (apart from the datasets').
+    pub fn offset_key(&self) -> String {
+        format!("external:{}", self.name)
+    }
 }
 
 /// What a flow computes.

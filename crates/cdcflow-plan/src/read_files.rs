@@ -94,6 +94,9 @@ pub struct ReadFiles {
     /// The schema inferred when the pipeline was loaded, so a run does not infer it
     /// from the landing files again.
     pub inferred_schema: Option<SchemaRef>,
+    /// The reading query names `_metadata` or `input_file_name()`: each row carries its
+    /// file's (`crate::file_metadata`).
+    pub metadata: bool,
     pub span: Span,
 }
 

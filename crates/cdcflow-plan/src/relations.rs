@@ -9,7 +9,7 @@ use std::ops::ControlFlow;
 use cdcflow_sql::Span;
 use cdcflow_sql::sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName, ObjectNamePart,
-    Query, Spanned, TableFactor, Value, VisitMut, VisitorMut,
+    Query, Spanned, TableAlias, TableFactor, Value, VisitMut, VisitorMut,
 };
 
 /// A relation found in a query.
@@ -193,12 +193,33 @@ fn cloud_files_call(args: &[FunctionArg], span: Span) -> FilesCall {
 
 impl Rewriter<'_> {
     fn replace(&mut self, factor: &mut TableFactor, relation: Relation, keep_span: Span) {
+        let written = match &relation {
+            Relation::Dataset { parts, .. } => parts.last().cloned(),
+            Relation::Files(_) => None,
+        };
         if let Some(new_name) = (self.resolve)(relation)
-            && let TableFactor::Table { name, args, .. } = factor
+            && let TableFactor::Table {
+                name, args, alias, ..
+            } = factor
         {
-            *name = ObjectName(vec![ObjectNamePart::Identifier(Ident::with_span(
-                keep_span, new_name,
-            ))]);
+            // Columns qualified as written (`orders.id` over `main.bronze.orders`) keep
+            // meaning the table known as `bronze.orders`.
+            if alias.is_none()
+                && let Some(written) = written.filter(|w| !w.eq_ignore_ascii_case(&new_name))
+            {
+                *alias = Some(TableAlias {
+                    explicit: false,
+                    name: Ident::with_span(keep_span, written),
+                    columns: vec![],
+                    at: None,
+                });
+            }
+            // A name of several parts is one identifier (`silver.orders`).
+            let mut ident = Ident::with_span(keep_span, new_name);
+            if ident.value.contains('.') {
+                ident.quote_style = Some('`');
+            }
+            *name = ObjectName(vec![ObjectNamePart::Identifier(ident)]);
             *args = None;
         }
     }

@@ -1,6 +1,7 @@
 //! The pipeline's tables as a catalog: for `cdcflow query` and `cdcflow tables`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
@@ -94,9 +95,40 @@ async fn register(ctx: &SessionContext, name: &str, dir: &std::path::Path) -> Re
     let table = Table::open(dir).await?;
     if let Some(t) = table.table {
         let provider = t.table_provider().await?;
-        ctx.register_table(TableReference::bare(name), provider)?;
+        let reference = reference(name);
+        make_namespace(ctx, &reference);
+        ctx.register_table(reference, provider)?;
     }
     Ok(())
+}
+
+/// How SQL names a table the pipeline knows as `name`: a dataset known by several
+/// parts (`silver.orders` beside `bronze.orders`) is read as `silver.orders`.
+pub fn reference(name: &str) -> TableReference {
+    match name.split('.').collect::<Vec<_>>().as_slice() {
+        [schema, table] => TableReference::partial(*schema, *table),
+        [catalog, schema, table] => TableReference::full(*catalog, *schema, *table),
+        _ => TableReference::bare(name),
+    }
+}
+
+/// Adds the catalog and schema `reference` names to the session, where missing.
+fn make_namespace(ctx: &SessionContext, reference: &TableReference) {
+    use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
+    let Some(schema) = reference.schema() else {
+        return;
+    };
+    let options = ctx.state().config_options().catalog.clone();
+    let catalog_name = reference.catalog().unwrap_or(&options.default_catalog);
+    let catalog = ctx.catalog(catalog_name).unwrap_or_else(|| {
+        let catalog: Arc<dyn CatalogProvider> = Arc::new(MemoryCatalogProvider::new());
+        ctx.register_catalog(catalog_name, Arc::clone(&catalog));
+        catalog
+    });
+    if catalog.schema(schema).is_none() {
+        // Registering into a memory catalog cannot fail.
+        let _ = catalog.register_schema(schema, Arc::new(MemorySchemaProvider::new()));
+    }
 }
 
 /// Every table of the pipeline with its kind, row count and Delta version; a table that
@@ -220,12 +252,7 @@ async fn describe(
     }
     let table = Table::open(&info.path).await?;
     if table.exists() {
-        info.rows = Some(
-            ctx.table(TableReference::bare(info.name.as_str()))
-                .await?
-                .count()
-                .await? as u64,
-        );
+        info.rows = Some(ctx.table(reference(&info.name)).await?.count().await? as u64);
     }
     info.version = table.version();
     Ok(info)

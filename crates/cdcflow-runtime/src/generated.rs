@@ -70,3 +70,28 @@ pub(crate) fn fill(
     }
     Ok(out)
 }
+
+/// The computed columns of AUTO CDC target `target`, planned over the visible row
+/// `from` (`Rules::computed_from`): the kernel makes them on each row it publishes.
+pub(crate) fn for_auto_cdc(
+    target: &Dataset,
+    planner: &Planner,
+    state: &SessionState,
+    from: &SchemaRef,
+) -> Result<Vec<crate::cdc::kernel::GeneratedColumn>, RunError> {
+    let df_schema = DFSchema::try_from(from.as_ref().clone())?;
+    let mut out = Vec::new();
+    for column in &target.def.columns {
+        let Some(expr) = &column.generated else {
+            continue;
+        };
+        let data_type = arrow_type(&column.data_type).map_err(RunError::input)?;
+        let logical = planner.plan_expr(expr, &df_schema)?;
+        out.push(crate::cdc::kernel::GeneratedColumn {
+            field: Field::new(&column.name.value, data_type, !column.not_null),
+            expr: state.create_physical_expr(logical, &df_schema)?,
+            text: expr.to_string(),
+        });
+    }
+    Ok(out)
+}

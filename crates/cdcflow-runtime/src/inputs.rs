@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cdcflow_plan::config::PipelineConfig;
 use cdcflow_plan::read_files::{Links, ReadFiles};
-use cdcflow_plan::{Dataset, FlowKind, Input, Pipeline};
+use cdcflow_plan::{Dataset, ExternalDelta, FlowKind, Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -22,7 +22,7 @@ use cdcflow_plan::planner::Planner;
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::{self, DataFile, Table};
 use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
-use crate::{RunError, cascade, files, layout, quarantine};
+use crate::{RunError, cascade, file_metadata, files, layout, quarantine};
 
 /// The inputs of one batch.
 pub struct BatchInputs {
@@ -162,6 +162,7 @@ impl InputReader<'_> {
         for input in inputs {
             match input {
                 Input::Files(rf) => self.register_files(rf, progress, planner, batch).await?,
+                Input::Delta(d) => self.register_external(d, progress, planner, batch).await?,
                 Input::Dataset { name, streaming } => {
                     let d = self.dataset(name)?;
                     if d.kind == DatasetKind::View {
@@ -197,6 +198,62 @@ impl InputReader<'_> {
             }
         }
         Ok(())
+    }
+
+    /// An external Delta table: the rows of its commits after the version this flow
+    /// read last (`STREAM`), or all of it. Only read: nothing is written there.
+    async fn register_external(
+        &self,
+        d: &ExternalDelta,
+        progress: &Progress,
+        planner: &mut Planner,
+        batch: &mut BatchInputs,
+    ) -> Result<(), RunError> {
+        let table = Table::open(&d.path).await?;
+        if !table.exists() {
+            return Err(RunError::input(format!(
+                "external table `{}`: no Delta table at {}",
+                d.name,
+                d.path.display()
+            ))
+            .with_help(
+                "`path:` in pipeline.yaml's external_tables names the folder holding _delta_log",
+            ));
+        }
+        let rows = match d.streaming {
+            true => {
+                let key = d.offset_key();
+                let (rows, version) = table
+                    .appended_since(progress.source_version(&key), &d.schema)
+                    .await
+                    .map_err(|e| match e {
+                        RunError::Rewritten { version, .. } => RunError::input(format!(
+                            "external table `{}` removed or rewrote rows at version {version}; a stream reads only appends",
+                            d.name
+                        ))
+                        .with_help("read it without STREAM(…) (whole, each run), or run `cdcflow run --full-refresh` on the tables it feeds"),
+                        e => e,
+                    })?;
+                if let Some(v) = version.or(progress.source_version(&key)) {
+                    batch.offsets.sources.insert(key, v);
+                }
+                batch.has_new |= !rows.is_empty();
+                rows.into_iter().map(|(_, b)| b).collect()
+            }
+            false => {
+                batch.fingerprint.push(format!(
+                    "{}@{}",
+                    d.offset_key(),
+                    table.data_version().await?.unwrap_or(-1)
+                ));
+                vec![table.read_all(&d.schema)?]
+            }
+        };
+        batch.rows += rows
+            .iter()
+            .map(|b: &RecordBatch| b.num_rows() as u64)
+            .sum::<u64>();
+        register_rows(planner, &d.table, Arc::clone(&d.schema), rows)
     }
 
     /// The rows appended to streaming table `d` after version `after`.
@@ -254,6 +311,11 @@ impl InputReader<'_> {
                     rf.path_text
                 ))
             })?;
+        // With `_metadata`, each file's rows carry its own (`file_metadata`).
+        let read_schema = match rf.metadata {
+            true => cdcflow_plan::file_metadata::with_column(&schema),
+            false => Arc::clone(&schema),
+        };
         let config = &self.pipeline.config;
         let links = match config.follow_symlinks_out_of_landing {
             true => Links::Anywhere,
@@ -334,7 +396,15 @@ impl InputReader<'_> {
                 batch.oldest_arrival_micros =
                     Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
             }
-            rows.extend(read.batches);
+            match rf.metadata {
+                true => rows.extend(file_metadata::attach(
+                    read.batches,
+                    &path,
+                    &stamp,
+                    &read_schema,
+                )?),
+                false => rows.extend(read.batches),
+            }
             if rf.streaming {
                 batch.landing.push(shown.clone());
             }
@@ -357,7 +427,7 @@ impl InputReader<'_> {
             batch.has_new |= !records.is_empty();
             batch.offsets.files.insert(rf.table.clone(), records);
         }
-        register_rows(planner, &rf.table, schema, rows)
+        register_rows(planner, &rf.table, read_schema, rows)
     }
 
     /// A view is planned over its own inputs and registered as a view. Read as a stream,
@@ -416,6 +486,10 @@ fn read_whole(input: &Input) -> Input {
         Input::Files(rf) => Input::Files(ReadFiles {
             streaming: false,
             ..rf.clone()
+        }),
+        Input::Delta(d) => Input::Delta(ExternalDelta {
+            streaming: false,
+            ..d.clone()
         }),
     }
 }

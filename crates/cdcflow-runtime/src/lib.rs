@@ -28,6 +28,7 @@ mod error;
 pub mod event_log;
 pub mod expectations;
 pub mod failpoint;
+mod file_metadata;
 pub mod files;
 mod fingerprint;
 mod flows;

@@ -50,7 +50,10 @@ pub async fn resolve(
     pipeline: &Pipeline,
     statement: &mut Statement,
 ) -> Result<(), RunError> {
-    let mut found = Rebind::default();
+    let mut found = Rebind {
+        travels: vec![],
+        datasets: pipeline.datasets.iter().map(|d| d.name.clone()).collect(),
+    };
     visit(statement, &mut found);
     for travel in found.travels {
         if ctx.table_exist(TableReference::bare(travel.bound.as_str()))? {
@@ -75,9 +78,11 @@ fn visit(statement: &mut Statement, found: &mut Rebind) {
 }
 
 /// Renames each table reference with a version to the name its version is bound to.
-#[derive(Default)]
 struct Rebind {
     travels: Vec<Travel>,
+    /// The pipeline's dataset names: one known by several parts (`silver.orders`) is
+    /// named by them all.
+    datasets: Vec<String>,
 }
 
 impl VisitorMut for Rebind {
@@ -96,17 +101,28 @@ impl VisitorMut for Rebind {
         let Some(v) = version.take() else {
             return ControlFlow::Continue(());
         };
-        let table = name
+        let last = name
             .0
             .last()
             .and_then(ObjectNamePart::as_ident)
             .map(|i| i.value.clone())
             .unwrap_or_else(|| name.to_string());
+        let whole: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(ObjectNamePart::as_ident)
+            .map(|i| i.value.clone())
+            .collect();
+        let whole = whole.join(".");
+        let table = match self.datasets.iter().any(|d| d.eq_ignore_ascii_case(&whole)) {
+            true => whole,
+            false => last.clone(),
+        };
         let bound = format!("{table} {v}");
         if alias.is_none() {
             *alias = Some(TableAlias {
                 explicit: false,
-                name: Ident::new(table.clone()),
+                name: Ident::new(last),
                 columns: vec![],
                 at: None,
             });

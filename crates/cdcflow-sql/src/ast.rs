@@ -220,7 +220,7 @@ pub struct InsertInto {
 pub struct AutoCdc {
     pub once: bool,
     pub target: DatasetName,
-    pub source: SourceRef,
+    pub source: CdcSource,
     pub keys: Spanned<Vec<Ident>>,
     /// The legacy `WHERE condition` of `APPLY CHANGES`: rows to consider at all.
     pub filter: Option<Spanned<Expr>>,
@@ -253,6 +253,26 @@ impl AutoCdc {
 pub struct SourceRef {
     pub name: DatasetName,
     pub streaming: bool,
+}
+
+/// What an AUTO CDC flow reads: a dataset, or `(query)` (joins, unions or a QUALIFY
+/// over `STREAM(…)` inputs, as TPC-DI's flows do). Resolution makes the query a view
+/// of its own, read as a stream when it reads one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CdcSource {
+    Dataset(SourceRef),
+    /// `FROM (query)`; the span covers the parentheses.
+    Query(Spanned<Box<Query>>),
+}
+
+impl CdcSource {
+    /// Where the source is written.
+    pub fn span(&self) -> Span {
+        match self {
+            CdcSource::Dataset(s) => s.name.span,
+            CdcSource::Query(q) => q.span,
+        }
+    }
 }
 
 /// `(a, b)` or `* EXCEPT (a, b)`.

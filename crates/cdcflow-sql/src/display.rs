@@ -182,10 +182,10 @@ impl Display for ColumnSelection {
 impl Display for AutoCdc {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         write!(f, "{} FROM ", self.target)?;
-        if self.source.streaming {
-            write!(f, "STREAM({})", self.source.name)?;
-        } else {
-            write!(f, "{}", self.source.name)?;
+        match &self.source {
+            CdcSource::Dataset(s) if s.streaming => write!(f, "STREAM({})", s.name)?,
+            CdcSource::Dataset(s) => write!(f, "{}", s.name)?,
+            CdcSource::Query(q) => write!(f, "({})", q.node)?,
         }
         write!(f, " KEYS ({})", comma(&self.keys.node))?;
         if let Some(w) = &self.filter {

@@ -9,6 +9,7 @@
 //! them (`CREATE STREAMING TABLE`, `CREATE FLOW … AUTO CDC`, `APPLY CHANGES`, …) are ours.
 
 pub mod ast;
+pub mod dialect;
 mod display;
 mod error;
 pub mod notebook;

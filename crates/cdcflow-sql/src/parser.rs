@@ -4,7 +4,6 @@
 use crate::ast::*;
 use crate::error::ParseError;
 use crate::sqlparser::ast::{Expr, Ident, Value};
-use crate::sqlparser::dialect::DatabricksDialect;
 use crate::sqlparser::parser::{Parser, ParserError};
 use crate::sqlparser::tokenizer::{Location, Span, Token, TokenWithSpan};
 use crate::tokens::{is_word, tokenize};
@@ -33,7 +32,7 @@ pub fn parse_statements(text: &str) -> ParsedFile {
             };
         }
     };
-    let dialect = DatabricksDialect {};
+    let dialect = crate::dialect::SparkSqlDialect;
     let parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let mut p = StatementParser {
         p: parser,
@@ -654,19 +653,52 @@ impl<'a> StatementParser<'a> {
     }
 
     /// A column's type, `MAP<key, value>` too, which sqlparser's Databricks dialect
-    /// does not read (its `>>` closing two types is split in `spark_forms.rs`).
+    /// does not read, also inside `ARRAY<…>` and `STRUCT<…>`, read here for that (a
+    /// `>>` closing two types is split in `spark_forms.rs`).
     fn data_type(&mut self) -> Result<crate::sqlparser::ast::DataType> {
+        use crate::sqlparser::ast::{ArrayElemTypeDef, DataType, StructBracketKind, StructField};
+        let angle = matches!(self.p.peek_nth_token_ref(1).token, Token::Lt);
+        if angle && self.peek_is("ARRAY") {
+            self.word("ARRAY");
+            self.expect_token(&Token::Lt)?;
+            let element = self.data_type()?;
+            self.expect_token(&Token::Gt)?;
+            return Ok(DataType::Array(ArrayElemTypeDef::AngleBracket(Box::new(
+                element,
+            ))));
+        }
+        if angle && self.peek_is("STRUCT") {
+            self.word("STRUCT");
+            self.expect_token(&Token::Lt)?;
+            let mut fields = Vec::new();
+            loop {
+                let name = self.ident()?;
+                let _ = self.p.consume_token(&Token::Colon);
+                let field_type = self.data_type()?;
+                fields.push(StructField {
+                    field_name: Some(name),
+                    field_type,
+                    options: None,
+                });
+                if !self.p.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+            self.expect_token(&Token::Gt)?;
+            return Ok(DataType::Struct(fields, StructBracketKind::AngleBrackets));
+        }
         if self.peek_is("MAP") && matches!(self.p.peek_nth_token_ref(1).token, Token::Lt) {
             self.word("MAP");
             self.expect_token(&Token::Lt)?;
             let key = self.data_type()?;
-            self.expect_token(&Token::Comma)?;
+            if !self.p.consume_token(&Token::Comma) {
+                return Err(self
+                    .unexpected("expected `,` and the value type: MAP takes a key and a value type")
+                    .with_help("MAP<STRING, INT>"));
+            }
             let value = self.data_type()?;
             self.expect_token(&Token::Gt)?;
-            return Ok(crate::sqlparser::ast::DataType::Map(
-                Box::new(key),
-                Box::new(value),
-            ));
+            return Ok(DataType::Map(Box::new(key), Box::new(value)));
         }
         let dt = self.p.parse_data_type();
         self.sql(dt)
@@ -889,6 +921,27 @@ impl<'a> StatementParser<'a> {
             ))
     }
 
+    /// The source after FROM: `STREAM(name)`, `STREAM name`, `name` or `(query)`.
+    fn cdc_source(&mut self) -> Result<CdcSource> {
+        let start = self.start();
+        if self.p.consume_token(&Token::LParen) {
+            let query = self.query()?;
+            self.expect_token(&Token::RParen)
+                .map_err(|e| e.with_help("the query after FROM ( ends with ) before KEYS"))?;
+            return Ok(CdcSource::Query(Spanned::new(query, self.span_from(start))));
+        }
+        let streaming = self.word("STREAM");
+        let name = if streaming {
+            self.expect_token(&Token::LParen)?;
+            let name = self.dataset_name()?;
+            self.expect_token(&Token::RParen)?;
+            name
+        } else {
+            self.dataset_name()?
+        };
+        Ok(CdcSource::Dataset(SourceRef { name, streaming }))
+    }
+
     fn auto_cdc(&mut self, start: Location, once: bool, legacy: bool) -> Result<AutoCdc> {
         let target = self.dataset_name()?;
         self.expect_words(&["FROM"])?;
@@ -900,15 +953,7 @@ impl<'a> StatementParser<'a> {
                     "land each snapshot's changes as events and read them with FROM STREAM(source)",
                 ));
         }
-        let streaming = self.word("STREAM");
-        let source = if streaming {
-            self.expect_token(&Token::LParen)?;
-            let name = self.dataset_name()?;
-            self.expect_token(&Token::RParen)?;
-            name
-        } else {
-            self.dataset_name()?
-        };
+        let source = self.cdc_source()?;
         let keys_start = self.start();
         if !self.word("KEYS") {
             return Err(self.unexpected("expected KEYS").with_help(
@@ -921,10 +966,7 @@ impl<'a> StatementParser<'a> {
         let mut cdc = AutoCdc {
             once,
             target,
-            source: SourceRef {
-                name: source,
-                streaming,
-            },
+            source,
             keys,
             filter: None,
             ignore_null_updates: None,

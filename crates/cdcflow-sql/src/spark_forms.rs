@@ -5,8 +5,8 @@
 //! - `* EXCEPT (o.status)`: the columns a star leaves out lose their qualifier (the
 //!   star's own, since it names the columns of one relation);
 //! - `struct(amount total, …)`: a field named without `AS` gets it;
-//! - `MAP<STRING, ARRAY<INT>>`: the `>>` that closes two types at once is two `>`, so
-//!   the map's type and the one inside it each find theirs.
+//! - `MAP<STRING, ARRAY<INT>>`, `ARRAY<MAP<STRING, INT>>`: the `>>` that closes two
+//!   types at once is two `>`, so each type finds its own.
 
 use crate::sqlparser::keywords::Keyword;
 use crate::sqlparser::tokenizer::{Token, TokenWithSpan, Word};
@@ -24,9 +24,10 @@ fn split_map_type_ends(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let sig = significant(&tokens);
     let mut split = Vec::new();
     for k in 0..sig.len() {
-        if !is_word(&tokens[sig[k]].token, "MAP")
-            || sig.get(k + 1).is_none_or(|&i| tokens[i].token != Token::Lt)
-        {
+        let opens_type = ["MAP", "ARRAY", "STRUCT"]
+            .iter()
+            .any(|w| is_word(&tokens[sig[k]].token, w));
+        if !opens_type || sig.get(k + 1).is_none_or(|&i| tokens[i].token != Token::Lt) {
             continue;
         }
         let mut depth = 0usize;

@@ -254,14 +254,14 @@ impl Resolver<'_> {
             .map(|f| f.name().clone())
             .collect();
         let df_schema =
-            DFSchema::try_from_qualified_schema(spec.source.as_str(), &source_schema).ok()?;
+            DFSchema::try_from_qualified_schema(bare(&spec.source), &source_schema).ok()?;
         let errors_before = self.diags.iter().filter(|d| d.is_error()).count();
 
         for field in source_schema.fields() {
             if field.name().starts_with(RESERVED_PREFIX) {
                 self.error(
                     file,
-                    cdc.source.name.span,
+                    cdc.source.span(),
                     "cdcflow::reserved_column",
                     format!(
                         "the source has column `{}`; the prefix {RESERVED_PREFIX} is reserved",
@@ -296,7 +296,7 @@ impl Resolver<'_> {
                 .collect();
             if !reserved.is_empty() {
                 let names: Vec<&str> = reserved.iter().map(|s| s.as_str()).collect();
-                self.error(file, cdc.source.name.span, "cdcflow::reserved_column", format!("the source carries the reserved column(s) {}", names.join(", ")), "source", Some("__START_AT and __END_AT are written by SCD TYPE 2; exclude them with COLUMNS * EXCEPT (__START_AT, __END_AT) or rename them in a view".into()));
+                self.error(file, cdc.source.span(), "cdcflow::reserved_column", format!("the source carries the reserved column(s) {}", names.join(", ")), "source", Some("__START_AT and __END_AT are written by SCD TYPE 2; exclude them with COLUMNS * EXCEPT (__START_AT, __END_AT) or rename them in a view".into()));
             }
         }
         let sequence = self.sequence_fields(file, &cdc.sequence_by, &df_schema, &available);
@@ -367,7 +367,7 @@ impl Resolver<'_> {
         let source = datafusion::datasource::provider_as_source(Arc::new(
             datafusion::datasource::empty::EmptyTable::new(Arc::clone(schema)),
         ));
-        LogicalPlanBuilder::scan(name, source, None)
+        LogicalPlanBuilder::scan(bare(name), source, None)
             .and_then(|b| b.build())
             .ok()
     }
@@ -386,4 +386,10 @@ pub(super) fn orderable(t: &DataType) -> bool {
                 | DataType::Decimal256(..)
         )
         || matches!(t, DataType::Struct(fields) if fields.iter().all(|f| orderable(f.data_type())))
+}
+
+/// A dataset's name as one table reference: `silver.orders` is one name, not a schema
+/// and a table (`crate::namespace`).
+fn bare(name: &str) -> datafusion::common::TableReference {
+    datafusion::common::TableReference::bare(name)
 }

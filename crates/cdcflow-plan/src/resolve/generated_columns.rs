@@ -120,20 +120,6 @@ impl Resolver<'_> {
                     continue;
                 };
                 let column_name = &column.name.value;
-                if let Some(&f) = writers
-                    .iter()
-                    .find(|&&f| self.flows[f].auto_cdc().is_some())
-                {
-                    self.error(
-                        file,
-                        column.span,
-                        "cdcflow::generated_on_cdc_target",
-                        format!("generated column `{column_name}` of AUTO CDC target `{name}` is not supported"),
-                        "generated column",
-                        Some(format!("compute it in the source of flow `{}` instead (a view over the changes, or the bronze table)", self.flows[f].name)),
-                    );
-                    continue;
-                }
                 let Ok(schema) = DFSchema::try_from(Schema::new(others.clone())) else {
                     continue;
                 };

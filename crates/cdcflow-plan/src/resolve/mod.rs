@@ -9,7 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cdcflow_sql::ast::{
-    AutoCdc, ColumnSelection, CreateDataset, DatasetKind, DatasetName, FlowBody, Spanned, Statement,
+    AutoCdc, CdcSource, ColumnSelection, CreateDataset, DatasetKind, DatasetName, FlowBody,
+    Spanned, Statement, UseKind,
 };
 use cdcflow_sql::preprocess::{Preprocessed, substitute};
 use cdcflow_sql::sqlparser::ast::{Expr as SqlExpr, Ident, Query, Spanned as _};
@@ -22,12 +23,14 @@ use datafusion::logical_expr::{ExprSchemable, Extension, LogicalPlan, LogicalPla
 use crate::autocdc::{AutoCdcNode, AutoCdcSpec, END_AT, RESERVED_PREFIX, START_AT, SequenceField};
 use crate::config::PipelineConfig;
 use crate::diagnostic::{Diagnostic, Located};
+use crate::namespace::Namespace;
 use crate::pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
 use crate::planner::Planner;
 use crate::read_files::{FileFormat, ReadFiles};
 use crate::relations::{FilesCall, Relation, rewrite_relations};
 use crate::suggest;
 use crate::types::{arrow_type, ddl_schema};
+use lookup::Found;
 
 /// The result of loading a pipeline folder: the pipeline (absent only when
 /// `pipeline.yaml` itself is unusable) and every diagnostic found.
@@ -81,7 +84,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
                 span: Span::new(Location::new(line, col), Location::new(line, col + 1)),
                 label: "here".into(),
             })
-            .help("pipeline.yaml takes name, storage, libraries and configuration");
+            .help("pipeline.yaml takes name, storage, libraries, configuration, catalog, schema, external_tables, bad_records, trigger_interval_seconds, landing_settle_seconds and follow_symlinks_out_of_landing (docs/pipeline-format.md)");
             diags.push(d);
             return Loaded {
                 pipeline: None,
@@ -105,10 +108,22 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         by_name: HashMap::new(),
         broken: Default::default(),
         broken_references: 0,
+        externals: Vec::new(),
     };
+    let defaults = Namespace::new(config.catalog.clone(), config.schema.clone());
+    r.externals = config
+        .external_tables
+        .iter()
+        .map(|(name, config)| external::External {
+            name: name.clone(),
+            identity: defaults.identity(&name.split('.').collect::<Vec<_>>()),
+            config: config.clone(),
+        })
+        .collect();
     let used = r.read_libraries(&config, &config_text, &conf);
     r.check_overrides(&config, overrides, &used);
-    r.collect();
+    r.collect(&defaults);
+    r.check_moved_folders(&root.join(&config.storage));
     r.check_targets();
     let order = r.order_datasets();
     r.check_view_depth(&order);
@@ -164,6 +179,8 @@ struct Resolver<'a> {
     broken: std::collections::HashSet<String>,
     /// References to such datasets met so far: the flows holding them are not planned.
     broken_references: usize,
+    /// Tables from outside the pipeline (pipeline.yaml `external_tables:`).
+    externals: Vec<external::External>,
 }
 
 /// A flow as parsed, before its references are resolved.
@@ -172,10 +189,12 @@ struct PendingFlow {
     name_span: Span,
     target: DatasetName,
     once: bool,
-    /// The defining query of a table or view, rather than a `CREATE FLOW`/`APPLY CHANGES`.
-    implicit: bool,
+    /// The dataset whose defining query this is, rather than a `CREATE FLOW`/`APPLY CHANGES`.
+    implicit: Option<usize>,
     body: PendingBody,
     file: FileId,
+    /// The default catalog and schema where the flow is written.
+    namespace: Namespace,
 }
 
 /// What a pending flow computes.
@@ -216,9 +235,10 @@ impl Resolver<'_> {
 
     // ---- collection ----------------------------------------------------------------
 
-    fn collect(&mut self) {
+    fn collect(&mut self, defaults: &Namespace) {
         let mut pending: Vec<PendingFlow> = Vec::new();
         for file in 0..self.files.len() {
+            let mut namespace = defaults.clone();
             let parsed = parse_statements(&self.files[file].pre.text);
             for u in self.files[file].pre.unknown.clone() {
                 let located = Located {
@@ -246,20 +266,22 @@ impl Resolver<'_> {
             for stmt in parsed.statements {
                 match stmt {
                     Statement::CreateDataset(def) => {
+                        let index = self.datasets.len();
                         let implicit = def.query.clone().map(|query| PendingFlow {
-                            name: def.name.name().to_string(),
+                            name: String::new(), // the dataset's, once names are known
                             name_span: def.name.span,
                             target: def.name.clone(),
                             once: false,
-                            implicit: true,
+                            implicit: Some(index),
                             body: PendingBody::Query {
                                 query,
                                 append: false,
                             },
                             file,
+                            namespace: namespace.clone(),
                         });
                         // A rejected duplicate keeps no flow: it would feed the first definition.
-                        if self.add_dataset(def, file) {
+                        if self.add_dataset(def, file, &namespace) {
                             pending.extend(implicit);
                         }
                     }
@@ -283,36 +305,38 @@ impl Resolver<'_> {
                             name_span: f.name.span,
                             target,
                             once,
-                            implicit: false,
+                            implicit: None,
                             body,
                             file,
+                            namespace: namespace.clone(),
                         });
                     }
                     Statement::ApplyChanges(a) => {
-                        let base = a.target.name().to_string();
-                        let mut name = base.clone();
-                        let mut n = 1;
-                        while pending.iter().any(|p| p.name.eq_ignore_ascii_case(&name)) {
-                            n += 1;
-                            name = format!("{base}_{n}");
-                        }
                         pending.push(PendingFlow {
-                            name,
+                            name: String::new(), // its target's, once names are known
                             name_span: a.target.span,
                             target: a.target.clone(),
                             once: false,
-                            implicit: false,
+                            implicit: None,
                             body: PendingBody::AutoCdc(a),
                             file,
+                            namespace: namespace.clone(),
                         });
                     }
+                    Statement::Use(u) => {
+                        let parts: Vec<&str> = ident_list(&u.name.parts);
+                        match u.kind {
+                            UseKind::Catalog => parts.iter().for_each(|c| namespace.use_catalog(c)),
+                            UseKind::Schema => namespace.use_schema(&parts),
+                        }
+                    }
                     // `${key}` substitution already took SET's values (`preprocess`).
-                    // Names are found by their last part within the pipeline, so the
-                    // default catalog and schema USE selects change no resolution.
-                    Statement::Set(_) | Statement::Use(_) => {}
+                    Statement::Set(_) => {}
                 }
             }
         }
+        self.assign_names();
+        self.name_flows(&mut pending);
         for flow in pending {
             let (name, name_span, file) = (&flow.name, flow.name_span, flow.file);
             if let Some(first) = self
@@ -333,30 +357,34 @@ impl Resolver<'_> {
                 );
                 continue;
             }
+            let flow = self.with_source_view(flow);
             self.add_flow(flow);
         }
     }
 
     /// Adds a dataset; false when the name is taken (reported).
-    fn add_dataset(&mut self, def: CreateDataset, file: FileId) -> bool {
+    fn add_dataset(&mut self, def: CreateDataset, file: FileId, namespace: &Namespace) -> bool {
         let name = def.name.name().to_string();
-        if let Some(first) = self.dataset_index(&name).map(|i| &self.datasets[i]) {
+        let identity = namespace.identity(&ident_list(&def.name.parts));
+        if let Some(first) = self.datasets.iter().find(|d| d.identity.same(&identity)) {
             let at = self.position(first.file, first.def.name.span);
             self.error(
                 file,
                 def.name.span,
                 "cdcflow::duplicate_dataset",
-                format!("dataset `{name}` is defined twice"),
+                format!("dataset `{identity}` is defined twice"),
                 "second definition",
-                Some(format!("`{name}` is first defined at {at}; a dataset has one definition (add more inputs with CREATE FLOW … INSERT INTO)")),
+                Some(format!("`{identity}` is first defined at {at}; a dataset has one definition (add more inputs with CREATE FLOW … INSERT INTO)")),
             );
             return false;
         }
         self.check_qualifier(&def.name, file);
-        let name_span = def.name.parts.last().map_or(def.name.span, |p| p.span);
-        self.check_folder_name(file, name_span, &name, "dataset");
-        self.by_name
-            .insert(name.to_ascii_lowercase(), self.datasets.len());
+        // Its short name (`namespace::short_names`) may hold any of its parts.
+        for part in &def.name.parts {
+            if !part.value.eq_ignore_ascii_case("live") {
+                self.check_folder_name(file, part.span, &part.value, "dataset");
+            }
+        }
         let properties = def
             .properties
             .iter()
@@ -372,6 +400,7 @@ impl Resolver<'_> {
             .collect();
         self.datasets.push(Dataset {
             name,
+            identity,
             kind: def.kind,
             def,
             file,
@@ -379,6 +408,7 @@ impl Resolver<'_> {
             properties,
             partition_columns,
             cluster_columns,
+            source_of: None,
         });
         true
     }
@@ -432,18 +462,38 @@ impl Resolver<'_> {
             return;
         }
         let written = parts.join(".");
-        let known: Vec<&str> = self.datasets.iter().map(|d| d.name.as_str()).collect();
+        let known: Vec<&str> = self
+            .datasets
+            .iter()
+            .filter(|d| d.source_of.is_none())
+            .map(|d| d.name.as_str())
+            .collect();
         let near = parts
             .last()
             .and_then(|name| suggest::closest(name, known.iter().copied()));
-        let help = if let Some(near) = near {
+        let same_name: Vec<String> = match parts.last() {
+            Some(last) if parts.len() > 1 => self
+                .datasets
+                .iter()
+                .filter(|d| d.source_of.is_none() && d.identity.name.eq_ignore_ascii_case(last))
+                .map(|d| format!("`{}`", d.identity))
+                .collect(),
+            _ => vec![],
+        };
+        let help = if !same_name.is_empty() {
+            format!(
+                "`{written}` is not a dataset of this pipeline, which has {}; a table from outside is declared under `external_tables:` in pipeline.yaml",
+                same_name.join(", ")
+            )
+        } else if let Some(near) = near {
             format!(
                 "did you mean `{near}`? the pipeline defines: {}",
                 known.join(", ")
             )
         } else if parts.len() > 1 && !parts[0].eq_ignore_ascii_case("live") {
             format!(
-                "`{written}` names a table outside this pipeline; cdcflow reads only the pipeline's own datasets and files (read_files)"
+                "`{written}` names a table outside this pipeline; to read a local copy, declare it in pipeline.yaml:\nexternal_tables:\n  {written}:\n    format: delta   # or parquet, csv, json (these with schema: \"id BIGINT, …\")\n    path: copies/{}",
+                parts.last().map_or("table", String::as_str)
             )
         } else if known.is_empty() {
             "declare it with CREATE STREAMING TABLE, CREATE MATERIALIZED VIEW or CREATE VIEW"
@@ -470,10 +520,24 @@ impl Resolver<'_> {
             implicit,
             body,
             file,
+            namespace,
         } = flow;
-        let target = target_name.name().to_string();
-        if !implicit {
-            match self.dataset_index(&target) {
+        let mut target = target_name.name().to_string();
+        if implicit.is_none() {
+            let found = self.find_dataset(&ident_list(&target_name.parts), &namespace);
+            if let Found::One(i) = found {
+                target = self.datasets[i].name.clone();
+            }
+            match found.one() {
+                None if matches!(found, Found::Many(_)) => {
+                    self.ambiguous_dataset(
+                        file,
+                        target_name.span,
+                        &target_name.to_string(),
+                        &found,
+                    );
+                    return;
+                }
                 None => {
                     self.error(
                         file,
@@ -502,13 +566,14 @@ impl Resolver<'_> {
                 Some(_) => {}
             }
         }
-        let target = self
-            .dataset_index(&target)
-            .map_or(target, |i| self.datasets[i].name.clone());
+        if let Some(d) = implicit {
+            target = self.datasets[d].name.clone();
+        }
         match body {
             PendingBody::Query { mut query, append } => {
                 let (errors, broken) = (self.diags.len(), self.broken_references);
-                let inputs = self.resolve_query(&mut query, file, &name);
+                let mut inputs = self.resolve_query(&mut query, file, &name, &namespace);
+                self.file_metadata(&mut query, &mut inputs, file);
                 if self.diags[errors..].iter().any(Diagnostic::is_error)
                     || self.broken_references > broken
                 {
@@ -526,12 +591,27 @@ impl Resolver<'_> {
                 });
             }
             PendingBody::AutoCdc(cdc) => {
-                let src = &cdc.source.name;
-                let inputs = match self.dataset_index(src.name()) {
+                let CdcSource::Dataset(source) = &cdc.source else {
+                    return; // `with_source_view` made it a view
+                };
+                let src = &source.name;
+                // The view `with_source_view` made of this flow's FROM (query).
+                let own_view = self
+                    .dataset_index(src.name())
+                    .filter(|&d| self.datasets[d].source_of.as_deref() == Some(name.as_str()));
+                let found = match own_view {
+                    Some(d) => Found::One(d),
+                    None => self.find_dataset(&ident_list(&src.parts), &namespace),
+                };
+                let inputs = match found.one() {
                     Some(i) if src.qualifier().len() <= 2 => vec![Input::Dataset {
                         name: self.datasets[i].name.clone(),
-                        streaming: cdc.source.streaming,
+                        streaming: source.streaming,
                     }],
+                    _ if matches!(found, Found::Many(_)) => {
+                        self.ambiguous_dataset(file, src.span, &src.to_string(), &found);
+                        vec![]
+                    }
                     _ => {
                         let parts: Vec<String> =
                             src.parts.iter().map(|p| p.value.clone()).collect();
@@ -548,9 +628,10 @@ impl Resolver<'_> {
                         .map(|i| match i {
                             Input::Dataset { name, .. } => name.clone(),
                             Input::Files(f) => f.table.clone(),
+                            Input::Delta(d) => d.table.clone(),
                         })
                         .unwrap_or_default(),
-                    streaming: cdc.source.streaming,
+                    streaming: source.streaming,
                     once: cdc.once,
                     keys: ident_list(&cdc.keys.node)
                         .iter()
@@ -584,13 +665,17 @@ impl Resolver<'_> {
 
 mod cdc;
 mod declared;
+mod external;
+mod file_metadata;
 mod generated_columns;
 mod graph;
 mod layout;
 mod library;
+mod lookup;
 mod plan_errors;
 mod references;
 mod schemas;
+mod source_query;
 mod streams;
 mod view_depth;
 

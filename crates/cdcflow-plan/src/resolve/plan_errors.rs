@@ -45,6 +45,19 @@ impl Resolver<'_> {
                 )
             })
             .filter(|s| *s != Span::empty());
+        // A LATERAL VIEW `functions::syntax` could not fold into its FROM.
+        if err.to_string().contains("not implemented: LATERAL VIEW") {
+            let span = query.and_then(lateral_view_span).unwrap_or(fallback);
+            self.error(
+                file,
+                span,
+                "cdcflow::lateral_view",
+                "this LATERAL VIEW form is not supported".into(),
+                "LATERAL VIEW",
+                Some("over a join, qualify the generator's column by the table it reads (`explode(o.items)`), a table whose rows the join keeps (the FROM's first one, or an inner-joined one); explode(a) and posexplode(a) of an array, one LATERAL VIEW column each (two for posexplode), are supported".into()),
+            );
+            return;
+        }
         if let Some(a) = ambiguous(err) {
             let span = Some(a.span)
                 .filter(|s| *s != Span::empty())
@@ -249,6 +262,25 @@ fn function_span(query: &Query, function: &str) -> Option<Span> {
         }
         _ => None,
     })
+}
+
+/// The span of the first LATERAL VIEW's generator in `query`.
+fn lateral_view_span(query: &Query) -> Option<Span> {
+    use cdcflow_sql::sqlparser::ast::{Select, Visit, Visitor};
+    struct First(Option<Span>);
+    impl Visitor for First {
+        type Break = ();
+        fn pre_visit_select(&mut self, select: &Select) -> std::ops::ControlFlow<()> {
+            if let Some(view) = select.lateral_views.first() {
+                self.0 = Some(view.lateral_view.span());
+                return std::ops::ControlFlow::Break(());
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let mut first = First(None);
+    let _ = query.visit(&mut first);
+    first.0.filter(|s| *s != Span::empty())
 }
 
 #[cfg(test)]

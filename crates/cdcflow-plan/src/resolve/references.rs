@@ -1,6 +1,19 @@
 //! Resolving the relations of queries: datasets and `read_files` sources.
 
+use super::external;
+use super::lookup::Found;
 use super::*;
+
+/// What a relation of a query was found to be.
+enum Resolved {
+    Dataset(Found),
+    /// An external table (its index) and the table name that stands for it.
+    External(usize, String),
+    /// A `read_files` call and the table name that stands for it.
+    Files(String),
+    /// A direct file reference (`json.\`path\``) and the table name that stands for it.
+    Direct(crate::config::ExternalTableConfig, String),
+}
 
 impl Resolver<'_> {
     // ---- query relations -----------------------------------------------------------
@@ -10,47 +23,88 @@ impl Resolver<'_> {
         query: &mut Query,
         file: FileId,
         flow: &str,
+        namespace: &Namespace,
     ) -> Vec<Input> {
         let mut found = Vec::new();
         let mut counter = 0usize;
-        let (by_name, datasets) = (&self.by_name, &self.datasets);
+        let this = &*self;
         rewrite_relations(query, &mut |rel| match &rel {
             Relation::Dataset { parts, .. } => {
-                let last = parts
-                    .last()
-                    .map(|p| p.to_ascii_lowercase())
-                    .unwrap_or_default();
-                let known = by_name.get(&last).map(|&i| datasets[i].name.clone());
-                let qualifier_ok = parts.len() <= 3
-                    && (parts.len() == 1
-                        || parts[0].eq_ignore_ascii_case("live")
-                        || known.is_some());
-                let name = if qualifier_ok { known } else { None };
-                found.push((rel, name.clone()));
+                let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+                let live = parts
+                    .first()
+                    .is_some_and(|p| p.eq_ignore_ascii_case("live"));
+                let lookup = match parts.len() - usize::from(live && parts.len() > 1) <= 3 {
+                    true => this.find_relation(&parts, namespace),
+                    false => external::Relation::Dataset(Found::None),
+                };
+                let lookup = match lookup {
+                    external::Relation::Dataset(Found::None)
+                        if let Some(direct) = Self::direct_reference(&parts) =>
+                    {
+                        counter += 1;
+                        let table = format!("__files_{flow}_{counter}");
+                        found.push((rel, Resolved::Direct(direct, table.clone())));
+                        return Some(table);
+                    }
+                    external::Relation::Dataset(found) => found,
+                    external::Relation::External(e) => {
+                        counter += 1;
+                        let table = format!("__external_{flow}_{counter}");
+                        found.push((rel, Resolved::External(e, table.clone())));
+                        return Some(table);
+                    }
+                };
+                let name = lookup.one().map(|i| this.datasets[i].name.clone());
+                found.push((rel, Resolved::Dataset(lookup)));
                 name
             }
             Relation::Files(_) => {
                 counter += 1;
                 let table = format!("__files_{flow}_{counter}");
-                found.push((rel, Some(table.clone())));
+                found.push((rel, Resolved::Files(table.clone())));
                 Some(table)
             }
         });
         let mut inputs = Vec::new();
-        for (rel, name) in found {
-            match (rel, name) {
-                (Relation::Dataset { streaming, .. }, Some(name)) => {
-                    inputs.push(Input::Dataset { name, streaming })
+        for (rel, resolved) in found {
+            match (rel, resolved) {
+                (Relation::Dataset { streaming, .. }, Resolved::Dataset(Found::One(d))) => inputs
+                    .push(Input::Dataset {
+                        name: self.datasets[d].name.clone(),
+                        streaming,
+                    }),
+                (Relation::Dataset { parts, span, .. }, Resolved::Dataset(found)) => match found {
+                    Found::Many(_) => self.ambiguous_dataset(file, span, &parts.join("."), &found),
+                    _ => self.unknown_dataset(file, span, &parts),
+                },
+                (
+                    Relation::Dataset {
+                        streaming, span, ..
+                    },
+                    Resolved::External(e, table),
+                ) => {
+                    inputs.extend(self.external_input(e, streaming, table, file, span));
                 }
-                (Relation::Dataset { parts, span, .. }, None) => {
-                    self.unknown_dataset(file, span, &parts)
+                (
+                    Relation::Dataset {
+                        parts,
+                        streaming,
+                        span,
+                    },
+                    Resolved::Direct(config, table),
+                ) => {
+                    let name = parts.join(".");
+                    inputs.extend(
+                        self.table_input(&name, &config, false, streaming, table, file, span),
+                    );
                 }
-                (Relation::Files(call), Some(table)) => {
+                (Relation::Files(call), Resolved::Files(table)) => {
                     if let Some(rf) = self.read_files(&call, table, file) {
                         inputs.push(Input::Files(rf));
                     }
                 }
-                (Relation::Files(_), None) => {}
+                _ => {}
             }
         }
         inputs
@@ -168,6 +222,7 @@ impl Resolver<'_> {
             auto_loader: call.auto_loader,
             schema_hints,
             inferred_schema: None,
+            metadata: false,
             span: call.span,
         })
     }

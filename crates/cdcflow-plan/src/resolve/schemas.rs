@@ -109,6 +109,7 @@ impl Resolver<'_> {
                     .clone()
                     .ok_or_else(|| format!("the schema of `{name}` is not known"))
             }
+            Input::Delta(d) => Ok(Arc::clone(&d.schema)),
             Input::Files(rf) => {
                 if let Some(s) = self.file_schemas.get(&rf.table) {
                     return s
@@ -123,7 +124,11 @@ impl Resolver<'_> {
                 };
                 self.file_schemas.insert(rf.table.clone(), s.clone());
                 if let Some(s) = &s {
-                    self.planner.register_schema(&rf.table, Arc::clone(s));
+                    let read = match rf.metadata {
+                        true => crate::file_metadata::with_column(s),
+                        false => Arc::clone(s),
+                    };
+                    self.planner.register_schema(&rf.table, read);
                 }
                 s.ok_or_else(|| {
                     format!(
@@ -143,12 +148,18 @@ impl Resolver<'_> {
         let inputs = self.flows[f].inputs.clone();
         for i in &inputs {
             if let Err(why) = self.input_schema(i) {
-                let (file, span, name) = (
-                    self.flows[f].file,
-                    self.flows[f].span,
-                    self.flows[f].name.clone(),
-                );
-                let d = Diagnostic::note("cdcflow::schema_unknown", format!("flow `{name}` was not planned: {why}"))
+                // A FROM (query) that did not plan said why where it is written.
+                if let Input::Dataset { name, .. } = i
+                    && self.source_of(name).is_some()
+                {
+                    return None;
+                }
+                let (file, span) = (self.flows[f].file, self.flows[f].span);
+                let name = match self.source_of(&self.flows[f].target) {
+                    Some(cdc) => format!("the FROM query of AUTO CDC flow `{cdc}`"),
+                    None => format!("flow `{}`", self.flows[f].name),
+                };
+                let d = Diagnostic::note("cdcflow::schema_unknown", format!("{name} was not planned: {why}"))
                     .at(self.locate(file, span, "not planned"))
                     .help("checks that need column names are skipped; declare a schema (schema => '…' or a column list) to have them");
                 self.diags.push(d);

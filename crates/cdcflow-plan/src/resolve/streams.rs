@@ -41,6 +41,7 @@ impl Resolver<'_> {
                     (kind != Some(DatasetKind::MaterializedView)).then(|| name.clone())
                 }
                 Input::Files(rf) if rf.streaming => Some(rf.table.clone()),
+                Input::Delta(d) if d.streaming => Some(d.table.clone()),
                 _ => None,
             })
             .collect()
@@ -79,9 +80,14 @@ impl Resolver<'_> {
         };
         let span = locate(query, &op, &streams).unwrap_or_else(|| query.span());
         let (file, target) = (flow.file, flow.target.clone());
-        let what = match reader {
-            None => format!("streaming table `{target}`"),
-            Some(r) => format!("view `{target}` (read as a stream by `{r}`)"),
+        let source_of = self
+            .dataset_index(&target)
+            .and_then(|d| self.datasets[d].source_of.as_deref());
+        let in_source = source_of.is_some();
+        let what = match (reader, source_of) {
+            (None, _) => format!("streaming table `{target}`"),
+            (Some(_), Some(cdc)) => format!("the FROM query of AUTO CDC flow `{cdc}`"),
+            (Some(r), None) => format!("view `{target}` (read as a stream by `{r}`)"),
         };
         self.error(
             file,
@@ -89,16 +95,22 @@ impl Resolver<'_> {
             "cdcflow::stateful_stream",
             format!("{what} {}", op.consequence()),
             "needs state across batches",
-            Some(help(&op, &target, reader.is_some())),
+            Some(help(&op, &target, reader.is_some(), in_source)),
         );
     }
 }
 
-fn help(op: &Stateful, target: &str, view: bool) -> String {
+fn help(op: &Stateful, target: &str, view: bool, cdc_source: bool) -> String {
     const WHY: &str = "cdcflow keeps no state across the batches of a stream (Databricks asks for a watermark here)";
     match op {
+        Stateful::StreamJoin if cdc_source => format!(
+            "{WHY}: read one side whole, without STREAM(…), to join each batch with all of it"
+        ),
         Stateful::StreamJoin => format!(
             "{WHY}: read one side whole, without STREAM(…), to join each batch with all of it, or define `{target}` as a MATERIALIZED VIEW"
+        ),
+        _ if cdc_source => format!(
+            "{WHY}: AUTO CDC already keeps, per key, the change last in SEQUENCE BY order, so a dedup by window or DISTINCT is not needed; anything else, compute in a MATERIALIZED VIEW the flow reads"
         ),
         _ if view => format!(
             "{WHY}: compute this in a MATERIALIZED VIEW, recomputed from its whole input, rather than in a view read as a stream"

@@ -49,7 +49,16 @@ pub(crate) async fn run(
             flow.name, source.name
         ))
     })?;
-    let rules = rules_for(spec, &source_schema, &target.properties)?;
+    let mut rules = rules_for(spec, &source_schema, &target.properties)?;
+    if target.def.columns.iter().any(|c| c.generated.is_some()) {
+        let planner = Planner::with_state(rc.ctx.state());
+        rules.generated = crate::generated::for_auto_cdc(
+            target,
+            &planner,
+            &rc.ctx.state(),
+            &rules.computed_from(),
+        )?;
+    }
     let state_dir = layout::state_dir(rc.storage, &target.name)?;
     let public_dir = layout::table_dir(rc.storage, target)?;
     let state = Table::open(&state_dir).await?;

@@ -20,13 +20,14 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DynComparator, Int8Array, Int64Array, RecordBatch,
-    make_comparator, new_null_array,
+    StructArray, make_comparator, new_null_array,
 };
-use datafusion::arrow::compute::{SortOptions, filter_record_batch, interleave};
+use datafusion::arrow::compute::{SortOptions, cast, filter_record_batch, interleave};
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::HashMap;
+use datafusion::physical_expr::PhysicalExpr;
 use serde::Serialize;
 
 use cdcflow_plan::autocdc::{END_AT, START_AT};
@@ -84,6 +85,19 @@ pub struct Rules {
     /// Batches with fewer member and event rows are decided on one thread, larger ones
     /// on every core ([`SHARED_ROWS`] unless a test wants every batch split).
     pub min_shared_rows: usize,
+    /// The target's computed columns (`GENERATED ALWAYS AS (expr)`), made from each
+    /// visible row's other columns and stored after them.
+    pub generated: Vec<GeneratedColumn>,
+}
+
+/// A computed column of an AUTO CDC target: its field and its expression over the
+/// visible row ([`Rules::computed_from`]).
+#[derive(Debug, Clone)]
+pub struct GeneratedColumn {
+    pub field: Field,
+    pub expr: Arc<dyn PhysicalExpr>,
+    /// The expression as written, for messages.
+    pub text: String,
 }
 
 /// The default [`Rules::min_shared_rows`]: below it, splitting costs more than it saves.
@@ -136,8 +150,20 @@ impl Rules {
         columns
     }
 
-    /// The visible table.
+    /// The visible table: [`Rules::computed_from`], then the computed columns.
     pub fn public_schema(&self) -> SchemaRef {
+        let base = self.computed_from();
+        if self.generated.is_empty() {
+            return base;
+        }
+        let mut fields: Vec<Field> = base.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(self.generated.iter().map(|g| g.field.clone()));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The visible row the computed columns are made from: the target's columns, and
+    /// `__START_AT`/`__END_AT` for SCD type 2.
+    pub fn computed_from(&self) -> SchemaRef {
         let mut fields: Vec<Field> = self
             .columns
             .fields()
@@ -149,6 +175,35 @@ impl Rules {
             fields.push(Field::new(END_AT, self.sequence_type.clone(), true));
         }
         Arc::new(Schema::new(fields))
+    }
+
+    /// `columns` (of [`Rules::computed_from`]) with the computed columns added.
+    fn with_generated(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch, ArrowError> {
+        let base = RecordBatch::try_new(self.computed_from(), columns)?;
+        if self.generated.is_empty() {
+            return Ok(base);
+        }
+        let mut columns = base.columns().to_vec();
+        for g in &self.generated {
+            let value = g
+                .expr
+                .evaluate(&base)
+                .and_then(|v| v.into_array(base.num_rows()))
+                .map_err(|e| {
+                    ArrowError::ComputeError(format!("generated column `{}`: {e}", g.field.name()))
+                })?;
+            let value = cast(&value, g.field.data_type())?;
+            if !g.field.is_nullable() && value.null_count() > 0 {
+                return Err(ArrowError::ComputeError(format!(
+                    "generated column `{}` is NOT NULL, but `{}` is null on {} row(s); nothing was committed",
+                    g.field.name(),
+                    g.text,
+                    value.null_count()
+                )));
+            }
+            columns.push(value);
+        }
+        RecordBatch::try_new(self.public_schema(), columns)
     }
 
     pub(crate) fn seq_col(&self) -> usize {
@@ -590,6 +645,43 @@ impl<'a> View<'a> {
         self.chunk(p).batch.column(c).is_null(p.r as usize)
     }
 
+    /// The number of fields of column `c`, when it is a struct.
+    fn struct_width(&self, c: usize) -> Option<usize> {
+        match self.rules.columns.field(c).data_type() {
+            DataType::Struct(fields) => Some(fields.len()),
+            _ => None,
+        }
+    }
+
+    /// Whether field `f` of struct column `c` is null at `p` (the struct being null too).
+    fn field_is_null(&self, c: usize, f: usize, p: P) -> bool {
+        let column = self.chunk(p).batch.column(c);
+        column.is_null(p.r as usize) || column.as_struct().column(f).is_null(p.r as usize)
+    }
+
+    /// Field `f` of struct column `c` at `p` against at `q`.
+    fn field_cmp(&self, c: usize, f: usize, p: P, q: P) -> Ordering {
+        if p == q {
+            return Ordering::Equal;
+        }
+        match (self.field_is_null(c, f, p), self.field_is_null(c, f, q)) {
+            (true, true) => return Ordering::Equal,
+            (true, false) | (false, true) => return Ordering::Less,
+            _ => {}
+        }
+        let value = |x: P| {
+            self.chunk(x)
+                .batch
+                .column(c)
+                .as_struct()
+                .column(f)
+                .slice(x.r as usize, 1)
+        };
+        let (a, b) = (value(p), value(q));
+        make_comparator(a.as_ref(), b.as_ref(), SortOptions::default())
+            .map_or(Ordering::Equal, |cmp| cmp(0, 0))
+    }
+
     /// The new state in batches: the kept events, then the GC horizon and the newest
     /// TRUNCATE as marker rows without key or values.
     fn state_batches(
@@ -648,6 +740,34 @@ impl<'a> View<'a> {
         Ok(out)
     }
 
+    /// Struct column `c` as `gathered` (the column's cells), with the fields `fields`
+    /// names taken from their own cells: the struct's validity stays the column's.
+    fn gather_fields(
+        &self,
+        c: usize,
+        null: &ArrayRef,
+        gathered: &ArrayRef,
+        fields: &[Option<Indices>],
+    ) -> Result<ArrayRef, ArrowError> {
+        let whole = gathered.as_struct();
+        let mut children = whole.columns().to_vec();
+        for (f, indices) in fields.iter().enumerate() {
+            let Some(indices) = indices else { continue };
+            let mut sources: Vec<&dyn Array> = self
+                .chunks
+                .iter()
+                .map(|ch| ch.batch.column(c).as_struct().column(f).as_ref())
+                .collect();
+            sources.push(null.as_struct().column(f).as_ref());
+            children[f] = interleave(&sources, indices)?;
+        }
+        Ok(Arc::new(StructArray::try_new(
+            whole.fields().clone(),
+            children,
+            whole.nulls().cloned(),
+        )?))
+    }
+
     /// Column `c` of the chunks at `indices`; chunk index `chunks.len()` is `null`.
     fn gather(
         &self,
@@ -670,15 +790,39 @@ impl<'a> View<'a> {
 #[derive(Debug, Clone)]
 enum Cells {
     One(P),
-    Mixed(Vec<P>),
+    /// A cell per column, and for a struct column whose fields come from several
+    /// events (IGNORE NULL UPDATES on nested fields) a cell per field.
+    Mixed(Vec<P>, Vec<FieldCells>),
 }
+
+/// A struct column (by index) and the cell of each of its fields.
+type FieldCells = (usize, Vec<P>);
+
+/// Gather indices (chunk, row) of a column's rows.
+type Indices = Vec<(usize, usize)>;
 
 impl Cells {
     fn get(&self, c: usize) -> P {
         match self {
             Self::One(p) => *p,
-            Self::Mixed(v) => v[c],
+            Self::Mixed(v, _) => v[c],
         }
+    }
+
+    /// The cells of struct column `c`'s fields, where they differ from the column's.
+    fn fields(&self, c: usize) -> Option<&[P]> {
+        match self {
+            Self::One(_) => None,
+            Self::Mixed(_, fields) => fields
+                .iter()
+                .find(|(column, _)| *column == c)
+                .map(|(_, f)| f.as_slice()),
+        }
+    }
+
+    /// The cell of field `f` of struct column `c`.
+    fn field(&self, c: usize, f: usize) -> P {
+        self.fields(c).map_or(self.get(c), |fields| fields[f])
     }
 }
 
@@ -925,7 +1069,9 @@ impl<'v, 'a> Walk<'v, 'a> {
     }
 
     /// The row an upsert gives on top of `prev`: IGNORE NULL UPDATES columns keep the
-    /// previous value when the upsert has null.
+    /// previous value when the upsert has null, and so do the fields of a struct
+    /// column (`addr = {city: null, zip: '0151'}` over `{oslo, 0150}` gives `{oslo,
+    /// 0151}`, as the Databricks documentation describes), one level deep.
     fn merge(&self, prev: Option<&Cells>, event: P) -> Cells {
         let view = self.view;
         let Some(prev) = prev.filter(|_| !view.rules.ignore_null.is_empty()) else {
@@ -933,12 +1079,39 @@ impl<'v, 'a> Walk<'v, 'a> {
         };
         let n = view.rules.columns.fields().len();
         let mut cells: Option<Vec<P>> = None;
+        let mut fields: Vec<FieldCells> = Vec::new();
         for &c in &view.rules.ignore_null {
-            if view.is_null(c, event) && prev.get(c) != event {
-                cells.get_or_insert_with(|| vec![event; n])[c] = prev.get(c);
+            if view.is_null(c, event) {
+                if prev.get(c) != event {
+                    cells.get_or_insert_with(|| vec![event; n])[c] = prev.get(c);
+                    if let Some(kept) = prev.fields(c) {
+                        fields.push((c, kept.to_vec()));
+                    }
+                }
+                continue;
+            }
+            let Some(width) = view.struct_width(c) else {
+                continue;
+            };
+            let mut own: Option<Vec<P>> = None;
+            for f in 0..width {
+                let before = prev.field(c, f);
+                if view.field_is_null(c, f, event)
+                    && before != event
+                    && !view.field_is_null(c, f, before)
+                {
+                    own.get_or_insert_with(|| vec![event; width])[f] = before;
+                }
+            }
+            if let Some(own) = own {
+                cells.get_or_insert_with(|| vec![event; n]);
+                fields.push((c, own));
             }
         }
-        cells.map_or(Cells::One(event), Cells::Mixed)
+        match cells {
+            Some(cells) => Cells::Mixed(cells, fields),
+            None => Cells::One(event),
+        }
     }
 
     /// SCD type 2: the versions of a key's events.
@@ -965,11 +1138,16 @@ impl<'v, 'a> Walk<'v, 'a> {
     }
 
     fn same_tracked(&self, a: &Cells, b: &Cells) -> bool {
-        self.view
-            .rules
-            .tracked
-            .iter()
-            .all(|&c| self.view.cell_cmp(c, a.get(c), b.get(c)).is_eq())
+        self.view.rules.tracked.iter().all(|&c| {
+            match (a.fields(c), b.fields(c), self.view.struct_width(c)) {
+                (None, None, _) | (_, _, None) => self.view.cell_cmp(c, a.get(c), b.get(c)).is_eq(),
+                (_, _, Some(width)) => (0..width).all(|f| {
+                    self.view
+                        .field_cmp(c, f, a.field(c, f), b.field(c, f))
+                        .is_eq()
+                }),
+            }
+        })
     }
 }
 
@@ -1029,8 +1207,8 @@ fn merge_sorted(view: &View, stored: &[P], incoming: &[P], out: &mut Vec<P>) {
 /// 2, the rows whose sequence values give `__START_AT` and `__END_AT`.
 struct Output {
     base: Vec<P>,
-    /// Rows whose cells come from several events: (row, cells).
-    mixed: Vec<(usize, Vec<P>)>,
+    /// Rows whose cells come from several events: (row, cells, struct fields' cells).
+    mixed: Vec<(usize, Vec<P>, Vec<FieldCells>)>,
     /// Whether rows are versions (SCD type 2): only then are `start` and `end` kept.
     versions: bool,
     start: Vec<P>,
@@ -1051,9 +1229,9 @@ impl Output {
     fn push(&mut self, cells: Cells, start: P, end: P) {
         match cells {
             Cells::One(p) => self.base.push(p),
-            Cells::Mixed(v) => {
+            Cells::Mixed(v, fields) => {
                 self.base.push(v[0]);
-                self.mixed.push((self.base.len() - 1, v));
+                self.mixed.push((self.base.len() - 1, v, fields));
             }
         }
         if self.versions {
@@ -1088,17 +1266,46 @@ impl Output {
             let base: Vec<(usize, usize)> =
                 self.base[start..end].iter().map(|&p| index(p)).collect();
             let mut own: Vec<Option<Vec<(usize, usize)>>> = vec![None; n];
-            while let Some((row, v)) = mixed.next_if(|(row, _)| *row < end) {
+            // Struct columns some row takes field by field: per field, the rows' cells
+            // where they differ from the column's.
+            let mut own_fields: Vec<(usize, Vec<Option<Indices>>)> = Vec::new();
+            let mut field_cells: Vec<(usize, usize, Vec<P>)> = Vec::new();
+            while let Some((row, v, fields)) = mixed.next_if(|(row, ..)| *row < end) {
                 for (c, slot) in own.iter_mut().enumerate() {
                     let cell = index(v[c]);
                     if cell != base[row - start] {
                         slot.get_or_insert_with(|| base.clone())[row - start] = cell;
                     }
                 }
+                for (c, cells) in fields {
+                    field_cells.push((*row - start, *c, cells.clone()));
+                }
+            }
+            for (row, c, cells) in field_cells {
+                let column = own[c].as_deref().unwrap_or(&base);
+                let at = match own_fields.iter().position(|(k, _)| *k == c) {
+                    Some(i) => i,
+                    None => {
+                        own_fields.push((c, vec![None; cells.len()]));
+                        own_fields.len() - 1
+                    }
+                };
+                for (f, &p) in cells.iter().enumerate() {
+                    if index(p) != column[row] {
+                        own_fields[at].1[f].get_or_insert_with(|| column.to_vec())[row] = index(p);
+                    }
+                }
             }
             let mut columns = Vec::with_capacity(schema.fields().len());
             for (c, indices) in own.iter().enumerate() {
-                columns.push(view.gather(c, &nulls[c], indices.as_deref().unwrap_or(&base))?);
+                let indices = indices.as_deref().unwrap_or(&base);
+                let gathered = view.gather(c, &nulls[c], indices)?;
+                match own_fields.iter().find(|(k, _)| *k == c) {
+                    Some((_, fields)) => {
+                        columns.push(view.gather_fields(c, &nulls[c], &gathered, fields)?)
+                    }
+                    None => columns.push(gathered),
+                }
             }
             if self.versions {
                 let seq = rules.seq_col();
@@ -1108,7 +1315,7 @@ impl Output {
                     columns.push(view.gather(seq, &nulls[seq], &indices)?);
                 }
             }
-            out.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+            out.push(rules.with_generated(columns)?);
         }
         Ok(out)
     }

@@ -78,6 +78,7 @@ pub fn rules_for(
         sequence_type: spec.sequence_type(),
         tombstone_retention_micros: retention_secs.saturating_mul(1_000_000),
         min_shared_rows: kernel::SHARED_ROWS,
+        generated: vec![],
         columns,
     })
 }

@@ -38,6 +38,7 @@ fn source(format: FileFormat, dir: &std::path::Path) -> ReadFiles {
         auto_loader: false,
         schema_hints: None,
         inferred_schema: None,
+        metadata: false,
         span: cdcflow_sql::Span::empty(),
     }
 }

@@ -32,6 +32,7 @@ fn source(dir: &std::path::Path, schema: SchemaRef, declared: bool) -> ReadFiles
         auto_loader: false,
         schema_hints: None,
         inferred_schema: (!declared).then_some(schema),
+        metadata: false,
         span: cdcflow_sql::Span::empty(),
     }
 }

@@ -62,6 +62,7 @@ impl Config {
             sequence_type: DataType::Int64,
             tombstone_retention_micros: retention_micros,
             min_shared_rows: if self.shared { 0 } else { SHARED_ROWS },
+            generated: vec![],
         }
     }
 }

@@ -1,0 +1,1 @@
+SELECT orders.id, orders.status FROM silver.orders VERSION AS OF 0

@@ -1,0 +1,11 @@
+CREATE OR REFRESH STREAMING TABLE changes
+AS SELECT * FROM STREAM read_files('landing', format => 'json',
+  schema => 'id BIGINT, addr STRUCT<city: STRING, zip: STRING>, name STRING, seq BIGINT');
+
+CREATE OR REFRESH STREAMING TABLE people;
+CREATE FLOW people_cdc AS AUTO CDC INTO people FROM STREAM(changes)
+KEYS (id) IGNORE NULL UPDATES SEQUENCE BY seq;
+
+CREATE OR REFRESH STREAMING TABLE people_history;
+CREATE FLOW people_history_cdc AS AUTO CDC INTO people_history FROM STREAM(changes)
+KEYS (id) IGNORE NULL UPDATES SEQUENCE BY seq STORED AS SCD TYPE 2;

@@ -1,0 +1,1 @@
+SELECT q DIV 2 AS quarter FROM divided

@@ -1,0 +1,5 @@
+CREATE OR REFRESH MATERIALIZED VIEW base AS SELECT 7 AS n;
+-- Spark's integral division: a BIGINT.
+CREATE OR REFRESH MATERIALIZED VIEW halves AS SELECT n DIV 2 AS half, (n + 1) div 2 * 2 AS even FROM base;
+-- An operand missing.
+CREATE OR REFRESH MATERIALIZED VIEW broken AS SELECT n DIV FROM base;
