@@ -1,0 +1,173 @@
+//! The rows a PostgreSQL source yields: the table's columns, then the change metadata
+//! ([`ChangeKind`], commit LSN, position in the transaction, commit time, transaction
+//! id). Rows are gathered as text and turned into one Arrow batch at the end.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use crate::error::PgError;
+use crate::types::{TextColumn, arrow_type};
+
+/// The change metadata columns, after the table's own (docs/sources.md).
+pub const CHANGE_TYPE: &str = "_change_type";
+pub const COMMIT_LSN: &str = "_commit_lsn";
+pub const CHANGE_SEQ: &str = "_change_seq";
+pub const COMMIT_TIMESTAMP: &str = "_commit_timestamp";
+pub const XID: &str = "_xid";
+
+/// The metadata columns' fields.
+pub fn metadata_fields() -> Vec<Field> {
+    vec![
+        Field::new(CHANGE_TYPE, DataType::Utf8, false),
+        Field::new(COMMIT_LSN, DataType::Int64, false),
+        Field::new(CHANGE_SEQ, DataType::Int64, false),
+        Field::new(
+            COMMIT_TIMESTAMP,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new(XID, DataType::Int64, true),
+    ]
+}
+
+/// What happened to a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// Copied by the initial snapshot.
+    Snapshot,
+    Insert,
+    Update,
+    Delete,
+    /// The table was truncated: the row's columns are all null.
+    Truncate,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Snapshot => "snapshot",
+            Self::Insert => "insert",
+            Self::Update => "update",
+            Self::Delete => "delete",
+            Self::Truncate => "truncate",
+        }
+    }
+}
+
+/// A column of the source table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableColumn {
+    pub name: String,
+    pub type_oid: u32,
+    pub type_modifier: i32,
+    pub not_null: bool,
+}
+
+impl TableColumn {
+    pub fn arrow_type(&self) -> DataType {
+        arrow_type(self.type_oid, self.type_modifier)
+    }
+}
+
+/// The schema of the rows of a table with `columns`.
+pub fn change_schema(columns: &[TableColumn]) -> SchemaRef {
+    let mut fields: Vec<Field> = columns
+        .iter()
+        // Nullable: a delete carries only the key, a truncate no column at all.
+        .map(|c| Field::new(&c.name, c.arrow_type(), true))
+        .collect();
+    fields.extend(metadata_fields());
+    Arc::new(Schema::new(fields))
+}
+
+/// Where a change sits in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeMeta {
+    pub kind: ChangeKind,
+    /// The commit LSN of its transaction (the snapshot's consistent point for
+    /// snapshot rows).
+    pub commit_lsn: u64,
+    /// Its position within the transaction, from 1 (0 for snapshot rows, so that a
+    /// change committed at the consistent point itself still sorts after them).
+    pub seq: i64,
+    pub commit_micros: Option<i64>,
+    pub xid: Option<u32>,
+}
+
+/// Rows gathered as text.
+#[derive(Debug)]
+pub struct ChangeRows {
+    columns: Vec<TableColumn>,
+    values: Vec<TextColumn>,
+    meta: Vec<ChangeMeta>,
+}
+
+impl ChangeRows {
+    pub fn new(columns: Vec<TableColumn>) -> Self {
+        let values = vec![TextColumn::default(); columns.len()];
+        Self {
+            columns,
+            values,
+            meta: vec![],
+        }
+    }
+
+    pub fn columns(&self) -> &[TableColumn] {
+        &self.columns
+    }
+
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+
+    /// Adds a row; `values` in the table's column order.
+    pub fn push(&mut self, values: Vec<Option<String>>, meta: ChangeMeta) -> Result<(), PgError> {
+        if values.len() != self.columns.len() {
+            return Err(PgError::Protocol(format!(
+                "a row of {} values for a table of {} columns",
+                values.len(),
+                self.columns.len()
+            )));
+        }
+        for (column, value) in self.values.iter_mut().zip(values) {
+            column.values.push(value);
+        }
+        self.meta.push(meta);
+        Ok(())
+    }
+
+    /// The rows as one Arrow batch of [`change_schema`].
+    pub fn finish(self) -> Result<RecordBatch, PgError> {
+        let schema = change_schema(&self.columns);
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for (column, values) in self.columns.iter().zip(self.values) {
+            arrays.push(values.finish(&column.name, &column.arrow_type())?);
+        }
+        let lsn = |m: &ChangeMeta| i64::try_from(m.commit_lsn).unwrap_or(i64::MAX);
+        arrays.push(Arc::new(StringArray::from_iter_values(
+            self.meta.iter().map(|m| m.kind.as_str()),
+        )));
+        arrays.push(Arc::new(Int64Array::from_iter_values(
+            self.meta.iter().map(lsn),
+        )));
+        arrays.push(Arc::new(Int64Array::from_iter_values(
+            self.meta.iter().map(|m| m.seq),
+        )));
+        arrays.push(Arc::new(
+            TimestampMicrosecondArray::from_iter(self.meta.iter().map(|m| m.commit_micros))
+                .with_timezone("UTC"),
+        ));
+        arrays.push(Arc::new(Int64Array::from_iter(
+            self.meta.iter().map(|m| m.xid.map(i64::from)),
+        )));
+        RecordBatch::try_new(schema, arrays).map_err(|e| PgError::Protocol(e.to_string()))
+    }
+}
