@@ -11,6 +11,7 @@
 
 pub mod autocdc;
 pub mod config;
+pub mod connections;
 pub mod df_message;
 pub mod diagnostic;
 pub mod functions;
@@ -19,6 +20,7 @@ pub mod names;
 pub mod pipeline;
 pub mod planner;
 pub mod read_files;
+pub mod read_postgres;
 mod relations;
 mod resolve;
 mod sql_spans;
@@ -29,4 +31,4 @@ pub mod types;
 
 pub use diagnostic::{Diagnostic, Located, Severity};
 pub use pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
-pub use resolve::{Loaded, load};
+pub use resolve::{Loaded, load, load_with_columns};

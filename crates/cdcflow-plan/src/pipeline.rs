@@ -15,6 +15,7 @@ use crate::autocdc::AutoCdcSpec;
 use crate::config::PipelineConfig;
 use crate::diagnostic::Located;
 use crate::read_files::ReadFiles;
+use crate::read_postgres::ReadPostgres;
 
 /// Index of a file in [`Pipeline::files`].
 pub type FileId = usize;
@@ -76,6 +77,8 @@ pub enum Input {
     Dataset { name: String, streaming: bool },
     /// Files in a landing folder (`read_files`).
     Files(ReadFiles),
+    /// A PostgreSQL table's snapshot and changes (`read_postgres`).
+    Postgres(ReadPostgres),
 }
 
 /// What a flow computes.

@@ -4,35 +4,14 @@
 
 use std::sync::Arc;
 
+use cdcflow_plan::read_postgres::metadata_fields;
 use datafusion::arrow::array::{
     ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::PgError;
 use crate::types::{TextColumn, arrow_type};
-
-/// The change metadata columns, after the table's own (docs/sources.md).
-pub const CHANGE_TYPE: &str = "_change_type";
-pub const COMMIT_LSN: &str = "_commit_lsn";
-pub const CHANGE_SEQ: &str = "_change_seq";
-pub const COMMIT_TIMESTAMP: &str = "_commit_timestamp";
-pub const XID: &str = "_xid";
-
-/// The metadata columns' fields.
-pub fn metadata_fields() -> Vec<Field> {
-    vec![
-        Field::new(CHANGE_TYPE, DataType::Utf8, false),
-        Field::new(COMMIT_LSN, DataType::Int64, false),
-        Field::new(CHANGE_SEQ, DataType::Int64, false),
-        Field::new(
-            COMMIT_TIMESTAMP,
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
-        Field::new(XID, DataType::Int64, true),
-    ]
-}
 
 /// What happened to a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,10 +13,12 @@ pub mod changes;
 pub mod connection;
 pub mod error;
 pub mod pgoutput;
+pub mod runtime;
 pub mod source;
 pub mod types;
 
 pub use changes::ChangeKind;
 pub use connection::PgConnection;
 pub use error::PgError;
+pub use runtime::PostgresSources;
 pub use source::{Changes, TableRef, TableSource, lsn_text};

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use cdcflow_plan::read_postgres::TableName;
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -28,76 +29,16 @@ const SNAPSHOT_CHUNK: usize = 10_000;
 /// Seconds since the Unix epoch at PostgreSQL's epoch (2000-01-01).
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
-/// A table, schema-qualified.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableRef {
-    pub schema: String,
-    pub name: String,
-}
+/// A table, schema-qualified (the planner's name for it).
+pub type TableRef = TableName;
 
-impl TableRef {
-    /// `schema.table` or `table` (in `public`), unquoted names as PostgreSQL folds
-    /// them (to lower case), `"Quoted"` names as written.
-    pub fn parse(text: &str) -> Option<Self> {
-        let parts = split_name(text)?;
-        match parts.as_slice() {
-            [name] => Some(Self {
-                schema: "public".into(),
-                name: name.clone(),
-            }),
-            [schema, name] => Some(Self {
-                schema: schema.clone(),
-                name: name.clone(),
-            }),
-            _ => None,
-        }
-    }
-
-    pub fn sql(&self) -> String {
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
-    }
-}
-
-impl std::fmt::Display for TableRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.schema, self.name)
-    }
-}
-
-fn split_name(text: &str) -> Option<Vec<String>> {
-    let mut parts = Vec::new();
-    let mut chars = text.trim().chars().peekable();
-    loop {
-        let mut part = String::new();
-        if chars.peek() == Some(&'"') {
-            chars.next();
-            loop {
-                match chars.next()? {
-                    '"' if chars.peek() == Some(&'"') => {
-                        chars.next();
-                        part.push('"');
-                    }
-                    '"' => break,
-                    c => part.push(c),
-                }
-            }
-        } else {
-            while let Some(c) = chars.peek().copied().filter(|c| *c != '.') {
-                part.push(c.to_ascii_lowercase());
-                chars.next();
-            }
-            part = part.trim().to_string();
-        }
-        if part.is_empty() {
-            return None;
-        }
-        parts.push(part);
-        match chars.next() {
-            None => return Some(parts),
-            Some('.') => {}
-            Some(_) => return None,
-        }
-    }
+/// `table` as SQL, each part quoted.
+pub fn table_sql(table: &TableName) -> String {
+    format!(
+        "{}.{}",
+        quote_ident(&table.schema),
+        quote_ident(&table.name)
+    )
 }
 
 /// One table of a PostgreSQL database, read through a slot and publication of its own.
@@ -365,12 +306,12 @@ impl TableSource {
             true => format!(
                 "ALTER PUBLICATION {} ADD TABLE {}",
                 quote_ident(&self.publication),
-                self.table.sql()
+                table_sql(&self.table)
             ),
             false => format!(
                 "CREATE PUBLICATION {} FOR TABLE {}",
                 quote_ident(&self.publication),
-                self.table.sql()
+                table_sql(&self.table)
             ),
         };
         client.batch_execute(&sql).await.map_err(|e| {
@@ -387,7 +328,7 @@ impl TableSource {
                     help: format!(
                         "a publication needs the CREATE privilege on the database and ownership of the table; or create it as its owner: CREATE PUBLICATION {} FOR TABLE {};",
                         quote_ident(&self.publication),
-                        self.table.sql()
+                        table_sql(&self.table)
                     ),
                 },
                 false => PgError::Sql(e),
@@ -498,7 +439,7 @@ impl TableSource {
         client
             .batch_execute(&format!(
                 "DECLARE cdcflow_snapshot NO SCROLL CURSOR FOR SELECT {list} FROM {}",
-                self.table.sql()
+                table_sql(&self.table)
             ))
             .await?;
         let meta = ChangeMeta {
@@ -733,26 +674,4 @@ fn texts_lenient(values: Vec<Value>) -> Vec<Option<String>> {
             Value::Null | Value::UnchangedToast => None,
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_names() {
-        let t = TableRef::parse("public.Customers").unwrap();
-        assert_eq!(
-            (t.schema.as_str(), t.name.as_str()),
-            ("public", "customers")
-        );
-        let t = TableRef::parse("orders").unwrap();
-        assert_eq!(t.schema, "public");
-        let t = TableRef::parse("\"Sales\".\"Big \"\"T\"\"\"").unwrap();
-        assert_eq!((t.schema.as_str(), t.name.as_str()), ("Sales", "Big \"T\""));
-        assert_eq!(t.sql(), "\"Sales\".\"Big \"\"T\"\"\"");
-        assert!(TableRef::parse("a.b.c").is_none());
-        assert!(TableRef::parse("").is_none());
-        assert!(TableRef::parse("a.").is_none());
-    }
 }

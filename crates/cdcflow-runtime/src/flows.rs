@@ -161,7 +161,27 @@ pub(crate) async fn append(
     if !batch.inputs.has_new && batch.table.exists() && !flow.once {
         return Ok(());
     }
-    batch.commit(rc, flow, query, Mode::Append, report).await
+    let acknowledgements = std::mem::take(&mut batch.inputs.acknowledgements);
+    batch.commit(rc, flow, query, Mode::Append, report).await?;
+    acknowledge(acknowledgements, report).await;
+    Ok(())
+}
+
+/// Tells external sources that the batch holding their reads is committed. A failure
+/// is a warning, not the flow's: the commit records the position, and the next run
+/// tells the source again.
+pub(crate) async fn acknowledge(
+    acknowledgements: Vec<Box<dyn crate::sources::Acknowledge>>,
+    report: &mut FlowReport,
+) {
+    for a in acknowledgements {
+        if let Err(e) = a.acknowledge().await {
+            report.warnings.push(format!(
+                "the source was not told that the batch is committed: {}; the next run tells it again",
+                e.with_help_inline()
+            ));
+        }
+    }
 }
 
 /// Recomputes a materialized view when its inputs changed since the last refresh.

@@ -22,6 +22,7 @@ use cdcflow_plan::planner::Planner;
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::Table;
 use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
+use crate::sources::{Acknowledge, Sources};
 use crate::{RunError, cascade, files, layout, quarantine};
 
 /// The inputs of one batch.
@@ -49,8 +50,11 @@ pub struct BatchInputs {
     pub missing: Vec<String>,
     /// The landing files read as a stream, as shown to users: the commit names them.
     pub landing: Vec<String>,
-    /// The earliest modification time of the new landing files (their arrival), µs.
+    /// The earliest modification time of the new landing files (their arrival), µs;
+    /// for external sources, the earliest source commit time of the rows read.
     pub oldest_arrival_micros: Option<i64>,
+    /// External sources to tell once the batch is committed ([`crate::sources`]).
+    pub acknowledgements: Vec<Box<dyn Acknowledge>>,
 }
 
 impl BatchInputs {
@@ -72,6 +76,7 @@ impl BatchInputs {
             missing: vec![],
             landing: vec![],
             oldest_arrival_micros: None,
+            acknowledgements: vec![],
         }
     }
 
@@ -133,6 +138,7 @@ pub struct InputReader<'a> {
     pub pipeline: &'a Pipeline,
     pub storage: &'a Path,
     pub ctx: &'a SessionContext,
+    pub sources: Option<&'a Sources>,
 }
 
 impl InputReader<'_> {
@@ -162,6 +168,11 @@ impl InputReader<'_> {
         for input in inputs {
             match input {
                 Input::Files(rf) => self.register_files(rf, progress, planner, batch).await?,
+                Input::Postgres(rp) => {
+                    let declared = rp.schema();
+                    self.register_external(input, &rp.table, declared, progress, planner, batch)
+                        .await?
+                }
                 Input::Dataset { name, streaming } => {
                     let d = self.dataset(name)?;
                     if d.kind == DatasetKind::View {
@@ -223,6 +234,41 @@ impl InputReader<'_> {
             .map(|(file, b)| (format!("{} ({file})", d.name), b))
             .collect();
         Ok((rows, version.or(after)))
+    }
+
+    /// Reads an external source after the position the last committed batch recorded;
+    /// the rows take the declared schema when there is one.
+    async fn register_external(
+        &self,
+        input: &Input,
+        name: &str,
+        declared: Option<SchemaRef>,
+        progress: &Progress,
+        planner: &mut Planner,
+        batch: &mut BatchInputs,
+    ) -> Result<(), RunError> {
+        let source = match self.sources {
+            Some(sources) => sources.open(self.pipeline, input)?,
+            None => return Err(crate::sources::missing_kind(input)),
+        };
+        let key = source.checkpoint_key();
+        let read = source.read(progress.source_position(&key)).await?;
+        let schema = declared.unwrap_or_else(|| Arc::clone(&read.schema));
+        let rows = read
+            .rows
+            .iter()
+            .map(|b| crate::delta::conform(b, &schema))
+            .collect::<Result<Vec<_>, _>>()?;
+        let count: u64 = rows.iter().map(|b| b.num_rows() as u64).sum();
+        batch.rows += count;
+        batch.has_new |= count > 0 || read.must_commit;
+        if let Some(at) = read.oldest_change_micros {
+            batch.oldest_arrival_micros =
+                Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
+        }
+        batch.offsets.positions.insert(key, read.position);
+        batch.acknowledgements.extend(read.acknowledge);
+        register_rows(planner, name, schema, rows)
     }
 
     async fn register_files(
@@ -404,6 +450,8 @@ fn read_whole(input: &Input) -> Input {
             streaming: false,
             ..rf.clone()
         }),
+        // A change source is a stream only.
+        Input::Postgres(rp) => Input::Postgres(rp.clone()),
     }
 }
 

@@ -45,6 +45,7 @@ mod par;
 pub mod quarantine;
 mod report;
 mod runner;
+pub mod sources;
 pub mod status;
 pub mod time_travel;
 pub mod vacuum;

@@ -35,6 +35,12 @@ impl Resolver<'_> {
                 found.push((rel, Some(table.clone())));
                 Some(table)
             }
+            Relation::Postgres(_) => {
+                counter += 1;
+                let table = format!("__postgres_{flow}_{counter}");
+                found.push((rel, Some(table.clone())));
+                Some(table)
+            }
         });
         let mut inputs = Vec::new();
         for (rel, name) in found {
@@ -51,6 +57,12 @@ impl Resolver<'_> {
                     }
                 }
                 (Relation::Files(_), None) => {}
+                (Relation::Postgres(call), Some(table)) => {
+                    if let Some(rp) = self.read_postgres(&call, table, file) {
+                        inputs.push(Input::Postgres(rp));
+                    }
+                }
+                (Relation::Postgres(_), None) => {}
             }
         }
         inputs
@@ -170,6 +182,144 @@ impl Resolver<'_> {
             inferred_schema: None,
             span: call.span,
         })
+    }
+
+    /// A `read_postgres` call: named literal options, a streaming read, a connection
+    /// pipeline.yaml declares, a table name, and the columns when `schema =>` gives them.
+    pub(super) fn read_postgres(
+        &mut self,
+        call: &SourceCall,
+        table: String,
+        file: FileId,
+    ) -> Option<ReadPostgres> {
+        const CODE: &str = "cdcflow::read_postgres";
+        let example = "STREAM read_postgres(connection => 'crm', table => 'public.customers')";
+        let mut ok = true;
+        for span in &call.invalid {
+            self.error(
+                file,
+                *span,
+                CODE,
+                "read_postgres takes named literal arguments".into(),
+                "not a named literal",
+                Some(format!("write them as name => 'value': {example}")),
+            );
+            ok = false;
+        }
+        if !call.streaming {
+            self.error(file, call.span, CODE, "read_postgres is a streaming source: it reads a table's snapshot and then its changes".into(), "read without STREAM", Some(format!("read it as a stream into a streaming table: FROM {example}")));
+            ok = false;
+        }
+        for (key, _, span) in &call.options {
+            if !read_postgres::OPTIONS.contains(&key.as_str()) {
+                let near = suggest::did_you_mean(key, read_postgres::OPTIONS.iter().copied())
+                    .map(|d| format!("{d} "))
+                    .unwrap_or_default();
+                self.error(
+                    file,
+                    *span,
+                    CODE,
+                    format!("read_postgres has no option `{key}`"),
+                    "unknown option",
+                    Some(format!(
+                        "{near}read_postgres takes {}",
+                        read_postgres::OPTIONS.join(", ")
+                    )),
+                );
+                ok = false;
+            }
+        }
+        let option = |name: &str| call.options.iter().find(|o| o.0 == name).cloned();
+        let connection = match option("connection") {
+            Some((_, name, span)) => match self.connections.get(&name) {
+                Some(_) => Some(name),
+                None => {
+                    let mut known: Vec<&str> =
+                        self.connections.keys().map(String::as_str).collect();
+                    known.sort();
+                    let help = match known.is_empty() {
+                        true => "declare it in pipeline.yaml: connections: { <name>: { kind: postgres, host: …, database: …, user: …, password_env: … } }".to_string(),
+                        false => format!("{}pipeline.yaml declares: {}", suggest::did_you_mean(&name, known.iter().copied()).map(|d| format!("{d} ")).unwrap_or_default(), known.join(", ")),
+                    };
+                    self.error(
+                        file,
+                        span,
+                        "cdcflow::connection",
+                        format!("unknown connection `{name}`"),
+                        "not in pipeline.yaml's connections",
+                        Some(help),
+                    );
+                    None
+                }
+            },
+            None => {
+                self.error(
+                    file,
+                    call.span,
+                    CODE,
+                    "read_postgres needs connection => '<name in pipeline.yaml>'".into(),
+                    "no connection",
+                    Some(example.into()),
+                );
+                None
+            }
+        };
+        let source = match option("table") {
+            Some((_, text, span)) => match TableName::parse(&text) {
+                Some(t) => Some(t),
+                None => {
+                    self.error(file, span, CODE, format!("`{text}` is not a table name"), "table", Some("write it as 'schema.table' or 'table' (in public); quote names with double quotes inside: '\"Sales\".orders'".into()));
+                    None
+                }
+            },
+            None => {
+                self.error(
+                    file,
+                    call.span,
+                    CODE,
+                    "read_postgres needs table => 'schema.table'".into(),
+                    "no table",
+                    Some(example.into()),
+                );
+                None
+            }
+        };
+        let mut declared_columns = None;
+        if let Some((_, ddl, span)) = option("schema") {
+            match ddl_schema(&ddl) {
+                Ok(s) => {
+                    let clash = s.fields().iter().find(|f| {
+                        read_postgres::metadata_fields()
+                            .iter()
+                            .any(|m| m.name().eq_ignore_ascii_case(f.name()))
+                    });
+                    match clash {
+                        Some(f) => {
+                            self.error(file, span, "cdcflow::schema", format!("column `{}` has the name of a change metadata column", f.name()), "schema", Some("read_postgres adds _change_type, _commit_lsn, _change_seq, _commit_timestamp and _xid to the table's columns; rename the column in a view of the table".into()));
+                            ok = false;
+                        }
+                        None => declared_columns = Some(Arc::new(s)),
+                    }
+                }
+                Err(e) => {
+                    self.error(file, span, "cdcflow::schema", format!("invalid schema: {e}"), "schema", Some("the table's columns as Databricks types: schema => 'id INT, name STRING, amount DECIMAL(10,2)'".into()));
+                    ok = false;
+                }
+            }
+        }
+        let (Some(connection), Some(source), true) = (connection, source, ok) else {
+            return None;
+        };
+        let mut rp = ReadPostgres {
+            table,
+            connection,
+            source,
+            declared_columns,
+            discovered_columns: None,
+            span: call.span,
+        };
+        rp.discovered_columns = self.source_columns.get(&rp.key()).cloned();
+        Some(rp)
     }
 
     /// A landing path that does not exist is a warning, not an error: the folder may be

@@ -41,6 +41,7 @@ impl Resolver<'_> {
                     (kind != Some(DatasetKind::MaterializedView)).then(|| name.clone())
                 }
                 Input::Files(rf) if rf.streaming => Some(rf.table.clone()),
+                Input::Postgres(rp) => Some(rp.table.clone()),
                 _ => None,
             })
             .collect()
