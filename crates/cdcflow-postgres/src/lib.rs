@@ -22,3 +22,5 @@ pub use connection::PgConnection;
 pub use error::PgError;
 pub use runtime::PostgresSources;
 pub use source::{Changes, TableRef, TableSource, lsn_text};
+/// The SQL driver, so that callers can name the types of [`PgConnection::connect`]'s client.
+pub use tokio_postgres;

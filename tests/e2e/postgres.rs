@@ -1,0 +1,285 @@
+//! The PostgreSQL source end to end, against a real server (README, "PostgreSQL for
+//! the source's tests"): `cdcflow run` takes the snapshot, then the changes, into a
+//! bronze streaming table that an AUTO CDC flow keeps as SCD type 1; the silver table
+//! equals the source table after every run, and after a run killed between the bronze
+//! commit and the slot's acknowledgement (or before the commit). Each test has a
+//! database of its own, dropped at the end. Without a server the tests fail, naming
+//! what they need.
+
+use std::path::Path;
+use std::process::Command;
+
+use cdcflow_postgres::PgConnection;
+
+use crate::{cdcflow, query_csv, stderr, stdout};
+
+/// A database of the test's own on the server of PGHOST/PGPORT/PGUSER.
+struct Db {
+    admin: PgConnection,
+    name: String,
+    rt: tokio::runtime::Runtime,
+}
+
+fn env(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.into())
+}
+
+impl Db {
+    fn create(test: &str) -> Db {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let admin = PgConnection {
+            host: env("PGHOST", "127.0.0.1"),
+            port: env("PGPORT", "5432").parse().expect("PGPORT"),
+            database: "postgres".into(),
+            user: env("PGUSER", "postgres"),
+            password: std::env::var("PGPASSWORD").ok(),
+        };
+        let db = Db {
+            name: format!("cdcflow_e2e_{test}"),
+            admin,
+            rt,
+        };
+        db.drop_database();
+        db.admin_exec(&format!("CREATE DATABASE {}", db.name));
+        db
+    }
+
+    fn admin_exec(&self, sql: &str) {
+        self.rt.block_on(async {
+            let client = self.admin.connect().await.unwrap_or_else(|e| {
+                panic!(
+                    "these tests need a PostgreSQL server with wal_level = logical at {}:{} (user {}): {e}; run `bash .ci/postgres` (README, \"PostgreSQL for the source's tests\")",
+                    self.admin.host, self.admin.port, self.admin.user
+                )
+            });
+            client.batch_execute(sql).await.expect(sql);
+        });
+    }
+
+    fn drop_database(&self) {
+        // Two calls: DROP DATABASE cannot share a transaction.
+        self.admin_exec(&format!(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '{}' AND NOT active",
+            self.name
+        ));
+        self.admin_exec(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
+
+    /// Runs `sql` in the test's database, each call one transaction.
+    fn exec(&self, sql: &str) {
+        let connection = self.admin.with_database(&self.name);
+        self.rt.block_on(async {
+            let client = connection.connect().await.expect("connect");
+            client.batch_execute(sql).await.expect(sql);
+        });
+    }
+
+    /// The rows of `sql` as CSV lines (values as PostgreSQL prints them).
+    fn rows(&self, sql: &str) -> Vec<String> {
+        let connection = self.admin.with_database(&self.name);
+        self.rt.block_on(async {
+            let client = connection.connect().await.expect("connect");
+            client
+                .simple_query(sql)
+                .await
+                .expect(sql)
+                .into_iter()
+                .filter_map(|m| match m {
+                    cdcflow_postgres::tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                        (0..r.len())
+                            .map(|i| r.get(i).unwrap_or_default().to_string())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    ),
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+
+    /// The slot's confirmed position.
+    fn confirmed(&self) -> Vec<String> {
+        self.rows(&format!(
+            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE database = '{}'",
+            self.name
+        ))
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.drop_database();
+        }
+    }
+}
+
+/// A pipeline reading `public.customers` of `db` into bronze and an SCD type 1 table;
+/// `schema` declares the columns (else the run asks the server).
+fn pipeline(dir: &Path, db: &Db, schema: bool) {
+    std::fs::write(
+        dir.join("pipeline.yaml"),
+        format!(
+            "name: {}\nconnections:\n  src:\n    kind: postgres\n    host: {}\n    port: {}\n    database: {}\n    user: {}\n",
+            db.name, db.admin.host, db.admin.port, db.name, db.admin.user
+        ),
+    )
+    .expect("pipeline.yaml");
+    let schema = match schema {
+        true => ", schema => 'id INT NOT NULL, name STRING, city STRING'",
+        false => "",
+    };
+    std::fs::write(
+        dir.join("flows.sql"),
+        format!(
+            "CREATE OR REFRESH STREAMING TABLE customers_changes AS
+SELECT * FROM STREAM read_postgres(connection => 'src', table => 'public.customers'{schema});
+
+CREATE OR REFRESH STREAMING TABLE customers;
+CREATE FLOW customers_cdc AS AUTO CDC INTO customers FROM STREAM(customers_changes)
+  KEYS (id)
+  APPLY AS DELETE WHEN _change_type = 'delete'
+  APPLY AS TRUNCATE WHEN _change_type = 'truncate'
+  SEQUENCE BY struct(_commit_lsn, _change_seq)
+  COLUMNS * EXCEPT (_change_type, _commit_lsn, _change_seq, _commit_timestamp, _xid);
+"
+        ),
+    )
+    .expect("flows.sql");
+}
+
+fn run(dir: &Path) -> String {
+    let out = cdcflow(&["run", "-p", dir.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    stdout(&out)
+}
+
+fn query(dir: &Path, sql: &str) -> Vec<String> {
+    let out = query_csv(dir, sql);
+    assert!(out.status.success(), "{sql}: {}", stderr(&out));
+    stdout(&out).lines().skip(1).map(String::from).collect()
+}
+
+/// The silver table equals the source table, row for row.
+fn assert_silver_is_source(dir: &Path, db: &Db, when: &str) {
+    assert_eq!(
+        query(dir, "SELECT id, name, city FROM customers ORDER BY id"),
+        db.rows("SELECT id, name, city FROM customers ORDER BY id"),
+        "{when}"
+    );
+}
+
+/// No change is in bronze twice.
+fn assert_no_doubles(dir: &Path) {
+    let all = query(dir, "SELECT count(*) FROM customers_changes");
+    let distinct = query(
+        dir,
+        "SELECT count(*) FROM (SELECT DISTINCT _commit_lsn, _change_seq, id FROM customers_changes)",
+    );
+    assert_eq!(all, distinct, "a change was stored twice");
+}
+
+#[test]
+fn snapshot_then_changes_then_nothing_keeps_scd1_equal_to_the_source() {
+    let db = Db::create("snapshot_changes");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+         INSERT INTO customers VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome'), (3, 'cy', 'lima');",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, false);
+
+    run(dir.path());
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT _change_type, count(*) FROM customers_changes GROUP BY 1"
+        ),
+        vec!["snapshot,3"]
+    );
+    assert_silver_is_source(dir.path(), &db, "after the snapshot");
+
+    db.exec("INSERT INTO customers VALUES (4, 'dee', 'kyiv')");
+    db.exec("UPDATE customers SET city = 'bern' WHERE id = 1");
+    db.exec("DELETE FROM customers WHERE id = 3");
+    db.exec("UPDATE customers SET id = 20 WHERE id = 2");
+    db.exec("BEGIN; UPDATE customers SET name = 'dee2' WHERE id = 4; UPDATE customers SET name = 'dee3' WHERE id = 4; COMMIT");
+    run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "after the changes");
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT _change_type, count(*) FROM customers_changes GROUP BY 1 ORDER BY 1"
+        ),
+        vec!["delete,2", "insert,1", "snapshot,3", "update,4"]
+    );
+    let position = db.confirmed();
+
+    // Nothing new: nothing committed, the slot where it was.
+    let bronze = query(dir.path(), "SELECT count(*) FROM customers_changes");
+    run(dir.path());
+    assert_eq!(
+        query(dir.path(), "SELECT count(*) FROM customers_changes"),
+        bronze
+    );
+    assert_eq!(db.confirmed(), position);
+
+    db.exec("TRUNCATE customers");
+    db.exec("INSERT INTO customers VALUES (7, 'gus', 'faro')");
+    run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "after a truncate");
+    assert_no_doubles(dir.path());
+}
+
+#[test]
+fn a_run_killed_before_or_after_the_bronze_commit_loses_and_doubles_nothing() {
+    for point in [
+        "offsets:customers_changes",
+        "before-commit:customers_changes",
+        "committed:customers_changes",
+    ] {
+        let test = point.replace([':', '-'], "_");
+        let db = Db::create(&test);
+        db.exec(
+            "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+             INSERT INTO customers VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome');",
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        pipeline(dir.path(), &db, true);
+        run(dir.path());
+        let acknowledged = db.confirmed();
+
+        db.exec("INSERT INTO customers VALUES (3, 'cy', 'lima')");
+        db.exec("UPDATE customers SET name = 'ann2' WHERE id = 1");
+        let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["run", "-p", dir.path().to_str().expect("utf-8")])
+            .env("CDCFLOW_FAILPOINT", point)
+            .output()
+            .expect("run");
+        assert!(
+            !died.status.success() && stderr(&died).contains("failpoint"),
+            "{point}: the run did not reach its failpoint: {}{}",
+            stdout(&died),
+            stderr(&died)
+        );
+        // The slot was not told: the server still holds the changes.
+        assert_eq!(db.confirmed(), acknowledged, "{point}");
+
+        db.exec("DELETE FROM customers WHERE id = 2");
+        run(dir.path());
+        assert_silver_is_source(dir.path(), &db, point);
+        assert_no_doubles(dir.path());
+        assert_eq!(
+            query(dir.path(), "SELECT count(*) FROM customers_changes"),
+            vec!["5"],
+            "{point}: 2 snapshot rows, an insert, an update and a delete"
+        );
+        assert_ne!(db.confirmed(), acknowledged, "{point}: the slot moves on");
+    }
+}
