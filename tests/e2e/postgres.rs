@@ -283,3 +283,36 @@ fn a_run_killed_before_or_after_the_bronze_commit_loses_and_doubles_nothing() {
         assert_ne!(db.confirmed(), acknowledged, "{point}: the slot moves on");
     }
 }
+
+#[test]
+fn the_example_pipeline_keeps_current_and_history_tables_of_its_source() {
+    let db = Db::create("example");
+    let example = crate::repo().join("pipelines/crm_postgres");
+    db.exec(&std::fs::read_to_string(example.join("source.psql")).expect("source.psql"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    crate::copy_dir(&example, dir.path());
+    let yaml = std::fs::read_to_string(dir.path().join("pipeline.yaml")).expect("yaml");
+    let yaml = yaml
+        .replace("cdcflow_example_crm", &db.name)
+        .replace("host: 127.0.0.1", &format!("host: {}", db.admin.host))
+        .replace("port: 5432", &format!("port: {}", db.admin.port))
+        .replace("user: postgres", &format!("user: {}", db.admin.user));
+    std::fs::write(dir.path().join("pipeline.yaml"), yaml).expect("yaml");
+
+    let current = "SELECT id, name, coalesce(email, '-'), city FROM customers ORDER BY id";
+    let open_versions = "SELECT id, name, coalesce(email, '-'), city FROM customers_history WHERE __END_AT IS NULL ORDER BY id";
+    run(dir.path());
+    db.exec("UPDATE customers SET city = 'Bergen' WHERE id = 1");
+    db.exec("DELETE FROM customers WHERE id = 3");
+    db.exec("INSERT INTO customers (id, name, email, city) VALUES (4, 'Dee Ito', 'dee@example.com', 'Kyoto')");
+    db.exec("UPDATE customers SET email = NULL WHERE id = 2");
+    run(dir.path());
+    let source = db.rows(current);
+    assert_eq!(query(dir.path(), current), source);
+    assert_eq!(query(dir.path(), open_versions), source);
+    assert_eq!(
+        query(dir.path(), "SELECT count(*) FROM customers_history"),
+        vec!["6"],
+        "3 first versions, Bergen, Dee, and Bob without email"
+    );
+}
