@@ -235,6 +235,38 @@ fn snapshot_then_changes_then_nothing_keeps_scd1_equal_to_the_source() {
     run(dir.path());
     assert_silver_is_source(dir.path(), &db, "after a truncate");
     assert_no_doubles(dir.path());
+
+    // Status shows the slot's retained WAL and how far the flow is behind the server.
+    let out = cdcflow(&[
+        "status",
+        "-p",
+        dir.path().to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bronze: serde_json::Value = stdout(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|f| f["flow"] == "customers_changes")
+        .expect("the bronze flow's status");
+    let source = &bronze["sources"][0];
+    assert_eq!(
+        source["source"], "postgres:src:public.customers",
+        "{bronze}"
+    );
+    assert!(source["retained_bytes"].as_i64().is_some(), "{bronze}");
+    assert!(
+        source["behind_bytes"].as_i64().is_some_and(|b| b >= 0),
+        "{bronze}"
+    );
+    assert!(source["warning"].is_null(), "{bronze}");
+    let text = cdcflow(&["status", "-p", dir.path().to_str().expect("utf-8")]);
+    assert!(
+        stdout(&text).contains("source postgres:src:public.customers: "),
+        "{}",
+        stdout(&text)
+    );
 }
 
 #[test]
@@ -315,4 +347,57 @@ fn the_example_pipeline_keeps_current_and_history_tables_of_its_source() {
         vec!["6"],
         "3 first versions, Bergen, Dee, and Bob without email"
     );
+}
+
+/// Waits (a minute at most) until the silver table equals the source table.
+fn wait_for_source(dir: &Path, db: &Db) -> bool {
+    let sql = "SELECT id, name, city FROM customers ORDER BY id";
+    for _ in 0..300 {
+        let out = query_csv(dir, sql);
+        let silver: Vec<String> = stdout(&out).lines().skip(1).map(String::from).collect();
+        if out.status.success() && silver == db.rows(sql) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    false
+}
+
+#[test]
+fn continuous_mode_follows_changes_as_they_commit() {
+    let db = Db::create("continuous");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+         INSERT INTO customers VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome');",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, true);
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("yaml");
+    std::fs::write(&yaml, format!("{text}trigger_interval_seconds: 0.5\n")).expect("yaml");
+    let child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args([
+            "run",
+            "-p",
+            dir.path().to_str().expect("utf-8"),
+            "--continuous",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let snapshot = wait_for_source(dir.path(), &db);
+    db.exec("INSERT INTO customers VALUES (3, 'cy', 'lima')");
+    db.exec("UPDATE customers SET city = 'bern' WHERE id = 1");
+    db.exec("DELETE FROM customers WHERE id = 2");
+    let changes = wait_for_source(dir.path(), &db);
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let out = child.wait_with_output().expect("wait");
+    assert!(snapshot, "the snapshot did not arrive: {}", stderr(&out));
+    assert!(changes, "the changes did not arrive: {}", stderr(&out));
+    assert!(term.success() && out.status.success(), "{}", stderr(&out));
+    assert_no_doubles(dir.path());
 }

@@ -13,7 +13,9 @@ use cdcflow_plan::connections::{Connection, Target};
 use cdcflow_plan::read_postgres::ReadPostgres;
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::RunError;
-use cdcflow_runtime::sources::{Acknowledge, ExternalSource, SourceFactory, SourceRead};
+use cdcflow_runtime::sources::{
+    Acknowledge, ExternalSource, SourceFactory, SourceRead, SourceStatus,
+};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
 use futures::future::BoxFuture;
@@ -153,6 +155,13 @@ fn position_of(value: &Value) -> Result<u64, RunError> {
 }
 
 impl ExternalSource for PgSource {
+    fn status<'a>(
+        &'a self,
+        after: Option<&'a Value>,
+    ) -> BoxFuture<'a, Result<SourceStatus, RunError>> {
+        Box::pin(PgSource::status(self, after))
+    }
+
     fn checkpoint_key(&self) -> String {
         self.key.clone()
     }
@@ -191,6 +200,61 @@ impl ExternalSource for PgSource {
                 })),
             })
         })
+    }
+}
+
+/// Retained WAL over this is a warning in `cdcflow status`.
+const RETAINED_WARNING_BYTES: i64 = 1 << 30;
+
+impl PgSource {
+    async fn status(&self, after: Option<&Value>) -> Result<SourceStatus, RunError> {
+        let mut status = SourceStatus {
+            source: self.key.clone(),
+            ..SourceStatus::default()
+        };
+        let after = after.map(position_of).transpose()?;
+        let client = self.source.connection.connect().await.map_err(run_error)?;
+        let row = client
+            .query_opt(
+                "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint, coalesce(wal_status, ''), pg_current_wal_lsn()::text \
+                 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.source.slot],
+            )
+            .await
+            .map_err(|e| run_error(e.into()))?;
+        let Some(row) = row else {
+            status.warning = Some(match after {
+                None => "not started: the first run creates the slot and takes the snapshot".into(),
+                Some(_) => format!(
+                    "replication slot `{}` is gone: the next run fails; `cdcflow run --full-refresh <table>` takes a new snapshot",
+                    self.source.slot
+                ),
+            });
+            return Ok(status);
+        };
+        let retained: Option<i64> = row.get(0);
+        let wal_status: String = row.get(1);
+        let current: String = row.get(2);
+        status.retained_bytes = retained;
+        if let (Some(after), Ok(current)) = (after, pgwire_replication::Lsn::parse(&current)) {
+            status.behind_bytes =
+                Some(i64::try_from(current.as_u64().saturating_sub(after)).unwrap_or(i64::MAX));
+        }
+        status.warning = match wal_status.as_str() {
+            "lost" => Some(format!(
+                "replication slot `{}` was invalidated by the server: changes were lost; `cdcflow run --full-refresh <table>` takes a new snapshot",
+                self.source.slot
+            )),
+            "unreserved" => Some(format!(
+                "replication slot `{}` is past max_slot_wal_keep_size: the server may invalidate it at its next checkpoint; run the pipeline now",
+                self.source.slot
+            )),
+            _ if retained.is_some_and(|r| r > RETAINED_WARNING_BYTES) => Some(
+                "the slot keeps over 1 GiB of WAL on the server: run the pipeline (a stopped pipeline holds WAL), or drop the slot if the pipeline is retired".into(),
+            ),
+            _ => None,
+        };
+        Ok(status)
     }
 }
 

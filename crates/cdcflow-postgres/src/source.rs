@@ -24,6 +24,8 @@ use crate::pgoutput::{self, Message, Value};
 /// How long the stream may stay silent before the read fails (the server sends a
 /// keepalive every `wal_sender_timeout / 2`, 30 s by default).
 const SILENCE: Duration = Duration::from_secs(120);
+/// How long a read waits for a slot another session still holds.
+const SLOT_BUSY: Duration = Duration::from_secs(10);
 /// Rows per FETCH of the snapshot copy.
 const SNAPSHOT_CHUNK: usize = 10_000;
 /// Seconds since the Unix epoch at PostgreSQL's epoch (2000-01-01).
@@ -130,18 +132,11 @@ impl TableSource {
         let mut session = match session {
             Some(mut s) => {
                 s.start().await?;
+                s.wait_started().await?;
                 s
             }
-            None => {
-                let config = self
-                    .connection
-                    .replication_config(&self.slot, &self.publication)
-                    .with_start_lsn(Lsn::from_u64(start))
-                    .with_ack_lsn(Lsn::from_u64(start));
-                ReplicationClient::connect(config).await?
-            }
+            None => self.start_streaming(start).await?,
         };
-        session.wait_started().await?;
         let position = stream(&mut session, &mut rows, start, target).await?;
         Ok(Changes {
             rows: rows.finish()?,
@@ -149,6 +144,35 @@ impl TableSource {
             snapshot,
             session: Some(session),
         })
+    }
+
+    /// A replication session streaming from `start`. The slot may still be held for a
+    /// moment by the session of a process that just died (the server notices the
+    /// closed connection soon after): that is waited for, a few seconds at most.
+    async fn start_streaming(&self, start: u64) -> Result<ReplicationClient, PgError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let config = self
+                .connection
+                .replication_config(&self.slot, &self.publication)
+                .with_start_lsn(Lsn::from_u64(start))
+                .with_ack_lsn(Lsn::from_u64(start));
+            let mut session = ReplicationClient::connect(config).await?;
+            match session.wait_started().await {
+                Ok(()) => return Ok(session),
+                Err(e) if e.to_string().contains("is active for PID") && waited < SLOT_BUSY => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    waited += Duration::from_millis(250);
+                }
+                Err(e) if e.to_string().contains("is active for PID") => {
+                    return Err(PgError::Slot {
+                        message: format!("replication slot `{}` is in use by another session: {e}", self.slot),
+                        help: "is another cdcflow run of this pipeline going on? Two runs cannot read one slot".into(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Moves the slot's confirmed position to `changes.position`, so the server can

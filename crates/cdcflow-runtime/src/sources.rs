@@ -55,6 +55,27 @@ pub trait ExternalSource: Send + Sync {
 
     /// What is available now after `after` (`None`: nothing was read yet).
     fn read<'a>(&'a self, after: Option<&'a Value>) -> BoxFuture<'a, Result<SourceRead, RunError>>;
+
+    /// How far the source is ahead of `after`, the position the flow committed, and
+    /// what the source keeps for the pipeline meanwhile (`cdcflow status`).
+    fn status<'a>(
+        &'a self,
+        after: Option<&'a Value>,
+    ) -> BoxFuture<'a, Result<SourceStatus, RunError>>;
+}
+
+/// What `cdcflow status` shows of a source outside the storage.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SourceStatus {
+    /// The source, as its checkpoint key names it.
+    pub source: String,
+    /// Bytes the source keeps for the pipeline (a replication slot's retained WAL).
+    pub retained_bytes: Option<i64>,
+    /// Bytes of the source's log after what the flow has committed.
+    pub behind_bytes: Option<i64>,
+    /// Something to act on: a log kept past the warning threshold, a slot that is gone
+    /// or about to be.
+    pub warning: Option<String>,
 }
 
 /// Opens the source behind an input.
