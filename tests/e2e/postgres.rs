@@ -401,3 +401,51 @@ fn continuous_mode_follows_changes_as_they_commit() {
     assert!(term.success() && out.status.success(), "{}", stderr(&out));
     assert_no_doubles(dir.path());
 }
+
+#[test]
+fn a_full_refresh_takes_a_new_snapshot_and_a_missing_secret_is_named() {
+    let db = Db::create("full_refresh");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+         INSERT INTO customers SELECT i, 'n' || i, 'c' || i FROM generate_series(1, 25000) i;",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, false);
+    run(dir.path());
+    db.exec("UPDATE customers SET city = 'x' WHERE id <= 10; DELETE FROM customers WHERE id > 24990");
+    run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "before the refresh");
+
+    let out = cdcflow(&[
+        "run",
+        "-p",
+        dir.path().to_str().expect("utf-8"),
+        "--full-refresh",
+        "customers_changes",
+        "--cascade",
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        query(dir.path(), "SELECT _change_type, count(*) FROM customers_changes GROUP BY 1"),
+        vec!["snapshot,24990"],
+        "the refreshed bronze holds the new snapshot only"
+    );
+    assert_silver_is_source(dir.path(), &db, "after the refresh");
+    db.exec("INSERT INTO customers VALUES (30000, 'z', 'z')");
+    run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "after a change past the refresh");
+
+    // A password variable that is not set is named, and nothing is read.
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("yaml");
+    std::fs::write(&yaml, format!("{text}    password_env: CDCFLOW_TEST_UNSET_PASSWORD\n"))
+        .expect("yaml");
+    let out = cdcflow(&["run", "-p", dir.path().to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("`CDCFLOW_TEST_UNSET_PASSWORD` is not set"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
