@@ -412,7 +412,9 @@ fn a_full_refresh_takes_a_new_snapshot_and_a_missing_secret_is_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), &db, false);
     run(dir.path());
-    db.exec("UPDATE customers SET city = 'x' WHERE id <= 10; DELETE FROM customers WHERE id > 24990");
+    db.exec(
+        "UPDATE customers SET city = 'x' WHERE id <= 10; DELETE FROM customers WHERE id > 24990",
+    );
     run(dir.path());
     assert_silver_is_source(dir.path(), &db, "before the refresh");
 
@@ -426,7 +428,10 @@ fn a_full_refresh_takes_a_new_snapshot_and_a_missing_secret_is_named() {
     ]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert_eq!(
-        query(dir.path(), "SELECT _change_type, count(*) FROM customers_changes GROUP BY 1"),
+        query(
+            dir.path(),
+            "SELECT _change_type, count(*) FROM customers_changes GROUP BY 1"
+        ),
         vec!["snapshot,24990"],
         "the refreshed bronze holds the new snapshot only"
     );
@@ -438,8 +443,11 @@ fn a_full_refresh_takes_a_new_snapshot_and_a_missing_secret_is_named() {
     // A password variable that is not set is named, and nothing is read.
     let yaml = dir.path().join("pipeline.yaml");
     let text = std::fs::read_to_string(&yaml).expect("yaml");
-    std::fs::write(&yaml, format!("{text}    password_env: CDCFLOW_TEST_UNSET_PASSWORD\n"))
-        .expect("yaml");
+    std::fs::write(
+        &yaml,
+        format!("{text}    password_env: CDCFLOW_TEST_UNSET_PASSWORD\n"),
+    )
+    .expect("yaml");
     let out = cdcflow(&["run", "-p", dir.path().to_str().expect("utf-8")]);
     assert!(!out.status.success());
     assert!(
@@ -448,4 +456,40 @@ fn a_full_refresh_takes_a_new_snapshot_and_a_missing_secret_is_named() {
         stdout(&out),
         stderr(&out)
     );
+}
+
+#[test]
+fn an_unchanged_toasted_value_keeps_the_stored_value() {
+    let db = Db::create("toast");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL, notes text);
+         INSERT INTO customers SELECT i, 'n' || i, 'c' || i,
+           (SELECT string_agg(md5(i::text || g::text), '') FROM generate_series(1, 1000) g)
+         FROM generate_series(1, 3) i;",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, false);
+    let notes = "SELECT id, md5(coalesce(notes, '')) FROM customers ORDER BY id";
+    let stored = "SELECT id, md5(coalesce(notes, '')) FROM customers ORDER BY id";
+    run(dir.path());
+    // Updates that leave the TOASTed column alone: PostgreSQL leaves it out of the
+    // stream. One in a later run than the row's snapshot, one twice in one run.
+    db.exec("UPDATE customers SET city = 'x' WHERE id = 1");
+    db.exec("UPDATE customers SET city = 'y' WHERE id = 2");
+    db.exec("UPDATE customers SET name = 'z' WHERE id = 2");
+    run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "after updates that left notes alone");
+    assert_eq!(query(dir.path(), stored), db.rows(notes));
+    let nulls = query(
+        dir.path(),
+        "SELECT count(*) FROM customers_changes WHERE notes IS NULL",
+    );
+    assert_eq!(nulls, vec!["0"], "no left-out value was stored as null");
+    // The column itself changed, then left alone again in the same run.
+    db.exec("UPDATE customers SET notes = 'short now' WHERE id = 3");
+    db.exec("UPDATE customers SET city = 'w' WHERE id = 3");
+    db.exec("UPDATE customers SET city = 'v' WHERE id = 1");
+    run(dir.path());
+    assert_eq!(query(dir.path(), stored), db.rows(notes));
+    assert_silver_is_source(dir.path(), &db, "after a changed TOASTed value");
 }

@@ -83,6 +83,12 @@ pub struct ChangeRows {
     columns: Vec<TableColumn>,
     values: Vec<TextColumn>,
     meta: Vec<ChangeMeta>,
+    /// The replica identity's columns, once the stream has described the table.
+    keys: Vec<usize>,
+    /// Cells an update left out (unchanged TOASTed values) whose key has no row
+    /// before it in these rows: (row, column), to be carried over from the rows stored
+    /// before.
+    unresolved: Vec<(usize, usize)>,
 }
 
 impl ChangeRows {
@@ -92,7 +98,76 @@ impl ChangeRows {
             columns,
             values,
             meta: vec![],
+            keys: vec![],
+            unresolved: vec![],
         }
+    }
+
+    /// The replica identity's columns, as the stream flags them.
+    pub fn set_keys(&mut self, flags: &[bool]) {
+        self.keys = flags
+            .iter()
+            .enumerate()
+            .filter(|(_, key)| **key)
+            .map(|(i, _)| i)
+            .collect();
+    }
+
+    /// The names of the replica identity's columns.
+    pub fn key_names(&self) -> Vec<String> {
+        self.keys
+            .iter()
+            .filter_map(|i| self.columns.get(*i))
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// Cells left out by updates that no earlier row of these rows gives: (row,
+    /// column name).
+    pub fn unresolved(&self) -> Vec<(usize, String)> {
+        self.unresolved
+            .iter()
+            .filter_map(|(r, c)| Some((*r, self.columns.get(*c)?.name.clone())))
+            .collect()
+    }
+
+    /// Adds a change whose `unchanged` columns the stream left out: each takes the
+    /// value of the latest earlier row of the same key (PostgreSQL leaves out a
+    /// TOASTed value only when the update did not change it); without such a row the
+    /// cell is [`Self::unresolved`].
+    pub fn push_change(
+        &mut self,
+        mut values: Vec<Option<String>>,
+        meta: ChangeMeta,
+        unchanged: &[usize],
+    ) -> Result<(), PgError> {
+        if unchanged.is_empty() {
+            return self.push(values, meta);
+        }
+        let row = self.meta.len();
+        let before = self.latest_row_of(&values);
+        for &c in unchanged {
+            let carried = before.filter(|b| !self.unresolved.contains(&(*b, c)));
+            match carried {
+                Some(b) => values[c] = self.values[c].values[b].clone(),
+                None => self.unresolved.push((row, c)),
+            }
+        }
+        self.push(values, meta)
+    }
+
+    /// The latest row holding the key of `values` (not a delete or truncate).
+    fn latest_row_of(&self, values: &[Option<String>]) -> Option<usize> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        (0..self.meta.len()).rev().find(|&r| {
+            !matches!(self.meta[r].kind, ChangeKind::Delete | ChangeKind::Truncate)
+                && self
+                    .keys
+                    .iter()
+                    .all(|&k| self.values[k].values[r] == values[k])
+        })
     }
 
     pub fn columns(&self) -> &[TableColumn] {

@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use cdcflow_plan::connections::{Connection, Target};
 use cdcflow_plan::read_postgres::ReadPostgres;
+use cdcflow_plan::read_postgres::{CHANGE_SEQ, CHANGE_TYPE, COMMIT_LSN};
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::RunError;
 use cdcflow_runtime::sources::{
-    Acknowledge, ExternalSource, SourceFactory, SourceRead, SourceStatus,
+    Acknowledge, Carried, ExternalSource, SourceFactory, SourceRead, SourceStatus,
 };
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
@@ -188,6 +189,12 @@ impl ExternalSource for PgSource {
                 RecordBatch::new_empty(Arc::clone(&schema)),
             );
             let oldest = oldest_commit(&rows);
+            let carried = (!changes.unresolved.is_empty()).then(|| Carried {
+                keys: changes.keys.clone(),
+                order: vec![COMMIT_LSN.into(), CHANGE_SEQ.into()],
+                skip: Some((CHANGE_TYPE.into(), vec!["delete".into(), "truncate".into()])),
+                cells: std::mem::take(&mut changes.unresolved),
+            });
             Ok(SourceRead {
                 schema,
                 rows: vec![rows],
@@ -198,6 +205,7 @@ impl ExternalSource for PgSource {
                     source: self.source.clone(),
                     changes,
                 })),
+                carried,
             })
         })
     }

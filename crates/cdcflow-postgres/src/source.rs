@@ -61,6 +61,12 @@ pub struct Changes {
     pub position: u64,
     /// The rows start with the table's initial snapshot.
     pub snapshot: bool,
+    /// The replica identity's columns (known once the stream described the table).
+    pub keys: Vec<String>,
+    /// Cells updates left out (unchanged TOASTed values) that no earlier row of this
+    /// read gives: (row, column). They are the values of the key's latest row stored
+    /// before this read.
+    pub unresolved: Vec<(usize, String)>,
     session: Option<ReplicationClient>,
 }
 
@@ -123,6 +129,8 @@ impl TableSource {
             // Nothing to stream; a gated session that never started ends when dropped.
             drop(session);
             return Ok(Changes {
+                keys: rows.key_names(),
+                unresolved: rows.unresolved(),
                 rows: rows.finish()?,
                 position: start,
                 snapshot,
@@ -139,6 +147,8 @@ impl TableSource {
         };
         let position = stream(&mut session, &mut rows, start, target).await?;
         Ok(Changes {
+            keys: rows.key_names(),
+            unresolved: rows.unresolved(),
             rows: rows.finish()?,
             position,
             snapshot,
@@ -501,7 +511,8 @@ impl TableSource {
 struct Open {
     xid: u32,
     commit_micros: i64,
-    changes: Vec<(ChangeKind, Vec<Option<String>>)>,
+    /// Each change with the columns it left out (unchanged TOASTed values).
+    changes: Vec<(ChangeKind, Vec<Option<String>>, Vec<usize>)>,
 }
 
 /// Receives transactions until the stream has passed `target`; rows of transactions
@@ -547,6 +558,9 @@ async fn stream(
                 };
                 let message = pgoutput::decode(&data)?;
                 change(message, rows.columns(), &mut relation, txn)?;
+                if let Some((_, keys)) = &relation {
+                    rows.set_keys(keys);
+                }
             }
             ReplicationEvent::Commit { lsn, end_lsn, .. } => {
                 let Some(txn) = open.take() else {
@@ -556,7 +570,7 @@ async fn stream(
                 // Already read by a committed batch (a restart from a slot that was
                 // not acknowledged).
                 if end > start {
-                    for (seq, (kind, values)) in txn.changes.into_iter().enumerate() {
+                    for (seq, (kind, values, unchanged)) in txn.changes.into_iter().enumerate() {
                         let meta = ChangeMeta {
                             kind,
                             commit_lsn: lsn.as_u64(),
@@ -564,7 +578,7 @@ async fn stream(
                             commit_micros: Some(txn.commit_micros),
                             xid: Some(txn.xid),
                         };
-                        rows.push(values, meta)?;
+                        rows.push_change(values, meta, &unchanged)?;
                     }
                 }
                 position = position.max(end);
@@ -619,8 +633,8 @@ fn change(
             *relation = Some((id, sent.iter().map(|c| c.key).collect()));
         }
         Message::Insert { relation: id, new } if ours(id, relation) => {
-            txn.changes
-                .push((ChangeKind::Insert, texts(new, None, columns)?));
+            let (new, unchanged) = texts(new, None);
+            txn.changes.push((ChangeKind::Insert, new, unchanged));
         }
         Message::Update {
             relation: id,
@@ -631,7 +645,7 @@ fn change(
                 .as_ref()
                 .map(|(_, k)| k.clone())
                 .unwrap_or_default();
-            let new = texts(new, old.as_deref(), columns)?;
+            let (new, unchanged) = texts(new, old.as_deref());
             if let Some(old) = old {
                 let old = texts_lenient(old);
                 let moved = keys
@@ -645,48 +659,45 @@ fn change(
                         .zip(&keys)
                         .map(|(v, key)| v.filter(|_| *key))
                         .collect();
-                    txn.changes.push((ChangeKind::Delete, key_only));
+                    txn.changes.push((ChangeKind::Delete, key_only, vec![]));
                 }
             }
-            txn.changes.push((ChangeKind::Update, new));
+            txn.changes.push((ChangeKind::Update, new, unchanged));
         }
         Message::Delete { relation: id, old } if ours(id, relation) => {
-            txn.changes.push((ChangeKind::Delete, texts_lenient(old)));
+            txn.changes
+                .push((ChangeKind::Delete, texts_lenient(old), vec![]));
         }
         Message::Truncate { relations } if relations.iter().any(|r| ours(*r, relation)) => {
             txn.changes
-                .push((ChangeKind::Truncate, vec![None; columns.len()]));
+                .push((ChangeKind::Truncate, vec![None; columns.len()], vec![]));
         }
         _ => {}
     }
     Ok(())
 }
 
-/// A tuple's values as text; an unchanged TOASTed value is taken from `old` (sent
-/// under `REPLICA IDENTITY FULL`), and is an error without it.
-fn texts(
-    values: Vec<Value>,
-    old: Option<&[Value]>,
-    columns: &[TableColumn],
-) -> Result<Vec<Option<String>>, PgError> {
-    values
+/// A tuple's values as text, with the columns it leaves out: an unchanged TOASTed
+/// value is taken from `old` (sent under `REPLICA IDENTITY FULL`), else left for
+/// [`ChangeRows`] to carry over from the key's row before.
+fn texts(values: Vec<Value>, old: Option<&[Value]>) -> (Vec<Option<String>>, Vec<usize>) {
+    let mut unchanged = vec![];
+    let values = values
         .into_iter()
         .enumerate()
         .map(|(i, v)| match v {
-            Value::Null => Ok(None),
-            Value::Text(t) => Ok(Some(t)),
+            Value::Null => None,
+            Value::Text(t) => Some(t),
             Value::UnchangedToast => match old.and_then(|o| o.get(i)) {
-                Some(Value::Text(t)) => Ok(Some(t.clone())),
-                _ => Err(PgError::Data {
-                    message: format!(
-                        "an update left column `{}` out of the change stream (an unchanged TOASTed value)",
-                        columns.get(i).map_or("?", |c| c.name.as_str())
-                    ),
-                    help: "ALTER TABLE … REPLICA IDENTITY FULL makes PostgreSQL send it; keeping the stored value is not done yet".into(),
-                }),
+                Some(Value::Text(t)) => Some(t.clone()),
+                _ => {
+                    unchanged.push(i);
+                    None
+                }
             },
         })
-        .collect()
+        .collect();
+    (values, unchanged)
 }
 
 /// Old values (a key or a whole old row): an unchanged TOASTed value is null.

@@ -44,7 +44,8 @@ impl QueryBatch {
         let app = layout::app_id(&flow.name);
         let checkpoint = rc.checkpoint(flow)?;
         let progress = checkpoint.load(&table, &app).await?;
-        let inputs = BatchInputs::new(progress.next_batch());
+        let mut inputs = BatchInputs::new(progress.next_batch());
+        inputs.target = Some(dir.clone());
         Ok(Self {
             dir,
             table,

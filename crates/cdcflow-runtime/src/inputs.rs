@@ -55,6 +55,9 @@ pub struct BatchInputs {
     pub oldest_arrival_micros: Option<i64>,
     /// External sources to tell once the batch is committed ([`crate::sources`]).
     pub acknowledgements: Vec<Box<dyn Acknowledge>>,
+    /// The folder of the flow's target table, where left-out values of an external
+    /// source's changes are taken from ([`crate::carried`]).
+    pub target: Option<PathBuf>,
 }
 
 impl BatchInputs {
@@ -77,6 +80,7 @@ impl BatchInputs {
             landing: vec![],
             oldest_arrival_micros: None,
             acknowledgements: vec![],
+            target: None,
         }
     }
 
@@ -252,7 +256,17 @@ impl InputReader<'_> {
             None => return Err(crate::sources::missing_kind(input)),
         };
         let key = source.checkpoint_key();
-        let read = source.read(progress.source_position(&key)).await?;
+        let mut read = source.read(progress.source_position(&key)).await?;
+        if let Some(carried) = read.carried.take().filter(|c| !c.cells.is_empty()) {
+            let target = batch.target.clone().ok_or_else(|| {
+                RunError::input(format!(
+                    "`{name}`: changes left values out (unchanged TOASTed values) and this read has no table to take them from"
+                ))
+            })?;
+            if let Some(first) = read.rows.first_mut() {
+                *first = crate::carried::fill(first, &carried, &target).await?;
+            }
+        }
         let schema = declared.unwrap_or_else(|| Arc::clone(&read.schema));
         let rows = read
             .rows

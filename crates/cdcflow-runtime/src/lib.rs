@@ -15,6 +15,7 @@
 //! `<storage>/state/<name>`; the published table holds only the target's columns.
 
 pub mod allocator;
+pub mod carried;
 pub mod cascade;
 pub mod catalog;
 pub mod cdc;

@@ -37,6 +37,24 @@ pub struct SourceRead {
     pub oldest_change_micros: Option<i64>,
     /// Run once the commit that records `position` is durable.
     pub acknowledge: Option<Box<dyn Acknowledge>>,
+    /// Values the source left out that are those of the key's latest row stored
+    /// before (PostgreSQL's unchanged TOASTed values).
+    pub carried: Option<Carried>,
+}
+
+/// Cells of a read's rows (all in `rows[0]`) that take the value of the same key's
+/// latest row in the flow's target table ([`crate::carried`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Carried {
+    /// The columns that name a row across changes.
+    pub keys: Vec<String>,
+    /// The columns that order a key's rows, oldest first.
+    pub order: Vec<String>,
+    /// Stored rows whose column (first) holds one of these values are not a row's
+    /// values (deletes carry only the key).
+    pub skip: Option<(String, Vec<String>)>,
+    /// (row, column) of each cell.
+    pub cells: Vec<(usize, String)>,
 }
 
 /// Told that the batch holding a read is durably committed.

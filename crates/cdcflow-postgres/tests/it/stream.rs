@@ -221,3 +221,43 @@ async fn a_dropped_slot_and_a_missing_table_are_named() {
     );
     db.drop().await;
 }
+
+#[tokio::test]
+async fn unchanged_toasted_values_are_carried_or_named() {
+    let db = TestDb::create("toast").await;
+    let sql = db.client().await;
+    sql.batch_execute(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text, notes text);
+         INSERT INTO customers SELECT i, 'n' || i,
+           (SELECT string_agg(md5(i::text || g::text), '') FROM generate_series(1, 1000) g)
+         FROM generate_series(1, 2) i;",
+    )
+    .await
+    .unwrap();
+    let src = source(&db, "toast");
+    let first = src.read(None).await.unwrap();
+    let p1 = first.position;
+    src.acknowledge(first).await.unwrap();
+    for statement in [
+        "UPDATE customers SET name = 'a' WHERE id = 1",
+        "UPDATE customers SET name = 'b' WHERE id = 1",
+        "UPDATE customers SET notes = 'short', name = 'c' WHERE id = 2",
+        "UPDATE customers SET name = 'd' WHERE id = 2",
+    ] {
+        sql.batch_execute(statement).await.unwrap();
+    }
+    let changes = src.read(Some(p1)).await.unwrap();
+    // Row 0 left notes out and its key has no row before it in this read: the caller
+    // takes it from what it stored. Row 1 takes row 0's (still unresolved) value the
+    // same way; rows 2 and 3 carry 'short' within the read.
+    assert_eq!(
+        changes.unresolved,
+        vec![(0, "notes".to_string()), (1, "notes".to_string())]
+    );
+    assert_eq!(changes.keys, vec!["id".to_string()]);
+    let notes = changes.rows.column_by_name("notes").unwrap().as_string::<i32>();
+    assert!(notes.is_null(0) && notes.is_null(1));
+    assert_eq!((notes.value(2), notes.value(3)), ("short", "short"));
+    src.acknowledge(changes).await.unwrap();
+    db.drop().await;
+}
