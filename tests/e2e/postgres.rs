@@ -493,3 +493,42 @@ fn an_unchanged_toasted_value_keeps_the_stored_value() {
     assert_eq!(query(dir.path(), stored), db.rows(notes));
     assert_silver_is_source(dir.path(), &db, "after a changed TOASTed value");
 }
+
+#[test]
+fn a_column_added_upstream_flows_in_and_a_dropped_one_fails_loudly() {
+    let db = Db::create("drift");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+         INSERT INTO customers VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome');",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, false);
+    run(dir.path());
+    db.exec("INSERT INTO customers VALUES (3, 'cy', 'lima')");
+    db.exec("ALTER TABLE customers ADD COLUMN tier text");
+    db.exec("INSERT INTO customers VALUES (4, 'dee', 'kyiv', 'gold')");
+    db.exec("UPDATE customers SET tier = 'silver' WHERE id = 1");
+    let out = run(dir.path());
+    assert!(out.contains("gained column(s) `tier`"), "{out}");
+    let sql = "SELECT id, name, city, coalesce(tier, '-') FROM customers ORDER BY id";
+    assert_eq!(query(dir.path(), sql), db.rows(sql));
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT id, coalesce(tier, '-') FROM customers_changes WHERE _change_type = 'insert' ORDER BY id"
+        ),
+        vec!["3,-", "4,gold"],
+        "the row inserted before the column was added has none"
+    );
+
+    db.exec("UPDATE customers SET city = 'bern' WHERE id = 2");
+    db.exec("ALTER TABLE customers DROP COLUMN city");
+    let out = cdcflow(&["run", "-p", dir.path().to_str().expect("utf-8")]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("column `city` of `public.customers` is in the change stream but no longer in the table"),
+        "{said}"
+    );
+    assert!(said.contains("--full-refresh"), "{said}");
+}

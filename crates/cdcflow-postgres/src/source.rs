@@ -19,7 +19,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 use crate::changes::{ChangeKind, ChangeMeta, ChangeRows, TableColumn};
 use crate::connection::{PgConnection, quote_ident, quote_literal};
 use crate::error::PgError;
-use crate::pgoutput::{self, Message, Value};
+use crate::pgoutput::{self, Message, RelationColumn, Value};
 
 /// How long the stream may stay silent before the read fails (the server sends a
 /// keepalive every `wal_sender_timeout / 2`, 30 s by default).
@@ -107,6 +107,14 @@ impl TableSource {
     pub async fn read(&self, after: Option<u64>) -> Result<Changes, PgError> {
         let client = self.connection.connect().await?;
         self.check_ready(&client).await?;
+        // The WAL to read up to, taken before the columns: a column added by a
+        // transaction the read takes in is then in the table's columns (the stream's
+        // older transactions may lack it: they get nulls).
+        let target = parse_lsn(
+            &one_value(&client, "SELECT pg_current_wal_flush_lsn()::text")
+                .await?
+                .unwrap_or_default(),
+        )?;
         let columns = self.columns(&client).await?;
         self.ensure_publication(&client).await?;
         let mut rows = ChangeRows::new(columns);
@@ -120,11 +128,6 @@ impl TableSource {
                 (after, None, false)
             }
         };
-        let target = parse_lsn(
-            &one_value(&client, "SELECT pg_current_wal_flush_lsn()::text")
-                .await?
-                .unwrap_or_default(),
-        )?;
         if target <= start {
             // Nothing to stream; a gated session that never started ends when dropped.
             drop(session);
@@ -523,7 +526,7 @@ async fn stream(
     start: u64,
     target: u64,
 ) -> Result<u64, PgError> {
-    let mut relation: Option<(u32, Vec<bool>)> = None;
+    let mut relation: Option<Relation> = None;
     let mut open: Option<Open> = None;
     let mut position = start;
     while position < target {
@@ -541,6 +544,11 @@ async fn stream(
             ));
         };
         match event {
+            // A transaction that commits at or after the target is left for the next
+            // read; every one before it has been sent (they come in commit order).
+            ReplicationEvent::Begin { final_lsn, .. } if final_lsn.as_u64() >= target => {
+                position = position.max(final_lsn.as_u64());
+            }
             ReplicationEvent::Begin {
                 xid,
                 commit_time_micros,
@@ -558,8 +566,8 @@ async fn stream(
                 };
                 let message = pgoutput::decode(&data)?;
                 change(message, rows.columns(), &mut relation, txn)?;
-                if let Some((_, keys)) = &relation {
-                    rows.set_keys(keys);
+                if let Some(r) = &relation {
+                    rows.set_keys(&r.keys);
                 }
             }
             ReplicationEvent::Commit { lsn, end_lsn, .. } => {
@@ -597,58 +605,130 @@ async fn stream(
     Ok(position)
 }
 
+/// How the stream describes the table: its id, and for each of the table's columns
+/// (as the read found them) its place in the stream's tuples and whether it is part of
+/// the replica identity.
+struct Relation {
+    id: u32,
+    places: Vec<Option<usize>>,
+    keys: Vec<bool>,
+}
+
+impl Relation {
+    /// The stream's tuple in the table's column order; a column the stream does not
+    /// have yet (added later upstream) is null.
+    fn reorder<T: Clone>(&self, tuple: &[T], missing: T) -> Vec<T> {
+        self.places
+            .iter()
+            .map(|p| {
+                p.and_then(|p| tuple.get(p).cloned())
+                    .unwrap_or_else(|| missing.clone())
+            })
+            .collect()
+    }
+}
+
+/// The stream's description of a table against the columns the read found: every
+/// stream column must be one of them with the same type; a table column the stream
+/// lacks was added later and reads as null.
+fn relation(
+    id: u32,
+    sent: &[RelationColumn],
+    columns: &[TableColumn],
+    table: &str,
+) -> Result<Relation, PgError> {
+    for s in sent {
+        match columns.iter().find(|c| c.name == s.name) {
+            None => {
+                return Err(PgError::Data {
+                    message: format!(
+                        "column `{}` of `{table}` is in the change stream but no longer in the table (dropped or renamed upstream)",
+                        s.name
+                    ),
+                    help: "run `cdcflow run --full-refresh <table>` to take a new snapshot of the table as it is".into(),
+                });
+            }
+            Some(c) if c.type_oid != s.type_oid || c.type_modifier != s.type_modifier => {
+                return Err(PgError::Data {
+                    message: format!(
+                        "column `{}` of `{table}` changed its type upstream",
+                        s.name
+                    ),
+                    help: "run `cdcflow run --full-refresh <table>` to take a new snapshot of the table as it is".into(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    let places: Vec<Option<usize>> = columns
+        .iter()
+        .map(|c| sent.iter().position(|s| s.name == c.name))
+        .collect();
+    let keys = places
+        .iter()
+        .map(|p| p.is_some_and(|p| sent[p].key))
+        .collect();
+    Ok(Relation { id, places, keys })
+}
+
 /// Adds the rows of one decoded message to the open transaction.
 fn change(
     message: Message,
     columns: &[TableColumn],
-    relation: &mut Option<(u32, Vec<bool>)>,
+    current: &mut Option<Relation>,
     txn: &mut Open,
 ) -> Result<(), PgError> {
-    let ours = |id: u32, relation: &Option<(u32, Vec<bool>)>| {
-        relation.as_ref().is_some_and(|(r, _)| *r == id)
+    let ours = |id: u32, current: &Option<Relation>| current.as_ref().is_some_and(|r| r.id == id);
+    if let Message::Relation {
+        id,
+        columns: sent,
+        namespace,
+        name,
+    } = &message
+    {
+        *current = Some(relation(
+            *id,
+            sent,
+            columns,
+            &format!("{namespace}.{name}"),
+        )?);
+        return Ok(());
+    }
+    let Some(rel) = current.as_ref() else {
+        return Ok(());
+    };
+    // Values and left-out columns in the table's column order.
+    let ordered = |tuple: Vec<Value>, old: Option<&[Value]>| {
+        let (values, unchanged) = texts(tuple, old);
+        let mut left_out = vec![false; values.len()];
+        for i in unchanged {
+            left_out[i] = true;
+        }
+        let values = rel.reorder(&values, None);
+        let left_out = rel.reorder(&left_out, false);
+        let unchanged: Vec<usize> = left_out
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| **u)
+            .map(|(i, _)| i)
+            .collect();
+        (values, unchanged)
     };
     match message {
-        Message::Relation {
-            id,
-            columns: sent,
-            namespace,
-            name,
-        } => {
-            let names: Vec<&str> = sent.iter().map(|c| c.name.as_str()).collect();
-            let known: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-            let same_types = sent
-                .iter()
-                .zip(columns)
-                .all(|(s, c)| s.type_oid == c.type_oid && s.type_modifier == c.type_modifier);
-            if names != known || !same_types {
-                return Err(PgError::Data {
-                    message: format!(
-                        "the columns of `{namespace}.{name}` changed upstream (now: {}; when the read began: {})",
-                        names.join(", "),
-                        known.join(", ")
-                    ),
-                    help: "schema changes of a PostgreSQL source are not followed yet: run `cdcflow run --full-refresh <table>` to take a new snapshot".into(),
-                });
-            }
-            *relation = Some((id, sent.iter().map(|c| c.key).collect()));
-        }
-        Message::Insert { relation: id, new } if ours(id, relation) => {
-            let (new, unchanged) = texts(new, None);
+        Message::Insert { relation: id, new } if ours(id, current) => {
+            let (new, unchanged) = ordered(new, None);
             txn.changes.push((ChangeKind::Insert, new, unchanged));
         }
         Message::Update {
             relation: id,
             old,
             new,
-        } if ours(id, relation) => {
-            let keys = relation
-                .as_ref()
-                .map(|(_, k)| k.clone())
-                .unwrap_or_default();
-            let (new, unchanged) = texts(new, old.as_deref());
+        } if ours(id, current) => {
+            let (new, unchanged) = ordered(new, old.as_deref());
             if let Some(old) = old {
-                let old = texts_lenient(old);
-                let moved = keys
+                let old = rel.reorder(&texts_lenient(old), None);
+                let moved = rel
+                    .keys
                     .iter()
                     .enumerate()
                     .any(|(i, key)| *key && old.get(i) != new.get(i));
@@ -656,7 +736,7 @@ fn change(
                 if moved {
                     let key_only = old
                         .into_iter()
-                        .zip(&keys)
+                        .zip(&rel.keys)
                         .map(|(v, key)| v.filter(|_| *key))
                         .collect();
                     txn.changes.push((ChangeKind::Delete, key_only, vec![]));
@@ -664,11 +744,11 @@ fn change(
             }
             txn.changes.push((ChangeKind::Update, new, unchanged));
         }
-        Message::Delete { relation: id, old } if ours(id, relation) => {
-            txn.changes
-                .push((ChangeKind::Delete, texts_lenient(old), vec![]));
+        Message::Delete { relation: id, old } if ours(id, current) => {
+            let old = rel.reorder(&texts_lenient(old), None);
+            txn.changes.push((ChangeKind::Delete, old, vec![]));
         }
-        Message::Truncate { relations } if relations.iter().any(|r| ours(*r, relation)) => {
+        Message::Truncate { relations } if relations.iter().any(|r| ours(*r, current)) => {
             txn.changes
                 .push((ChangeKind::Truncate, vec![None; columns.len()], vec![]));
         }

@@ -255,7 +255,11 @@ async fn unchanged_toasted_values_are_carried_or_named() {
         vec![(0, "notes".to_string()), (1, "notes".to_string())]
     );
     assert_eq!(changes.keys, vec!["id".to_string()]);
-    let notes = changes.rows.column_by_name("notes").unwrap().as_string::<i32>();
+    let notes = changes
+        .rows
+        .column_by_name("notes")
+        .unwrap()
+        .as_string::<i32>();
     assert!(notes.is_null(0) && notes.is_null(1));
     assert_eq!((notes.value(2), notes.value(3)), ("short", "short"));
     src.acknowledge(changes).await.unwrap();
