@@ -527,8 +527,64 @@ fn a_column_added_upstream_flows_in_and_a_dropped_one_fails_loudly() {
     assert!(!out.status.success(), "{}", stdout(&out));
     let said = format!("{}{}", stdout(&out), stderr(&out));
     assert!(
-        said.contains("column `city` of `public.customers` is in the change stream but no longer in the table"),
+        said.contains(
+            "column `city` of `public.customers` is in the change stream but no longer in the table"
+        ),
         "{said}"
     );
     assert!(said.contains("--full-refresh"), "{said}");
+}
+
+#[test]
+fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transactions() {
+    let db = Db::create("batches");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+         INSERT INTO customers VALUES (1, 'ann', 'oslo');",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, true);
+    let flows = dir.path().join("flows.sql");
+    let sql = std::fs::read_to_string(&flows).expect("flows.sql");
+    std::fs::write(
+        &flows,
+        sql.replace(
+            "table => 'public.customers'",
+            "table => 'public.customers', max_changes_per_batch => 2",
+        ),
+    )
+    .expect("flows.sql");
+    run(dir.path());
+    for i in 2..=6 {
+        db.exec(&format!("INSERT INTO customers VALUES ({i}, 'n{i}', 'c{i}')"));
+    }
+    // One transaction of three changes: taken whole although over the limit.
+    db.exec("BEGIN; UPDATE customers SET city = 'x' WHERE id = 1; UPDATE customers SET city = 'y' WHERE id = 2; DELETE FROM customers WHERE id = 3; COMMIT");
+    let out = run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "after several batches");
+    assert_no_doubles(dir.path());
+    assert_eq!(query(dir.path(), "SELECT count(*) FROM customers_changes"), vec!["9"]);
+    // Batches: 2 + 2 + 1 inserts with the whole transaction of three: 3 more commits
+    // after the snapshot's.
+    let batches = query(
+        dir.path(),
+        "SELECT count(DISTINCT _commit_lsn) FROM customers_changes WHERE _change_type <> 'snapshot'",
+    );
+    assert_eq!(batches, vec!["6"], "five inserts and one transaction");
+    // The snapshot's batch, then three: [2 inserts], [2 inserts], [1 insert + the
+    // transaction of three].
+    let history = query_csv(dir.path(), "DESCRIBE HISTORY customers_changes");
+    let text = stdout(&history);
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let at = header.iter().position(|h| *h == "batch").expect("a batch column");
+    let mut committed: Vec<String> = lines
+        .filter_map(|l| l.split(',').nth(at))
+        .filter(|b| !b.is_empty())
+        .map(String::from)
+        .collect();
+    committed.sort();
+    committed.dedup();
+    assert_eq!(committed, vec!["0", "1", "2", "3"], "{text}");
+    assert!(out.contains("read 8"), "the summary adds the batches up: {out}");
 }

@@ -25,7 +25,11 @@ pub const COMMIT_TIMESTAMP: &str = "_commit_timestamp";
 pub const XID: &str = "_xid";
 
 /// The options `read_postgres` takes.
-pub const OPTIONS: &[&str] = &["connection", "table", "schema"];
+pub const OPTIONS: &[&str] = &["connection", "table", "schema", "max_changes_per_batch"];
+
+/// Changes a batch takes at most by default (whole transactions: one larger than this
+/// is taken whole); the rest is left for the next batch of the same run.
+pub const DEFAULT_MAX_CHANGES_PER_BATCH: u64 = 100_000;
 
 /// The change metadata columns, after the table's own.
 pub fn metadata_fields() -> Vec<Field> {
@@ -135,6 +139,8 @@ pub struct ReadPostgres {
     pub declared_columns: Option<SchemaRef>,
     /// The table's columns as the server gave them when the run began.
     pub discovered_columns: Option<SchemaRef>,
+    /// `max_changes_per_batch =>`: the changes one batch takes at most.
+    pub max_changes_per_batch: u64,
     pub span: Span,
 }
 
@@ -181,6 +187,7 @@ mod tests {
             source: TableName::parse("customers").unwrap(),
             declared_columns: None,
             discovered_columns: None,
+            max_changes_per_batch: DEFAULT_MAX_CHANGES_PER_BATCH,
             span: Span::empty(),
         };
         assert!(rp.schema().is_none());

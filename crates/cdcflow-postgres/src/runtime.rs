@@ -73,6 +73,7 @@ fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
             table: rp.source.clone(),
             slot: name.clone(),
             publication: name,
+            max_changes: usize::try_from(rp.max_changes_per_batch).unwrap_or(usize::MAX),
         },
         key: rp.key(),
     })
@@ -200,6 +201,7 @@ impl ExternalSource for PgSource {
                 rows: vec![rows],
                 position: position_json(changes.position),
                 must_commit: changes.snapshot,
+                more: changes.more,
                 oldest_change_micros: oldest,
                 acknowledge: Some(Box::new(PgAcknowledge {
                     source: self.source.clone(),

@@ -52,6 +52,9 @@ pub struct TableSource {
     pub slot: String,
     /// The publication the slot streams (created when missing).
     pub publication: String,
+    /// A read stops after the transaction that brings it to this many changes (and
+    /// says there is more); the snapshot is taken whole.
+    pub max_changes: usize,
 }
 
 /// What one read found.
@@ -61,6 +64,9 @@ pub struct Changes {
     pub position: u64,
     /// The rows start with the table's initial snapshot.
     pub snapshot: bool,
+    /// The read stopped at its size limit before the WAL flushed when it began: read
+    /// again.
+    pub more: bool,
     /// The replica identity's columns (known once the stream described the table).
     pub keys: Vec<String>,
     /// Cells updates left out (unchanged TOASTed values) that no earlier row of this
@@ -137,6 +143,7 @@ impl TableSource {
                 rows: rows.finish()?,
                 position: start,
                 snapshot,
+                more: false,
                 session: None,
             });
         }
@@ -148,13 +155,16 @@ impl TableSource {
             }
             None => self.start_streaming(start).await?,
         };
-        let position = stream(&mut session, &mut rows, start, target).await?;
+        let limit = rows.len() + self.max_changes.max(1);
+        let position = stream(&mut session, &mut rows, start, target, limit).await?;
+        let more = position < target;
         Ok(Changes {
             keys: rows.key_names(),
             unresolved: rows.unresolved(),
             rows: rows.finish()?,
             position,
             snapshot,
+            more,
             session: Some(session),
         })
     }
@@ -518,13 +528,15 @@ struct Open {
     changes: Vec<(ChangeKind, Vec<Option<String>>, Vec<usize>)>,
 }
 
-/// Receives transactions until the stream has passed `target`; rows of transactions
-/// that ended after `start` go to `rows`. Returns the position reached.
+/// Receives transactions until the stream has passed `target`, or `rows` holds
+/// `limit` rows at a transaction's end; rows of transactions that ended after `start`
+/// go to `rows`. Returns the position reached.
 async fn stream(
     session: &mut ReplicationClient,
     rows: &mut ChangeRows,
     start: u64,
     target: u64,
+    limit: usize,
 ) -> Result<u64, PgError> {
     let mut relation: Option<Relation> = None;
     let mut open: Option<Open> = None;
@@ -590,6 +602,9 @@ async fn stream(
                     }
                 }
                 position = position.max(end);
+                if rows.len() >= limit {
+                    break;
+                }
             }
             // Between transactions, everything before the server's position has been
             // sent.

@@ -151,21 +151,32 @@ pub(crate) async fn append(
     query: &Query,
     report: &mut FlowReport,
 ) -> Result<(), RunError> {
-    let mut batch = QueryBatch::open(rc, flow).await?;
-    if flow.once && batch.progress.committed.is_some() {
-        report.outcome = FlowOutcome::UpToDate {
-            reason: "ONCE flow already ran".into(),
-        };
-        return Ok(());
+    // A source with more than one batch takes (a size limit) gets batches until it
+    // has none; the report adds them up.
+    let (mut read, mut written) = (0, 0);
+    loop {
+        let mut batch = QueryBatch::open(rc, flow).await?;
+        if flow.once && batch.progress.committed.is_some() {
+            report.outcome = FlowOutcome::UpToDate {
+                reason: "ONCE flow already ran".into(),
+            };
+            return Ok(());
+        }
+        batch.read_inputs(rc, flow, report).await?;
+        report.rows_read += read;
+        if !batch.inputs.has_new && batch.table.exists() && !flow.once {
+            return Ok(());
+        }
+        let more = batch.inputs.more;
+        let acknowledgements = std::mem::take(&mut batch.inputs.acknowledgements);
+        batch.commit(rc, flow, query, Mode::Append, report).await?;
+        report.rows_written += written;
+        acknowledge(acknowledgements, report).await;
+        if !more {
+            return Ok(());
+        }
+        (read, written) = (report.rows_read, report.rows_written);
     }
-    batch.read_inputs(rc, flow, report).await?;
-    if !batch.inputs.has_new && batch.table.exists() && !flow.once {
-        return Ok(());
-    }
-    let acknowledgements = std::mem::take(&mut batch.inputs.acknowledgements);
-    batch.commit(rc, flow, query, Mode::Append, report).await?;
-    acknowledge(acknowledgements, report).await;
-    Ok(())
 }
 
 /// Tells external sources that the batch holding their reads is committed. A failure

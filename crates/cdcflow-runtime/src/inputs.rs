@@ -55,6 +55,8 @@ pub struct BatchInputs {
     pub oldest_arrival_micros: Option<i64>,
     /// External sources to tell once the batch is committed ([`crate::sources`]).
     pub acknowledgements: Vec<Box<dyn Acknowledge>>,
+    /// An external source has more than this batch took: the flow runs another batch.
+    pub more: bool,
     /// The folder of the flow's target table, where left-out values of an external
     /// source's changes are taken from ([`crate::carried`]).
     pub target: Option<PathBuf>,
@@ -80,6 +82,7 @@ impl BatchInputs {
             landing: vec![],
             oldest_arrival_micros: None,
             acknowledgements: vec![],
+            more: false,
             target: None,
         }
     }
@@ -281,6 +284,7 @@ impl InputReader<'_> {
                 Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
         }
         batch.offsets.positions.insert(key, read.position);
+        batch.more |= read.more;
         batch.acknowledgements.extend(read.acknowledge);
         register_rows(planner, name, schema, rows)
     }

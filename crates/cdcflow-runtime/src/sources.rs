@@ -33,6 +33,8 @@ pub struct SourceRead {
     /// The batch must be committed even without rows (a first snapshot of an empty
     /// table fixes the position later reads start from).
     pub must_commit: bool,
+    /// The read stopped at its size limit: the flow commits this batch and reads again.
+    pub more: bool,
     /// The earliest source commit time among the rows, µs since the epoch (lag).
     pub oldest_change_micros: Option<i64>,
     /// Run once the commit that records `position` is durable.

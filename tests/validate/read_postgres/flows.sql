@@ -34,3 +34,7 @@ SELECT * FROM STREAM read_postgres(connection => 'crm', table => 'x.y.z');
 CREATE MATERIALIZED VIEW d AS SELECT * FROM read_postgres(connection => 'crm', table => 'd');
 CREATE OR REFRESH STREAMING TABLE e AS
 SELECT * FROM STREAM read_postgres(connection => 'crm', table => 'e', schema => 'id INT, _xid BIGINT');
+
+-- A batch size that is none.
+CREATE OR REFRESH STREAMING TABLE f AS
+SELECT * FROM STREAM read_postgres(connection => 'crm', table => 'f', max_changes_per_batch => 0);

@@ -307,6 +307,16 @@ impl Resolver<'_> {
                 }
             }
         }
+        let mut max_changes_per_batch = read_postgres::DEFAULT_MAX_CHANGES_PER_BATCH;
+        if let Some((_, text, span)) = option("max_changes_per_batch") {
+            match text.parse::<u64>() {
+                Ok(n) if n > 0 => max_changes_per_batch = n,
+                _ => {
+                    self.error(file, span, CODE, format!("max_changes_per_batch must be a whole number above 0, not `{text}`"), "max_changes_per_batch", Some(format!("the changes one batch takes at most (whole transactions), by default {}", read_postgres::DEFAULT_MAX_CHANGES_PER_BATCH)));
+                    ok = false;
+                }
+            }
+        }
         let (Some(connection), Some(source), true) = (connection, source, ok) else {
             return None;
         };
@@ -316,6 +326,7 @@ impl Resolver<'_> {
             source,
             declared_columns,
             discovered_columns: None,
+            max_changes_per_batch,
             span: call.span,
         };
         rp.discovered_columns = self.source_columns.get(&rp.key()).cloned();

@@ -12,6 +12,7 @@ fn source(db: &TestDb, name: &str) -> TableSource {
         table: TableRef::parse("public.customers").expect("table"),
         slot: format!("cdcflow_it_{name}"),
         publication: format!("cdcflow_it_{name}"),
+        max_changes: 1000,
     }
 }
 
