@@ -556,14 +556,19 @@ fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transaction
     .expect("flows.sql");
     run(dir.path());
     for i in 2..=6 {
-        db.exec(&format!("INSERT INTO customers VALUES ({i}, 'n{i}', 'c{i}')"));
+        db.exec(&format!(
+            "INSERT INTO customers VALUES ({i}, 'n{i}', 'c{i}')"
+        ));
     }
     // One transaction of three changes: taken whole although over the limit.
     db.exec("BEGIN; UPDATE customers SET city = 'x' WHERE id = 1; UPDATE customers SET city = 'y' WHERE id = 2; DELETE FROM customers WHERE id = 3; COMMIT");
     let out = run(dir.path());
     assert_silver_is_source(dir.path(), &db, "after several batches");
     assert_no_doubles(dir.path());
-    assert_eq!(query(dir.path(), "SELECT count(*) FROM customers_changes"), vec!["9"]);
+    assert_eq!(
+        query(dir.path(), "SELECT count(*) FROM customers_changes"),
+        vec!["9"]
+    );
     // Batches: 2 + 2 + 1 inserts with the whole transaction of three: 3 more commits
     // after the snapshot's.
     let batches = query(
@@ -577,7 +582,10 @@ fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transaction
     let text = stdout(&history);
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let at = header.iter().position(|h| *h == "batch").expect("a batch column");
+    let at = header
+        .iter()
+        .position(|h| *h == "batch")
+        .expect("a batch column");
     let mut committed: Vec<String> = lines
         .filter_map(|l| l.split(',').nth(at))
         .filter(|b| !b.is_empty())
@@ -586,5 +594,8 @@ fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transaction
     committed.sort();
     committed.dedup();
     assert_eq!(committed, vec!["0", "1", "2", "3"], "{text}");
-    assert!(out.contains("read 8"), "the summary adds the batches up: {out}");
+    assert!(
+        out.contains("read 8"),
+        "the summary adds the batches up: {out}"
+    );
 }

@@ -38,3 +38,6 @@ SELECT * FROM STREAM read_postgres(connection => 'crm', table => 'e', schema => 
 -- A batch size that is none.
 CREATE OR REFRESH STREAMING TABLE f AS
 SELECT * FROM STREAM read_postgres(connection => 'crm', table => 'f', max_changes_per_batch => 0);
+
+-- A materialized view reading the changes itself (never acknowledged).
+CREATE MATERIALIZED VIEW g AS SELECT * FROM STREAM read_postgres(connection => 'crm', table => 'g');

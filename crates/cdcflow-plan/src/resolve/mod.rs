@@ -133,6 +133,7 @@ pub fn load_with_columns(
     r.check_overrides(&config, overrides, &used);
     r.collect();
     r.check_targets();
+    r.check_change_source_readers();
     let order = r.order_datasets();
     r.check_view_depth(&order);
     r.derive_schemas(&order);

@@ -1,4 +1,4 @@
-//! Resolving the relations of queries: datasets and `read_files` sources.
+//! Resolving the relations of queries: datasets, `read_files` and `read_postgres` sources.
 
 use super::*;
 
@@ -182,6 +182,33 @@ impl Resolver<'_> {
             inferred_schema: None,
             span: call.span,
         })
+    }
+
+    /// `read_postgres` feeds a streaming table through an append flow: that flow's
+    /// commits are what the slot is acknowledged after. A materialized view or a view
+    /// over it would read the changes without ever letting the server free them.
+    pub(super) fn check_change_source_readers(&mut self) {
+        for f in 0..self.flows.len() {
+            let appends = matches!(self.flows[f].kind, FlowKind::Query { .. })
+                && self
+                    .dataset_index(&self.flows[f].target)
+                    .is_some_and(|d| self.datasets[d].kind == DatasetKind::StreamingTable);
+            if appends {
+                continue;
+            }
+            let spans: Vec<Span> = self.flows[f]
+                .inputs
+                .iter()
+                .filter_map(|i| match i {
+                    Input::Postgres(rp) => Some(rp.span),
+                    _ => None,
+                })
+                .collect();
+            let file = self.flows[f].file;
+            for span in spans {
+                self.error(file, span, "cdcflow::read_postgres", "read_postgres feeds a streaming table: read it in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM read_postgres(…)` (or a flow INSERT INTO one)".into(), "not a streaming table's query", Some("land the changes in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
+            }
+        }
     }
 
     /// A `read_postgres` call: named literal options, a streaming read, a connection
