@@ -492,6 +492,13 @@ fn an_unchanged_toasted_value_keeps_the_stored_value() {
     run(dir.path());
     assert_eq!(query(dir.path(), stored), db.rows(notes));
     assert_silver_is_source(dir.path(), &db, "after a changed TOASTed value");
+    // Key changes that leave it alone: the value is the old key's (stored before, and
+    // within the run).
+    db.exec("UPDATE customers SET id = 11 WHERE id = 2");
+    db.exec("UPDATE customers SET id = 12 WHERE id = 11");
+    run(dir.path());
+    assert_eq!(query(dir.path(), stored), db.rows(notes));
+    assert_silver_is_source(dir.path(), &db, "after key changes");
 }
 
 #[test]
@@ -598,4 +605,143 @@ fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transaction
         out.contains("read 8"),
         "the summary adds the batches up: {out}"
     );
+}
+
+/// A deterministic pseudo-random sequence (no dependency for a test's workload).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// Rows of the concurrent test's table (`CDCFLOW_PG_E2E_ROWS`, 100,000 by default).
+fn workload_rows() -> u64 {
+    std::env::var("CDCFLOW_PG_E2E_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+}
+
+fn spawn_continuous(dir: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", dir.to_str().expect("utf-8"), "--continuous"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+/// Inserts, updates (some of a TOASTed column, some of the key) and deletes from one
+/// connection; `thread` owns the ids it inserts.
+fn workload(db: &Db, thread: u64, ops: u64, rows: u64) {
+    let connection = db.admin.with_database(&db.name);
+    db.rt.block_on(async {
+        let client = connection.connect().await.expect("connect");
+        let mut rng = Lcg(thread * 7919 + 1);
+        let mut next = rows + 1_000_000 * (thread + 1);
+        for _ in 0..ops {
+            let id = 1 + rng.below(rows);
+            let sql = match rng.below(10) {
+                0 | 1 => {
+                    next += 1;
+                    format!("INSERT INTO customers VALUES ({next}, 'new{next}', 'c', NULL)")
+                }
+                2..=4 => format!("UPDATE customers SET city = 'city{}' WHERE id = {id}", rng.below(1000)),
+                5 => format!(
+                    "UPDATE customers SET notes = (SELECT string_agg(md5(g::text || '{id}'), '') FROM generate_series(1, 300) g) WHERE id = {id}"
+                ),
+                6 => {
+                    next += 1;
+                    format!("UPDATE customers SET id = {next} WHERE id = {id}")
+                }
+                7 => format!("DELETE FROM customers WHERE id = {id}"),
+                _ => format!(
+                    "BEGIN; UPDATE customers SET name = 'a' WHERE id = {id}; UPDATE customers SET name = 'b{id}' WHERE id = {id}; COMMIT"
+                ),
+            };
+            client.batch_execute(&sql).await.expect(&sql);
+        }
+    });
+}
+
+#[test]
+fn concurrent_writers_and_two_kills_leave_scd1_and_scd2_equal_to_the_source() {
+    let rows = workload_rows();
+    let db = Db::create("concurrent");
+    db.exec(&format!(
+        "CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL, city text NOT NULL, notes text);
+         INSERT INTO customers SELECT i, 'n' || i, 'c' || (i % 97),
+           CASE WHEN i % 50 = 0 THEN (SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 300) g) END
+         FROM generate_series(1, {rows}) i;"
+    ));
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, false);
+    std::fs::write(
+        dir.path().join("history.sql"),
+        "CREATE OR REFRESH STREAMING TABLE customers_history;
+CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history FROM STREAM(customers_changes)
+  KEYS (id)
+  APPLY AS DELETE WHEN _change_type = 'delete'
+  SEQUENCE BY struct(_commit_lsn, _change_seq)
+  COLUMNS * EXCEPT (_change_type, _commit_lsn, _change_seq, _commit_timestamp, _xid)
+  STORED AS SCD TYPE 2;
+",
+    )
+    .expect("history.sql");
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("yaml");
+    std::fs::write(&yaml, format!("{text}trigger_interval_seconds: 0.2\n")).expect("yaml");
+
+    let mut child = spawn_continuous(dir.path());
+    let ops = 400;
+    for round in 0..3 {
+        std::thread::scope(|s| {
+            for thread in 0..3 {
+                let db = &db;
+                s.spawn(move || workload(db, round * 3 + thread, ops, rows));
+            }
+        });
+        if round < 2 {
+            // Killed at whatever it is doing, then started again.
+            let _ = child.kill();
+            let _ = child.wait();
+            child = spawn_continuous(dir.path());
+        }
+    }
+    let current = "SELECT id, name, city, md5(coalesce(notes, '-')) FROM customers ORDER BY id";
+    let open = "SELECT id, name, city, md5(coalesce(notes, '-')) FROM customers_history WHERE __END_AT IS NULL ORDER BY id";
+    let source = db.rows(current);
+    let mut equal = false;
+    for _ in 0..600 {
+        let out = query_csv(dir.path(), current);
+        if out.status.success()
+            && stdout(&out)
+                .lines()
+                .skip(1)
+                .eq(source.iter().map(String::as_str))
+        {
+            equal = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        equal,
+        "the SCD type 1 table did not reach the source: {}",
+        stderr(&out)
+    );
+    assert!(term.success() && out.status.success(), "{}", stderr(&out));
+    assert_eq!(query(dir.path(), open), source, "SCD type 2 open versions");
+    assert_no_doubles(dir.path());
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use cdcflow_plan::read_postgres::metadata_fields;
+use cdcflow_runtime::sources::CarriedCell;
 use datafusion::arrow::array::{
     ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
@@ -88,7 +89,16 @@ pub struct ChangeRows {
     /// Cells an update left out (unchanged TOASTed values) whose key has no row
     /// before it in these rows: (row, column), to be carried over from the rows stored
     /// before.
-    unresolved: Vec<(usize, usize)>,
+    unresolved: Vec<Unresolved>,
+}
+
+/// A left-out cell no earlier row of these rows gives.
+#[derive(Debug, Clone, PartialEq)]
+struct Unresolved {
+    row: usize,
+    column: usize,
+    /// The key to take it from, when not the row's own (a key change).
+    key: Option<Vec<Option<String>>>,
 }
 
 impl ChangeRows {
@@ -122,12 +132,22 @@ impl ChangeRows {
             .collect()
     }
 
-    /// Cells left out by updates that no earlier row of these rows gives: (row,
-    /// column name).
-    pub fn unresolved(&self) -> Vec<(usize, String)> {
+    /// Cells left out by updates that no earlier row of these rows gives.
+    pub fn unresolved(&self) -> Vec<CarriedCell> {
         self.unresolved
             .iter()
-            .filter_map(|(r, c)| Some((*r, self.columns.get(*c)?.name.clone())))
+            .filter_map(|u| {
+                Some(CarriedCell {
+                    row: u.row,
+                    column: self.columns.get(u.column)?.name.clone(),
+                    key: u.key.as_ref().map(|k| {
+                        self.keys
+                            .iter()
+                            .map(|&i| k.get(i).cloned().flatten().unwrap_or_default())
+                            .collect()
+                    }),
+                })
+            })
             .collect()
     }
 
@@ -135,22 +155,37 @@ impl ChangeRows {
     /// value of the latest earlier row of the same key (PostgreSQL leaves out a
     /// TOASTed value only when the update did not change it); without such a row the
     /// cell is [`Self::unresolved`].
+    /// `old_key`: the row's values before an update that changed its key (the value
+    /// left out is the old row's).
     pub fn push_change(
         &mut self,
         mut values: Vec<Option<String>>,
         meta: ChangeMeta,
         unchanged: &[usize],
+        old_key: Option<&[Option<String>]>,
     ) -> Result<(), PgError> {
         if unchanged.is_empty() {
             return self.push(values, meta);
         }
         let row = self.meta.len();
-        let before = self.latest_row_of(&values);
+        let before = self.latest_row_of(old_key.unwrap_or(&values));
         for &c in unchanged {
-            let carried = before.filter(|b| !self.unresolved.contains(&(*b, c)));
+            let carried =
+                before.filter(|b| !self.unresolved.iter().any(|u| u.row == *b && u.column == c));
             match carried {
                 Some(b) => values[c] = self.values[c].values[b].clone(),
-                None => self.unresolved.push((row, c)),
+                None => {
+                    // An unresolved row before takes its value from the same key.
+                    let key = before
+                        .and_then(|b| self.unresolved.iter().find(|u| u.row == b && u.column == c))
+                        .map(|u| u.key.clone())
+                        .unwrap_or_else(|| old_key.map(<[Option<String>]>::to_vec));
+                    self.unresolved.push(Unresolved {
+                        row,
+                        column: c,
+                        key,
+                    });
+                }
             }
         }
         self.push(values, meta)

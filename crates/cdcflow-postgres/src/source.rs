@@ -72,7 +72,7 @@ pub struct Changes {
     /// Cells updates left out (unchanged TOASTed values) that no earlier row of this
     /// read gives: (row, column). They are the values of the key's latest row stored
     /// before this read.
-    pub unresolved: Vec<(usize, String)>,
+    pub unresolved: Vec<cdcflow_runtime::sources::CarriedCell>,
     session: Option<ReplicationClient>,
 }
 
@@ -520,12 +520,22 @@ impl TableSource {
     }
 }
 
+/// A change of an open transaction: what, the values, the columns left out, and the
+/// old values of an update that changed the key.
+type Change = (
+    ChangeKind,
+    Vec<Option<String>>,
+    Vec<usize>,
+    Option<Vec<Option<String>>>,
+);
+
 /// A transaction being received.
 struct Open {
     xid: u32,
     commit_micros: i64,
-    /// Each change with the columns it left out (unchanged TOASTed values).
-    changes: Vec<(ChangeKind, Vec<Option<String>>, Vec<usize>)>,
+    /// Each change with the columns it left out (unchanged TOASTed values) and, for
+    /// an update that changed the key, the old values.
+    changes: Vec<Change>,
 }
 
 /// Receives transactions until the stream has passed `target`, or `rows` holds
@@ -590,7 +600,9 @@ async fn stream(
                 // Already read by a committed batch (a restart from a slot that was
                 // not acknowledged).
                 if end > start {
-                    for (seq, (kind, values, unchanged)) in txn.changes.into_iter().enumerate() {
+                    for (seq, (kind, values, unchanged, old_key)) in
+                        txn.changes.into_iter().enumerate()
+                    {
                         let meta = ChangeMeta {
                             kind,
                             commit_lsn: lsn.as_u64(),
@@ -598,7 +610,7 @@ async fn stream(
                             commit_micros: Some(txn.commit_micros),
                             xid: Some(txn.xid),
                         };
-                        rows.push_change(values, meta, &unchanged)?;
+                        rows.push_change(values, meta, &unchanged, old_key.as_deref())?;
                     }
                 }
                 position = position.max(end);
@@ -732,7 +744,7 @@ fn change(
     match message {
         Message::Insert { relation: id, new } if ours(id, current) => {
             let (new, unchanged) = ordered(new, None);
-            txn.changes.push((ChangeKind::Insert, new, unchanged));
+            txn.changes.push((ChangeKind::Insert, new, unchanged, None));
         }
         Message::Update {
             relation: id,
@@ -740,6 +752,7 @@ fn change(
             new,
         } if ours(id, current) => {
             let (new, unchanged) = ordered(new, old.as_deref());
+            let mut moved_from = None;
             if let Some(old) = old {
                 let old = rel.reorder(&texts_lenient(old), None);
                 let moved = rel
@@ -749,23 +762,30 @@ fn change(
                     .any(|(i, key)| *key && old.get(i) != new.get(i));
                 // A changed key: the row under its old key is gone.
                 if moved {
-                    let key_only = old
+                    let key_only: Vec<Option<String>> = old
                         .into_iter()
                         .zip(&rel.keys)
                         .map(|(v, key)| v.filter(|_| *key))
                         .collect();
-                    txn.changes.push((ChangeKind::Delete, key_only, vec![]));
+                    moved_from = Some(key_only.clone());
+                    txn.changes
+                        .push((ChangeKind::Delete, key_only, vec![], None));
                 }
             }
-            txn.changes.push((ChangeKind::Update, new, unchanged));
+            txn.changes
+                .push((ChangeKind::Update, new, unchanged, moved_from));
         }
         Message::Delete { relation: id, old } if ours(id, current) => {
             let old = rel.reorder(&texts_lenient(old), None);
-            txn.changes.push((ChangeKind::Delete, old, vec![]));
+            txn.changes.push((ChangeKind::Delete, old, vec![], None));
         }
         Message::Truncate { relations } if relations.iter().any(|r| ours(*r, current)) => {
-            txn.changes
-                .push((ChangeKind::Truncate, vec![None; columns.len()], vec![]));
+            txn.changes.push((
+                ChangeKind::Truncate,
+                vec![None; columns.len()],
+                vec![],
+                None,
+            ));
         }
         _ => {}
     }

@@ -53,7 +53,7 @@ pub async fn fill(
     carried: &Carried,
     target: &Path,
 ) -> Result<RecordBatch, RunError> {
-    let Some((_, first)) = carried.cells.first() else {
+    let Some(first) = carried.cells.first().map(|c| &c.column) else {
         return Ok(rows.clone());
     };
     let table = Table::open(target).await?;
@@ -108,12 +108,19 @@ pub async fn fill(
     let row_keys = text_columns(rows, &carried.keys)?;
     let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
     let mut by_column: HashMap<&str, Vec<(usize, usize)>> = HashMap::new();
-    for (row, column) in &carried.cells {
-        let from = key_of(&row_keys, *row)
+    for cell in &carried.cells {
+        let key = match &cell.key {
+            Some(parts) => Some(parts.iter().map(|p| format!("{p}\u{1f}")).collect()),
+            None => key_of(&row_keys, cell.row),
+        };
+        let from = key
             .and_then(|k| latest.get(&k))
             .map(|(_, r)| *r)
-            .ok_or_else(|| missing(column))?;
-        by_column.entry(column).or_default().push((*row, from));
+            .ok_or_else(|| missing(&cell.column))?;
+        by_column
+            .entry(&cell.column)
+            .or_default()
+            .push((cell.row, from));
     }
     for (column, cells) in by_column {
         let i = rows

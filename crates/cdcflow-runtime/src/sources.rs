@@ -55,8 +55,19 @@ pub struct Carried {
     /// Stored rows whose column (first) holds one of these values are not a row's
     /// values (deletes carry only the key).
     pub skip: Option<(String, Vec<String>)>,
-    /// (row, column) of each cell.
-    pub cells: Vec<(usize, String)>,
+    /// The cells.
+    pub cells: Vec<CarriedCell>,
+}
+
+/// A value a change left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CarriedCell {
+    /// The row in `rows[0]`.
+    pub row: usize,
+    pub column: String,
+    /// The key (`Carried::keys`' values as text) whose latest row holds the value,
+    /// when it is not the row's own: an update that changed the key.
+    pub key: Option<Vec<String>>,
 }
 
 /// Told that the batch holding a read is durably committed.
