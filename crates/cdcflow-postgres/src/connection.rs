@@ -81,7 +81,24 @@ impl PgConnection {
 
     /// An SQL connection; its driver task runs on the current tokio runtime.
     pub async fn connect(&self) -> Result<tokio_postgres::Client, PgError> {
-        let (client, connection) = self.sql_config().connect(tokio_postgres::NoTls).await?;
+        let (client, connection) = self
+            .sql_config()
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| match e.as_db_error() {
+                Some(_) => PgError::Sql(e),
+                None => PgError::NotReady {
+                    message: format!(
+                        "cannot connect to PostgreSQL at {}:{} (database `{}`, user `{}`): {}",
+                        self.host,
+                        self.port,
+                        self.database,
+                        self.user,
+                        std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string)
+                    ),
+                    help: "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up".into(),
+                },
+            })?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "PostgreSQL connection ended");

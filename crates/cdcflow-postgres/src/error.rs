@@ -28,7 +28,11 @@ pub enum PgError {
 fn sql_message(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+        // "error connecting to server" says why only in its source.
+        None => match std::error::Error::source(e) {
+            Some(why) => format!("{e}: {why}"),
+            None => e.to_string(),
+        },
     }
 }
 

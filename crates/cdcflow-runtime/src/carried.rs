@@ -61,7 +61,19 @@ pub async fn fill(
         return Err(missing(first));
     };
     let stored = table.read_all(&schema)?;
-    let stored_keys = text_columns(&stored, &carried.keys).map_err(|_| missing(first))?;
+    fill_from(rows, carried, &stored)
+}
+
+/// `rows` with the cells of `carried` filled from the `stored` rows.
+pub fn fill_from(
+    rows: &RecordBatch,
+    carried: &Carried,
+    stored: &RecordBatch,
+) -> Result<RecordBatch, RunError> {
+    let Some(first) = carried.cells.first().map(|c| &c.column) else {
+        return Ok(rows.clone());
+    };
+    let stored_keys = text_columns(stored, &carried.keys).map_err(|_| missing(first))?;
     let order = carried
         .order
         .iter()
@@ -72,7 +84,7 @@ pub async fn fill(
         .collect::<Result<Vec<_>, RunError>>()?;
     let skip = match &carried.skip {
         Some((column, values)) => Some((
-            text_columns(&stored, std::slice::from_ref(column)).map_err(|_| missing(first))?,
+            text_columns(stored, std::slice::from_ref(column)).map_err(|_| missing(first))?,
             values,
         )),
         None => None,
@@ -139,4 +151,86 @@ pub async fn fill(
         columns[i] = interleave(&[have.as_ref(), source.as_ref()], &indices)?;
     }
     Ok(RecordBatch::try_new(rows.schema(), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    use super::*;
+    use crate::sources::CarriedCell;
+
+    fn batch(rows: &[(i64, Option<&str>, &str, i64)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("notes", DataType::Utf8, true),
+            Field::new("_change_type", DataType::Utf8, true),
+            Field::new("_commit_lsn", DataType::Int64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.3))),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn carried(cells: Vec<CarriedCell>) -> Carried {
+        Carried {
+            keys: vec!["id".into()],
+            order: vec!["_commit_lsn".into()],
+            skip: Some(("_change_type".into(), vec!["delete".into()])),
+            cells,
+        }
+    }
+
+    fn cell(row: usize, key: Option<&str>) -> CarriedCell {
+        CarriedCell {
+            row,
+            column: "notes".into(),
+            key: key.map(|k| vec![k.to_string()]),
+        }
+    }
+
+    #[test]
+    fn the_latest_whole_row_of_the_key_gives_the_value() {
+        let stored = batch(&[
+            (1, Some("old"), "snapshot", 10),
+            (1, Some("new"), "update", 20),
+            (1, None, "delete", 30),
+            (2, Some("two"), "snapshot", 10),
+        ]);
+        let rows = batch(&[
+            (1, None, "update", 40),
+            (3, Some("x"), "insert", 40),
+            (7, None, "update", 41),
+        ]);
+        let out = fill_from(
+            &rows,
+            &carried(vec![cell(0, None), cell(2, Some("2"))]),
+            &stored,
+        )
+        .unwrap();
+        let notes = out.column(1).as_string::<i32>();
+        // The delete carries only the key: the update before it holds the value.
+        assert_eq!(notes.value(0), "new");
+        assert_eq!(notes.value(1), "x");
+        // A key change takes the old key's value.
+        assert_eq!(notes.value(2), "two");
+    }
+
+    #[test]
+    fn a_key_with_no_stored_row_is_an_error_naming_the_column() {
+        let stored = batch(&[(2, Some("two"), "snapshot", 10)]);
+        let rows = batch(&[(1, None, "update", 40)]);
+        let e = fill_from(&rows, &carried(vec![cell(0, None)]), &stored).unwrap_err();
+        assert!(e.to_string().contains("column `notes`"), "{e}");
+    }
 }
