@@ -171,7 +171,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, PgError> {
         }
         b'I' => {
             let relation = r.u32()?;
-            expect(&mut r, b'N')?;
+            expect_tag(&mut r, b'N')?;
             Message::Insert {
                 relation,
                 new: r.tuple()?,
@@ -224,7 +224,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, PgError> {
     })
 }
 
-fn expect(r: &mut Reader<'_>, wanted: u8) -> Result<(), PgError> {
+fn expect_tag(r: &mut Reader<'_>, wanted: u8) -> Result<(), PgError> {
     let got = r.u8()?;
     if got != wanted {
         return Err(PgError::Protocol(format!(
