@@ -16,6 +16,7 @@ mod machine_output;
 mod metrics_endpoint;
 mod optimize;
 mod partitioning;
+mod postgres;
 mod query_messages;
 mod query_read_only;
 mod run_cases;

@@ -63,7 +63,7 @@ fn line(t: &TableCompaction) -> String {
 }
 
 /// Bytes for people: B, KiB, MiB or GiB with one decimal.
-fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let mut value = n as f64;
     let mut unit = 0;

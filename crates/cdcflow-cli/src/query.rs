@@ -209,7 +209,11 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
     let Some(pipeline) = load(args) else {
         return ExitCode::from(1);
     };
-    let flows = match crate::runtime().block_on(cdcflow_runtime::status::status(&pipeline)) {
+    let sources = crate::run::sources();
+    let flows = match crate::runtime().block_on(cdcflow_runtime::status::status_with_sources(
+        &pipeline,
+        Some(&sources),
+    )) {
         Ok(f) => f,
         Err(e) => {
             errln!("error: {e}");
@@ -266,6 +270,20 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         }
         if let Some(e) = &f.last_error {
             outln!("{:width$}  last error: {e}", "");
+        }
+        for source in &f.sources {
+            let bytes =
+                |b: Option<i64>| b.map_or_else(dash, |b| crate::optimize::bytes(b.max(0) as u64));
+            outln!(
+                "{:width$}  source {}: {} of WAL kept by its slot, {} behind the server",
+                "",
+                source.source,
+                bytes(source.retained_bytes),
+                bytes(source.behind_bytes)
+            );
+            if let Some(w) = &source.warning {
+                outln!("{:width$}  warning: {w}", "");
+            }
         }
         if let Some(e) = &f.unreadable {
             errln!("error: flow `{}`: {e}", f.flow);

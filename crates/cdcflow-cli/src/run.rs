@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use cdcflow_runtime::sources::Sources;
 use cdcflow_runtime::{FlowOutcome, FlowReport, RunOptions, RunReport};
 
 use crate::PipelineArgs;
@@ -17,8 +18,41 @@ pub struct RunArgs {
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
-pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
+/// The source kinds this binary reads.
+pub fn sources() -> Sources {
+    Sources(std::sync::Arc::new(cdcflow_postgres::PostgresSources))
+}
+
+/// Loads the pipeline; when a source's columns are known only to its server, asks it
+/// and loads again, so that the flows reading it are planned. A source that cannot be
+/// asked is reported, and the exit code returned.
+fn load(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, ExitCode> {
     let loaded = crate::validate::load(args);
+    let Some(pipeline) = loaded.pipeline.as_ref().filter(|_| !loaded.has_errors()) else {
+        return Ok(loaded);
+    };
+    let asked = crate::runtime().block_on(cdcflow_runtime::sources::undeclared_columns(
+        pipeline,
+        &sources(),
+    ));
+    match asked {
+        Ok(columns) if columns.is_empty() => Ok(loaded),
+        Ok(columns) => Ok(crate::validate::load_with_columns(args, &columns)),
+        Err(e) => {
+            errln!("error: {e}");
+            if let Some(h) = e.help() {
+                errln!("  help: {h}");
+            }
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
+    let loaded = match load(args) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
     let shown: Vec<_> = loaded
         .diagnostics
         .iter()
@@ -50,6 +84,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
             .ok()
             .and_then(|v| v.parse().ok()),
         progress: None,
+        sources: Some(sources()),
     };
     if run.continuous {
         return continuous(pipeline, &options, run.json, run.metrics_addr);

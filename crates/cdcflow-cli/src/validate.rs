@@ -1,5 +1,6 @@
 //! `cdcflow validate`: load the pipeline and print its diagnostics.
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
@@ -12,7 +13,15 @@ use crate::{DiagnosticFormat, PipelineArgs};
 /// folder, as cargo does (`-p pipelines/x` → `pipelines/x/flows.sql:5:9`), so that
 /// they can be opened, and clicked in a terminal or CI log, from where the command ran.
 pub fn load(args: &PipelineArgs) -> Loaded {
-    let mut loaded = cdcflow_plan::load(&args.dir, &args.overrides());
+    load_with_columns(args, &BTreeMap::new())
+}
+
+/// As [`load`], with the columns of sources found on their servers.
+pub fn load_with_columns(
+    args: &PipelineArgs,
+    columns: &BTreeMap<String, datafusion::arrow::datatypes::SchemaRef>,
+) -> Loaded {
+    let mut loaded = cdcflow_plan::load_with_columns(&args.dir, &args.overrides(), columns);
     let cwd = std::env::current_dir().ok();
     for at in loaded.diagnostics.iter_mut().filter_map(|d| d.at.as_mut()) {
         at.path = shown_path(&args.dir, &at.path, cwd.as_deref());

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::connections::Connection;
+
 /// The settings of one pipeline folder.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +55,10 @@ pub struct PipelineConfig {
     /// (default false: such a link is reported and not read).
     #[serde(default)]
     pub follow_symlinks_out_of_landing: bool,
+    /// The databases sources read (`read_postgres(connection => name, …)`), by name
+    /// ([`crate::connections`]).
+    #[serde(default)]
+    pub connections: BTreeMap<String, Connection>,
 }
 
 /// Long enough to span the pauses of a writer that appends line by line or flushes a
@@ -273,6 +279,79 @@ mod tests {
             let c = PipelineConfig::parse(&format!("name: p\ntrigger_interval_seconds: {value}\n"))
                 .unwrap();
             assert_eq!(c.trigger_interval().as_secs_f64(), seconds);
+        }
+    }
+
+    #[test]
+    fn connections_in_parts_and_as_a_dsn() {
+        use crate::connections::{ConnectionKind, Target};
+        let c = PipelineConfig::parse(
+            "name: p\nconnections:\n  crm:\n    kind: postgres\n    host: db\n    database: crm\n    user: u\n    password_env: CRM_PW\n  erp:\n    kind: postgresql\n    dsn_env: ERP_DSN\n",
+        )
+        .unwrap();
+        assert_eq!(c.connections["crm"].kind, ConnectionKind::Postgres);
+        assert_eq!(
+            c.connections["crm"].target,
+            Target::Parts {
+                host: "db".into(),
+                port: 5432,
+                database: "crm".into(),
+                user: "u".into(),
+                password_env: Some("CRM_PW".into())
+            }
+        );
+        assert_eq!(
+            c.connections["erp"].target,
+            Target::DsnEnv("ERP_DSN".into())
+        );
+    }
+
+    #[test]
+    fn a_bad_connection_is_an_error_at_its_entry() {
+        // serde_yaml places an unknown key at itself, a bad value at the entry's first
+        // key, and what is found once the entry is read whole at the entry's name.
+        let cases = [
+            (
+                "    kind: oracle\n    host: h\n",
+                "unknown variant `oracle`",
+                4,
+            ),
+            (
+                "    kind: postgres\n    host: h\n    database: d\n    user: u\n    password: hunter2\n",
+                "never written in pipeline.yaml",
+                4,
+            ),
+            (
+                "    kind: postgres\n    host: h\n",
+                "missing `database`, `user`",
+                3,
+            ),
+            (
+                "    kind: postgres\n    dsn_env: X\n    host: h\n",
+                "remove `host`",
+                3,
+            ),
+            (
+                "    kind: postgres\n    dsn_env: 'not a name'\n",
+                "names an environment variable",
+                3,
+            ),
+            (
+                "    kind: postgres\n    hots: h\n",
+                "unknown field `hots`",
+                5,
+            ),
+        ];
+        for (body, wanted, line) in cases {
+            let e = PipelineConfig::parse(&format!("name: p\nconnections:\n  crm:\n{body}"))
+                .unwrap_err();
+            assert!(e.message.contains(wanted), "{body}: {}", e.message);
+            assert!(
+                e.message.starts_with("connections"),
+                "{body}: {}",
+                e.message
+            );
+            assert_eq!(e.line, Some(line), "{body}: {}", e.message);
         }
     }
 

@@ -11,6 +11,7 @@
 
 pub mod autocdc;
 pub mod config;
+pub mod connections;
 pub mod delta_schema;
 pub mod df_message;
 pub mod diagnostic;
@@ -22,6 +23,7 @@ pub mod namespace;
 pub mod pipeline;
 pub mod planner;
 pub mod read_files;
+pub mod read_postgres;
 mod relations;
 mod resolve;
 mod sql_spans;
@@ -32,4 +34,4 @@ pub mod types;
 
 pub use diagnostic::{Diagnostic, Located, Severity};
 pub use pipeline::{Dataset, ExternalDelta, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
-pub use resolve::{Loaded, load};
+pub use resolve::{Loaded, load, load_with_columns};

@@ -15,6 +15,7 @@ use crate::autocdc::AutoCdcSpec;
 use crate::config::PipelineConfig;
 use crate::diagnostic::Located;
 use crate::read_files::ReadFiles;
+use crate::read_postgres::ReadPostgres;
 
 /// Index of a file in [`Pipeline::files`].
 pub type FileId = usize;
@@ -80,10 +81,15 @@ impl Dataset {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     /// Another dataset of the pipeline; `streaming` for `STREAM(name)`.
-    Dataset { name: String, streaming: bool },
+    Dataset {
+        name: String,
+        streaming: bool,
+    },
     /// Files in a landing folder (`read_files`), or an external table stored as files.
     Files(ReadFiles),
     /// An external Delta table (pipeline.yaml `external_tables:`).
+    /// A PostgreSQL table's snapshot and changes (`read_postgres`).
+    Postgres(ReadPostgres),
     Delta(ExternalDelta),
 }
 

@@ -23,6 +23,47 @@ pub enum Relation {
     },
     /// A `read_files(…)` call.
     Files(FilesCall),
+    /// A `read_postgres(…)` call.
+    Postgres(SourceCall),
+}
+
+/// The arguments of a source function that takes named literals only
+/// (`read_postgres(connection => 'crm', table => 'public.customers')`).
+#[derive(Debug, Clone)]
+pub struct SourceCall {
+    /// Named arguments, keys lower-cased, values as text, each with its span.
+    pub options: Vec<(String, String, Span)>,
+    /// Arguments that are not named literals, for a diagnostic.
+    pub invalid: Vec<Span>,
+    pub streaming: bool,
+    pub span: Span,
+}
+
+fn source_call(args: &[FunctionArg], streaming: bool, span: Span) -> SourceCall {
+    let mut call = SourceCall {
+        options: vec![],
+        invalid: vec![],
+        streaming,
+        span,
+    };
+    for arg in args {
+        match arg {
+            FunctionArg::Named {
+                name,
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            } => match literal_text(e) {
+                Some(v) => call.options.push((
+                    name.value.to_ascii_lowercase(),
+                    v,
+                    name.span.union(&e.span()),
+                )),
+                None => call.invalid.push(e.span()),
+            },
+            other => call.invalid.push(other.span()),
+        }
+    }
+    call
 }
 
 /// The arguments of a `read_files` call, as literals.
@@ -195,7 +236,7 @@ impl Rewriter<'_> {
     fn replace(&mut self, factor: &mut TableFactor, relation: Relation, keep_span: Span) {
         let written = match &relation {
             Relation::Dataset { parts, .. } => parts.last().cloned(),
-            Relation::Files(_) => None,
+            Relation::Files(_) | Relation::Postgres(_) => None,
         };
         if let Some(new_name) = (self.resolve)(relation)
             && let TableFactor::Table {
@@ -258,6 +299,15 @@ impl VisitorMut for Rewriter<'_> {
                             Relation::Files(files_call(&fargs, true, e.span()))
                         }
                         Expr::Function(f)
+                            if f.name.0.len() == 1 && is_named(&f.name, "read_postgres") =>
+                        {
+                            let fargs = match &f.args {
+                                FunctionArguments::List(l) => l.args.clone(),
+                                _ => vec![],
+                            };
+                            Relation::Postgres(source_call(&fargs, true, e.span()))
+                        }
+                        Expr::Function(f)
                             if f.name.0.len() == 1 && (is_named(&f.name, "cloud_files")) =>
                         {
                             let fargs = match &f.args {
@@ -277,6 +327,9 @@ impl VisitorMut for Rewriter<'_> {
             Some(targs) if is_named(name, "cloud_files") => {
                 Relation::Files(cloud_files_call(&targs.args, span))
             }
+            Some(targs) if is_named(name, "read_postgres") => {
+                Relation::Postgres(source_call(&targs.args, false, span))
+            }
             Some(_) => return ControlFlow::Continue(()),
             None => {
                 let parts: Vec<String> = idents(name).iter().map(|i| i.value.clone()).collect();
@@ -293,6 +346,7 @@ impl VisitorMut for Rewriter<'_> {
         let keep = match &relation {
             Relation::Dataset { span, .. } => *span,
             Relation::Files(f) => f.span,
+            Relation::Postgres(c) => c.span,
         };
         self.replace(factor, relation, keep);
         ControlFlow::Continue(())

@@ -34,6 +34,10 @@ pub struct Offsets {
     /// Materialized views: a fingerprint of the inputs the result was computed from.
     #[serde(default)]
     pub fingerprint: Option<String>,
+    /// Sources outside the pipeline's storage ([`crate::sources`]): the position each
+    /// read up to, by its checkpoint key, as the source wrote it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub positions: BTreeMap<String, serde_json::Value>,
 }
 
 /// What a flow has processed.
@@ -51,6 +55,11 @@ pub struct Progress {
 impl Progress {
     pub fn next_batch(&self) -> i64 {
         self.committed.map_or(0, |c| c + 1)
+    }
+
+    /// The position of external source `key` the last committed batch read up to.
+    pub fn source_position(&self, key: &str) -> Option<&serde_json::Value> {
+        self.last.as_ref()?.positions.get(key)
     }
 
     /// The version of `source` read up to by the last committed batch.

@@ -1,6 +1,6 @@
 //! `cdcflow run --continuous`: keep the pipeline up to date. Landing folders are
 //! watched (notify; a rescan every trigger interval where notifications are not
-//! available), a batch starts once new files have settled, batches are at least the
+//! available, or where a source outside the storage such as PostgreSQL is polled), a batch starts once new files have settled, batches are at least the
 //! trigger interval apart, and an idle pipeline sleeps. The run lock is held
 //! throughout; on shutdown the batch under way finishes and the loop ends.
 
@@ -69,7 +69,14 @@ pub async fn run_continuous(
             None
         }
     };
-    let rescan = if watching {
+    // Sources outside the storage send no notifications: they are polled every
+    // trigger interval.
+    let polled = pipeline
+        .flows
+        .iter()
+        .flat_map(|f| f.inputs.iter())
+        .any(|i| matches!(i, Input::Postgres(_)));
+    let rescan = if watching && !polled {
         interval.max(Duration::from_secs(30))
     } else {
         interval.max(Duration::from_millis(500))

@@ -44,7 +44,8 @@ impl QueryBatch {
         let app = layout::app_id(&flow.name);
         let checkpoint = rc.checkpoint(flow)?;
         let progress = checkpoint.load(&table, &app).await?;
-        let inputs = BatchInputs::new(progress.next_batch());
+        let mut inputs = BatchInputs::new(progress.next_batch());
+        inputs.target = Some(dir.clone());
         Ok(Self {
             dir,
             table,
@@ -150,18 +151,49 @@ pub(crate) async fn append(
     query: &Query,
     report: &mut FlowReport,
 ) -> Result<(), RunError> {
-    let mut batch = QueryBatch::open(rc, flow).await?;
-    if flow.once && batch.progress.committed.is_some() {
-        report.outcome = FlowOutcome::UpToDate {
-            reason: "ONCE flow already ran".into(),
-        };
-        return Ok(());
+    // A source with more than one batch takes (a size limit) gets batches until it
+    // has none; the report adds them up.
+    let (mut read, mut written) = (0, 0);
+    loop {
+        let mut batch = QueryBatch::open(rc, flow).await?;
+        if flow.once && batch.progress.committed.is_some() {
+            report.outcome = FlowOutcome::UpToDate {
+                reason: "ONCE flow already ran".into(),
+            };
+            return Ok(());
+        }
+        batch.read_inputs(rc, flow, report).await?;
+        report.rows_read += read;
+        if !batch.inputs.has_new && batch.table.exists() && !flow.once {
+            return Ok(());
+        }
+        let more = batch.inputs.more;
+        let acknowledgements = std::mem::take(&mut batch.inputs.acknowledgements);
+        batch.commit(rc, flow, query, Mode::Append, report).await?;
+        report.rows_written += written;
+        acknowledge(acknowledgements, report).await;
+        if !more {
+            return Ok(());
+        }
+        (read, written) = (report.rows_read, report.rows_written);
     }
-    batch.read_inputs(rc, flow, report).await?;
-    if !batch.inputs.has_new && batch.table.exists() && !flow.once {
-        return Ok(());
+}
+
+/// Tells external sources that the batch holding their reads is committed. A failure
+/// is a warning, not the flow's: the commit records the position, and the next run
+/// tells the source again.
+pub(crate) async fn acknowledge(
+    acknowledgements: Vec<Box<dyn crate::sources::Acknowledge>>,
+    report: &mut FlowReport,
+) {
+    for a in acknowledgements {
+        if let Err(e) = a.acknowledge().await {
+            report.warnings.push(format!(
+                "the source was not told that the batch is committed: {}; the next run tells it again",
+                e.with_help_inline()
+            ));
+        }
     }
-    batch.commit(rc, flow, query, Mode::Append, report).await
 }
 
 /// Recomputes a materialized view when its inputs changed since the last refresh.

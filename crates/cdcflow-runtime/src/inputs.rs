@@ -22,6 +22,7 @@ use cdcflow_plan::planner::Planner;
 use crate::checkpoint::{Offsets, Progress};
 use crate::delta::{self, DataFile, Table};
 use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
+use crate::sources::{Acknowledge, Sources};
 use crate::{RunError, cascade, file_metadata, files, layout, quarantine};
 
 /// The inputs of one batch.
@@ -49,8 +50,16 @@ pub struct BatchInputs {
     pub missing: Vec<String>,
     /// The landing files read as a stream, as shown to users: the commit names them.
     pub landing: Vec<String>,
-    /// The earliest modification time of the new landing files (their arrival), µs.
+    /// The earliest modification time of the new landing files (their arrival), µs;
+    /// for external sources, the earliest source commit time of the rows read.
     pub oldest_arrival_micros: Option<i64>,
+    /// External sources to tell once the batch is committed ([`crate::sources`]).
+    pub acknowledgements: Vec<Box<dyn Acknowledge>>,
+    /// An external source has more than this batch took: the flow runs another batch.
+    pub more: bool,
+    /// The folder of the flow's target table, where left-out values of an external
+    /// source's changes are taken from ([`crate::carried`]).
+    pub target: Option<PathBuf>,
 }
 
 impl BatchInputs {
@@ -72,6 +81,9 @@ impl BatchInputs {
             missing: vec![],
             landing: vec![],
             oldest_arrival_micros: None,
+            acknowledgements: vec![],
+            more: false,
+            target: None,
         }
     }
 
@@ -133,6 +145,7 @@ pub struct InputReader<'a> {
     pub pipeline: &'a Pipeline,
     pub storage: &'a Path,
     pub ctx: &'a SessionContext,
+    pub sources: Option<&'a Sources>,
 }
 
 impl InputReader<'_> {
@@ -163,6 +176,11 @@ impl InputReader<'_> {
             match input {
                 Input::Files(rf) => self.register_files(rf, progress, planner, batch).await?,
                 Input::Delta(d) => self.register_external(d, progress, planner, batch).await?,
+                Input::Postgres(rp) => {
+                    let declared = rp.schema();
+                    self.register_source(input, &rp.table, declared, progress, planner, batch)
+                        .await?
+                }
                 Input::Dataset { name, streaming } => {
                     let d = self.dataset(name)?;
                     if d.kind == DatasetKind::View {
@@ -293,6 +311,52 @@ impl InputReader<'_> {
             .map(|(file, f)| (format!("{} ({file})", d.name), f))
             .collect();
         Ok((files, version.or(after)))
+    }
+
+    /// Reads an external source after the position the last committed batch recorded;
+    /// the rows take the declared schema when there is one.
+    async fn register_source(
+        &self,
+        input: &Input,
+        name: &str,
+        declared: Option<SchemaRef>,
+        progress: &Progress,
+        planner: &mut Planner,
+        batch: &mut BatchInputs,
+    ) -> Result<(), RunError> {
+        let source = match self.sources {
+            Some(sources) => sources.open(self.pipeline, input)?,
+            None => return Err(crate::sources::missing_kind(input)),
+        };
+        let key = source.checkpoint_key();
+        let mut read = source.read(progress.source_position(&key)).await?;
+        if let Some(carried) = read.carried.take().filter(|c| !c.cells.is_empty()) {
+            let target = batch.target.clone().ok_or_else(|| {
+                RunError::input(format!(
+                    "`{name}`: changes left values out (unchanged TOASTed values) and this read has no table to take them from"
+                ))
+            })?;
+            if let Some(first) = read.rows.first_mut() {
+                *first = crate::carried::fill(first, &carried, &target).await?;
+            }
+        }
+        let schema = declared.unwrap_or_else(|| Arc::clone(&read.schema));
+        let rows = read
+            .rows
+            .iter()
+            .map(|b| delta::conform(b, &schema))
+            .collect::<Result<Vec<_>, _>>()?;
+        let count: u64 = rows.iter().map(|b| b.num_rows() as u64).sum();
+        batch.rows += count;
+        batch.has_new |= count > 0 || read.must_commit;
+        if let Some(at) = read.oldest_change_micros {
+            batch.oldest_arrival_micros =
+                Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
+        }
+        batch.offsets.positions.insert(key, read.position);
+        batch.more |= read.more;
+        batch.acknowledgements.extend(read.acknowledge);
+        register_rows(planner, name, schema, rows)
     }
 
     async fn register_files(
@@ -491,6 +555,8 @@ fn read_whole(input: &Input) -> Input {
             streaming: false,
             ..d.clone()
         }),
+        // A change source is a stream only.
+        Input::Postgres(rp) => Input::Postgres(rp.clone()),
     }
 }
 

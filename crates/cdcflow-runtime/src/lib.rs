@@ -15,6 +15,7 @@
 //! `<storage>/state/<name>`; the published table holds only the target's columns.
 
 pub mod allocator;
+pub mod carried;
 pub mod cascade;
 pub mod catalog;
 pub mod cdc;
@@ -46,6 +47,7 @@ mod par;
 pub mod quarantine;
 mod report;
 mod runner;
+pub mod sources;
 pub mod status;
 pub mod time_travel;
 pub mod vacuum;

@@ -17,6 +17,7 @@ use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::inputs::InputReader;
 use crate::lock::RunLock;
 use crate::report::{FlowOutcome, FlowReport, RunReport};
+use crate::sources::Sources;
 use crate::{RunError, cdc, flows, layout};
 
 /// What to run.
@@ -36,6 +37,8 @@ pub struct RunOptions {
     pub now_micros: Option<i64>,
     /// Told the name of each flow as it starts (progress display).
     pub progress: Option<Progress>,
+    /// Opens the sources outside the pipeline's storage (`read_postgres`).
+    pub sources: Option<Sources>,
 }
 
 /// A callback told the name of each flow as it starts.
@@ -54,6 +57,7 @@ pub(crate) struct RunContext<'a> {
     pub storage: &'a Path,
     pub ctx: SessionContext,
     pub now_micros: i64,
+    pub sources: Option<Sources>,
 }
 
 impl RunContext<'_> {
@@ -62,6 +66,7 @@ impl RunContext<'_> {
             pipeline: self.pipeline,
             storage: self.storage,
             ctx: &self.ctx,
+            sources: self.sources.as_ref(),
         }
     }
 
@@ -129,6 +134,7 @@ pub(crate) async fn run_locked(
         now_micros: options
             .now_micros
             .unwrap_or_else(|| chrono::Utc::now().timestamp_micros()),
+        sources: options.sources.clone(),
     };
     // Targets not updated by this run, and why: their readers are skipped.
     let mut blocked: BTreeMap<String, &'static str> = BTreeMap::new();
@@ -157,7 +163,7 @@ pub(crate) async fn run_locked(
             Input::Dataset { name, .. } => blocked
                 .get(&name.to_lowercase())
                 .map(|why| format!("input `{name}` {why}")),
-            Input::Files(_) | Input::Delta(_) => None,
+            Input::Files(_) | Input::Delta(_) | Input::Postgres(_) => None,
         });
         let mut r = match upstream {
             Some(reason) => {
@@ -231,7 +237,7 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
         // disagree on a column's type or none of which can be read, which is an error.
         let unusable = flow.inputs.iter().find_map(|i| match i {
             Input::Files(rf) => rf.schema().err(),
-            Input::Dataset { .. } | Input::Delta(_) => None,
+            Input::Dataset { .. } | Input::Delta(_) | Input::Postgres(_) => None,
         });
         if let Some(error) = unusable {
             report.outcome = FlowOutcome::Failed {

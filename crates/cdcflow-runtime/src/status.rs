@@ -13,7 +13,35 @@ use serde::Serialize;
 use crate::checkpoint::Checkpoint;
 use crate::delta::Table;
 use crate::landing::FileName;
+use crate::sources::{SourceStatus, Sources};
 use crate::{RunError, catalog, event_log, layout};
+
+/// The status of external source `input`; a failure to ask is its warning.
+async fn source_status(
+    pipeline: &Pipeline,
+    input: &Input,
+    sources: &Sources,
+    progress: &crate::checkpoint::Progress,
+) -> SourceStatus {
+    let source = match sources.open(pipeline, input) {
+        Ok(s) => s,
+        Err(e) => {
+            return SourceStatus {
+                warning: Some(e.with_help_inline()),
+                ..SourceStatus::default()
+            };
+        }
+    };
+    let key = source.checkpoint_key();
+    match source.status(progress.source_position(&key)).await {
+        Ok(s) => s,
+        Err(e) => SourceStatus {
+            source: key,
+            warning: Some(format!("cannot ask the source: {}", e.with_help_inline())),
+            ..SourceStatus::default()
+        },
+    }
+}
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct FlowStatus {
@@ -37,9 +65,21 @@ pub struct FlowStatus {
     pub last_error: Option<String>,
     /// Why the flow's table cannot be read now (a damaged Delta log), when it cannot.
     pub unreadable: Option<String>,
+    /// Sources outside the storage that the flow reads (`read_postgres`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceStatus>,
 }
 
 pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
+    status_with_sources(pipeline, None).await
+}
+
+/// As [`status`], asking the sources outside the storage how far behind each flow is.
+/// A source that cannot be asked (its server down) is a warning in its status.
+pub async fn status_with_sources(
+    pipeline: &Pipeline,
+    sources: Option<&Sources>,
+) -> Result<Vec<FlowStatus>, RunError> {
     let storage = pipeline.storage_dir();
     // In the pipeline's order; looked up by name.
     let mut out: Vec<FlowStatus> = Vec::new();
@@ -70,6 +110,11 @@ pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         for input in &flow.inputs {
+            if let (Input::Postgres(_), Some(sources)) = (input, sources) {
+                s.sources
+                    .push(source_status(pipeline, input, sources, &progress).await);
+                continue;
+            }
             let Input::Files(rf) = input else { continue };
             if !rf.streaming {
                 continue;

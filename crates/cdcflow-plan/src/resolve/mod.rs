@@ -22,12 +22,14 @@ use datafusion::logical_expr::{ExprSchemable, Extension, LogicalPlan, LogicalPla
 
 use crate::autocdc::{AutoCdcNode, AutoCdcSpec, END_AT, RESERVED_PREFIX, START_AT, SequenceField};
 use crate::config::PipelineConfig;
+use crate::connections::Connection;
 use crate::diagnostic::{Diagnostic, Located};
 use crate::namespace::Namespace;
 use crate::pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
 use crate::planner::Planner;
 use crate::read_files::{FileFormat, ReadFiles};
-use crate::relations::{FilesCall, Relation, rewrite_relations};
+use crate::read_postgres::{self, ReadPostgres, TableName};
+use crate::relations::{FilesCall, Relation, SourceCall, rewrite_relations};
 use crate::suggest;
 use crate::types::{arrow_type, ddl_schema};
 use lookup::Found;
@@ -51,6 +53,16 @@ const CONFIG_FILE: &str = "pipeline.yaml";
 /// Loads, resolves and plans the pipeline in `root`. `overrides` replace
 /// `configuration` values of `pipeline.yaml`. Nothing is written.
 pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
+    load_with_columns(root, overrides, &BTreeMap::new())
+}
+
+/// As [`load`], with the columns of sources that only a server knows (found by the
+/// run before planning), by [`ReadPostgres::key`].
+pub fn load_with_columns(
+    root: &Path,
+    overrides: &BTreeMap<String, String>,
+    columns: &BTreeMap<String, SchemaRef>,
+) -> Loaded {
     let mut diags = Vec::new();
     let config_path = root.join(CONFIG_FILE);
     let config_text: Arc<str> = match std::fs::read_to_string(&config_path) {
@@ -74,17 +86,26 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         Err(e) => {
             let line = e.line.unwrap_or(1);
             let col = e.column.unwrap_or(1);
-            let d = Diagnostic::error(
-                "cdcflow::config",
-                format!("invalid pipeline.yaml: {}", e.message),
-            )
-            .at(Located {
-                path: CONFIG_FILE.to_string(),
-                text: Arc::clone(&config_text),
-                span: Span::new(Location::new(line, col), Location::new(line, col + 1)),
-                label: "here".into(),
-            })
-            .help("pipeline.yaml takes name, storage, libraries, configuration, catalog, schema, external_tables, bad_records, trigger_interval_seconds, landing_settle_seconds and follow_symlinks_out_of_landing (docs/pipeline-format.md)");
+            // A `connections:` entry gets its own code and help.
+            let connection = e.message.starts_with("connections");
+            let (code, help) = match connection {
+                true => (
+                    "cdcflow::connection",
+                    "a connection takes kind: postgres, host, port, database, user and password_env (or dsn_env alone); secrets come from environment variables, never from the file",
+                ),
+                false => (
+                    "cdcflow::config",
+                    "pipeline.yaml takes name, storage, libraries, configuration, catalog, schema, external_tables, connections, bad_records, trigger_interval_seconds, landing_settle_seconds and follow_symlinks_out_of_landing (docs/pipeline-format.md)",
+                ),
+            };
+            let d = Diagnostic::error(code, format!("invalid pipeline.yaml: {}", e.message))
+                .at(Located {
+                    path: CONFIG_FILE.to_string(),
+                    text: Arc::clone(&config_text),
+                    span: Span::new(Location::new(line, col), Location::new(line, col + 1)),
+                    label: "here".into(),
+                })
+                .help(help);
             diags.push(d);
             return Loaded {
                 pipeline: None,
@@ -109,6 +130,8 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
         broken: Default::default(),
         broken_references: 0,
         externals: Vec::new(),
+        connections: config.connections.clone(),
+        source_columns: columns.clone(),
     };
     let defaults = Namespace::new(config.catalog.clone(), config.schema.clone());
     r.externals = config
@@ -125,6 +148,7 @@ pub fn load(root: &Path, overrides: &BTreeMap<String, String>) -> Loaded {
     r.collect(&defaults);
     r.check_moved_folders(&root.join(&config.storage));
     r.check_targets();
+    r.check_change_source_readers();
     let order = r.order_datasets();
     r.check_view_depth(&order);
     r.derive_schemas(&order);
@@ -181,6 +205,10 @@ struct Resolver<'a> {
     broken_references: usize,
     /// Tables from outside the pipeline (pipeline.yaml `external_tables:`).
     externals: Vec<external::External>,
+    /// `connections:` of pipeline.yaml, by name.
+    connections: BTreeMap<String, Connection>,
+    /// Columns of sources found on their servers, by [`ReadPostgres::key`].
+    source_columns: BTreeMap<String, SchemaRef>,
 }
 
 /// A flow as parsed, before its references are resolved.
@@ -629,6 +657,7 @@ impl Resolver<'_> {
                             Input::Dataset { name, .. } => name.clone(),
                             Input::Files(f) => f.table.clone(),
                             Input::Delta(d) => d.table.clone(),
+                            Input::Postgres(p) => p.table.clone(),
                         })
                         .unwrap_or_default(),
                     streaming: source.streaming,

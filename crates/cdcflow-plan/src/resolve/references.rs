@@ -1,4 +1,4 @@
-//! Resolving the relations of queries: datasets and `read_files` sources.
+//! Resolving the relations of queries: datasets, `read_files` and `read_postgres` sources.
 
 use super::external;
 use super::lookup::Found;
@@ -13,6 +13,8 @@ enum Resolved {
     Files(String),
     /// A direct file reference (`json.\`path\``) and the table name that stands for it.
     Direct(crate::config::ExternalTableConfig, String),
+    /// A `read_postgres` call and the table name that stands for it.
+    Postgres(String),
 }
 
 impl Resolver<'_> {
@@ -65,6 +67,12 @@ impl Resolver<'_> {
                 found.push((rel, Resolved::Files(table.clone())));
                 Some(table)
             }
+            Relation::Postgres(_) => {
+                counter += 1;
+                let table = format!("__postgres_{flow}_{counter}");
+                found.push((rel, Resolved::Postgres(table.clone())));
+                Some(table)
+            }
         });
         let mut inputs = Vec::new();
         for (rel, resolved) in found {
@@ -102,6 +110,11 @@ impl Resolver<'_> {
                 (Relation::Files(call), Resolved::Files(table)) => {
                     if let Some(rf) = self.read_files(&call, table, file) {
                         inputs.push(Input::Files(rf));
+                    }
+                }
+                (Relation::Postgres(call), Resolved::Postgres(table)) => {
+                    if let Some(rp) = self.read_postgres(&call, table, file) {
+                        inputs.push(Input::Postgres(rp));
                     }
                 }
                 _ => {}
@@ -225,6 +238,182 @@ impl Resolver<'_> {
             metadata: false,
             span: call.span,
         })
+    }
+
+    /// `read_postgres` feeds a streaming table through an append flow: that flow's
+    /// commits are what the slot is acknowledged after. A materialized view or a view
+    /// over it would read the changes without ever letting the server free them.
+    pub(super) fn check_change_source_readers(&mut self) {
+        for f in 0..self.flows.len() {
+            let appends = matches!(self.flows[f].kind, FlowKind::Query { .. })
+                && self
+                    .dataset_index(&self.flows[f].target)
+                    .is_some_and(|d| self.datasets[d].kind == DatasetKind::StreamingTable);
+            if appends {
+                continue;
+            }
+            let spans: Vec<Span> = self.flows[f]
+                .inputs
+                .iter()
+                .filter_map(|i| match i {
+                    Input::Postgres(rp) => Some(rp.span),
+                    _ => None,
+                })
+                .collect();
+            let file = self.flows[f].file;
+            for span in spans {
+                self.error(file, span, "cdcflow::read_postgres", "read_postgres feeds a streaming table: read it in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM read_postgres(…)` (or a flow INSERT INTO one)".into(), "not a streaming table's query", Some("land the changes in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
+            }
+        }
+    }
+
+    /// A `read_postgres` call: named literal options, a streaming read, a connection
+    /// pipeline.yaml declares, a table name, and the columns when `schema =>` gives them.
+    pub(super) fn read_postgres(
+        &mut self,
+        call: &SourceCall,
+        table: String,
+        file: FileId,
+    ) -> Option<ReadPostgres> {
+        const CODE: &str = "cdcflow::read_postgres";
+        let example = "STREAM read_postgres(connection => 'crm', table => 'public.customers')";
+        let mut ok = true;
+        for span in &call.invalid {
+            self.error(
+                file,
+                *span,
+                CODE,
+                "read_postgres takes named literal arguments".into(),
+                "not a named literal",
+                Some(format!("write them as name => 'value': {example}")),
+            );
+            ok = false;
+        }
+        if !call.streaming {
+            self.error(file, call.span, CODE, "read_postgres is a streaming source: it reads a table's snapshot and then its changes".into(), "read without STREAM", Some(format!("read it as a stream into a streaming table: FROM {example}")));
+            ok = false;
+        }
+        for (key, _, span) in &call.options {
+            if !read_postgres::OPTIONS.contains(&key.as_str()) {
+                let near = suggest::did_you_mean(key, read_postgres::OPTIONS.iter().copied())
+                    .map(|d| format!("{d} "))
+                    .unwrap_or_default();
+                self.error(
+                    file,
+                    *span,
+                    CODE,
+                    format!("read_postgres has no option `{key}`"),
+                    "unknown option",
+                    Some(format!(
+                        "{near}read_postgres takes {}",
+                        read_postgres::OPTIONS.join(", ")
+                    )),
+                );
+                ok = false;
+            }
+        }
+        let option = |name: &str| call.options.iter().find(|o| o.0 == name).cloned();
+        let connection = match option("connection") {
+            Some((_, name, span)) => match self.connections.get(&name) {
+                Some(_) => Some(name),
+                None => {
+                    let mut known: Vec<&str> =
+                        self.connections.keys().map(String::as_str).collect();
+                    known.sort();
+                    let help = match known.is_empty() {
+                        true => "declare it in pipeline.yaml: connections: { <name>: { kind: postgres, host: …, database: …, user: …, password_env: … } }".to_string(),
+                        false => format!("{}pipeline.yaml declares: {}", suggest::did_you_mean(&name, known.iter().copied()).map(|d| format!("{d} ")).unwrap_or_default(), known.join(", ")),
+                    };
+                    self.error(
+                        file,
+                        span,
+                        "cdcflow::connection",
+                        format!("unknown connection `{name}`"),
+                        "not in pipeline.yaml's connections",
+                        Some(help),
+                    );
+                    None
+                }
+            },
+            None => {
+                self.error(
+                    file,
+                    call.span,
+                    CODE,
+                    "read_postgres needs connection => '<name in pipeline.yaml>'".into(),
+                    "no connection",
+                    Some(example.into()),
+                );
+                None
+            }
+        };
+        let source = match option("table") {
+            Some((_, text, span)) => match TableName::parse(&text) {
+                Some(t) => Some(t),
+                None => {
+                    self.error(file, span, CODE, format!("`{text}` is not a table name"), "table", Some("write it as 'schema.table' or 'table' (in public); quote names with double quotes inside: '\"Sales\".orders'".into()));
+                    None
+                }
+            },
+            None => {
+                self.error(
+                    file,
+                    call.span,
+                    CODE,
+                    "read_postgres needs table => 'schema.table'".into(),
+                    "no table",
+                    Some(example.into()),
+                );
+                None
+            }
+        };
+        let mut declared_columns = None;
+        if let Some((_, ddl, span)) = option("schema") {
+            match ddl_schema(&ddl) {
+                Ok(s) => {
+                    let clash = s.fields().iter().find(|f| {
+                        read_postgres::metadata_fields()
+                            .iter()
+                            .any(|m| m.name().eq_ignore_ascii_case(f.name()))
+                    });
+                    match clash {
+                        Some(f) => {
+                            self.error(file, span, "cdcflow::schema", format!("column `{}` has the name of a change metadata column", f.name()), "schema", Some("read_postgres adds _change_type, _commit_lsn, _change_seq, _commit_timestamp and _xid to the table's columns; rename the column in a view of the table".into()));
+                            ok = false;
+                        }
+                        None => declared_columns = Some(Arc::new(s)),
+                    }
+                }
+                Err(e) => {
+                    self.error(file, span, "cdcflow::schema", format!("invalid schema: {e}"), "schema", Some("the table's columns as Databricks types: schema => 'id INT, name STRING, amount DECIMAL(10,2)'".into()));
+                    ok = false;
+                }
+            }
+        }
+        let mut max_changes_per_batch = read_postgres::DEFAULT_MAX_CHANGES_PER_BATCH;
+        if let Some((_, text, span)) = option("max_changes_per_batch") {
+            match text.parse::<u64>() {
+                Ok(n) if n > 0 => max_changes_per_batch = n,
+                _ => {
+                    self.error(file, span, CODE, format!("max_changes_per_batch must be a whole number above 0, not `{text}`"), "max_changes_per_batch", Some(format!("the changes one batch takes at most (whole transactions), by default {}", read_postgres::DEFAULT_MAX_CHANGES_PER_BATCH)));
+                    ok = false;
+                }
+            }
+        }
+        let (Some(connection), Some(source), true) = (connection, source, ok) else {
+            return None;
+        };
+        let mut rp = ReadPostgres {
+            table,
+            connection,
+            source,
+            declared_columns,
+            discovered_columns: None,
+            max_changes_per_batch,
+            span: call.span,
+        };
+        rp.discovered_columns = self.source_columns.get(&rp.key()).cloned();
+        Some(rp)
     }
 
     /// A landing path that does not exist is a warning, not an error: the folder may be

@@ -137,6 +137,16 @@ impl Resolver<'_> {
                     )
                 })
             }
+            Input::Postgres(rp) => {
+                let s = rp.schema().ok_or_else(|| {
+                    format!(
+                        "the columns of PostgreSQL table `{}` are known only at run time (declare them with schema => '…' to have them checked now)",
+                        rp.source
+                    )
+                })?;
+                self.planner.register_schema(&rp.table, Arc::clone(&s));
+                Ok(s)
+            }
         }
     }
 

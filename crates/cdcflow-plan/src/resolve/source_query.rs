@@ -86,6 +86,8 @@ impl Resolver<'_> {
                 Input::Dataset { streaming, .. } => *streaming,
                 Input::Files(rf) => rf.streaming,
                 Input::Delta(d) => d.streaming,
+                // A change source is read as a stream only.
+                Input::Postgres(_) => true,
             })
         });
         cdc.source = CdcSource::Dataset(SourceRef {

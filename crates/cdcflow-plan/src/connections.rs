@@ -1,0 +1,161 @@
+//! `connections:` in pipeline.yaml: the databases a pipeline's sources read, by name.
+//! Where to connect is written in the file; a secret never is: the password, or a whole
+//! DSN, is named by the environment variable that holds it. Mistakes are found while
+//! the file is read, so they are reported at their line and column.
+//!
+//! ```yaml
+//! connections:
+//!   crm:
+//!     kind: postgres
+//!     host: db.internal
+//!     port: 5432
+//!     database: crm
+//!     user: cdcflow
+//!     password_env: CRM_PASSWORD
+//!   erp:
+//!     kind: postgres
+//!     dsn_env: ERP_DSN        # postgresql://user:password@host:5432/database
+//! ```
+
+use serde::Deserialize;
+
+/// The kinds of database a connection reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectionKind {
+    #[serde(alias = "postgresql")]
+    Postgres,
+}
+
+impl ConnectionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+/// One entry of `connections:`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "RawConnection")]
+pub struct Connection {
+    pub kind: ConnectionKind,
+    pub target: Target,
+}
+
+/// Where a connection goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Host, port, database and user written out; the password, if any, in an
+    /// environment variable.
+    Parts {
+        host: String,
+        port: u16,
+        database: String,
+        user: String,
+        password_env: Option<String>,
+    },
+    /// A whole DSN in an environment variable.
+    DsnEnv(String),
+}
+
+/// The default PostgreSQL port.
+pub const DEFAULT_PORT: u16 = 5432;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConnection {
+    kind: ConnectionKind,
+    host: Option<String>,
+    port: Option<u16>,
+    database: Option<String>,
+    user: Option<String>,
+    password_env: Option<String>,
+    dsn_env: Option<String>,
+    #[serde(default)]
+    password: Option<Secret>,
+    #[serde(default)]
+    dsn: Option<Secret>,
+}
+
+/// A secret written into the file: refused where it is written.
+struct Secret;
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom(
+            "a password or DSN is never written in pipeline.yaml: put it in an environment variable and name the variable with `password_env:` or `dsn_env:`",
+        ))
+    }
+}
+
+impl TryFrom<RawConnection> for Connection {
+    type Error = String;
+
+    fn try_from(raw: RawConnection) -> Result<Self, String> {
+        // Refused while deserializing; kept so the fields are read.
+        let _ = (raw.password.is_some(), raw.dsn.is_some());
+        let env_name = |name: &str, value: &str| -> Result<String, String> {
+            let ok = !value.is_empty()
+                && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !value.starts_with(|c: char| c.is_ascii_digit());
+            match ok {
+                true => Ok(value.to_string()),
+                false => Err(format!(
+                    "`{name}` names an environment variable (letters, digits and _), not `{value}`"
+                )),
+            }
+        };
+        if let Some(dsn) = raw.dsn_env {
+            let written: Vec<&str> = [
+                ("host", raw.host.is_some()),
+                ("port", raw.port.is_some()),
+                ("database", raw.database.is_some()),
+                ("user", raw.user.is_some()),
+                ("password_env", raw.password_env.is_some()),
+            ]
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(k, _)| *k)
+            .collect();
+            if !written.is_empty() {
+                return Err(format!(
+                    "a connection with `dsn_env` takes everything from the DSN; remove `{}`",
+                    written.join("`, `")
+                ));
+            }
+            return Ok(Self {
+                kind: raw.kind,
+                target: Target::DsnEnv(env_name("dsn_env", &dsn)?),
+            });
+        }
+        let missing: Vec<&str> = [
+            ("host", raw.host.is_none()),
+            ("database", raw.database.is_none()),
+            ("user", raw.user.is_none()),
+        ]
+        .iter()
+        .filter(|(_, gone)| *gone)
+        .map(|(k, _)| *k)
+        .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "a connection needs `host`, `database` and `user` (or `dsn_env`); missing `{}`",
+                missing.join("`, `")
+            ));
+        }
+        Ok(Self {
+            kind: raw.kind,
+            target: Target::Parts {
+                host: raw.host.unwrap_or_default(),
+                port: raw.port.unwrap_or(DEFAULT_PORT),
+                database: raw.database.unwrap_or_default(),
+                user: raw.user.unwrap_or_default(),
+                password_env: raw
+                    .password_env
+                    .map(|v| env_name("password_env", &v))
+                    .transpose()?,
+            },
+        })
+    }
+}

@@ -1,0 +1,167 @@
+//! Where a PostgreSQL source connects: host, port, database, user and password, from
+//! `connections:` in pipeline.yaml (the password, or a whole DSN, from an environment
+//! variable). Both connections a source opens (SQL for the snapshot and the catalog,
+//! replication for the change stream) are made from it, with the same session settings
+//! so that values arrive as the same text on both.
+
+use std::time::Duration;
+
+use pgwire_replication::ReplicationConfig;
+
+use crate::error::PgError;
+
+/// Session settings that fix how values are printed as text: ISO dates, instants in
+/// UTC, hex bytea, UTF-8, and floats that round-trip.
+const SESSION_OPTIONS: &str = "-c DateStyle=ISO,YMD -c TimeZone=UTC -c IntervalStyle=iso_8601 -c bytea_output=hex -c extra_float_digits=1 -c client_encoding=UTF8";
+
+/// A PostgreSQL server and the role cdcflow connects as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgConnection {
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+    pub user: String,
+    pub password: Option<String>,
+}
+
+impl PgConnection {
+    /// From a libpq-style DSN (`postgresql://user:pw@host:5432/db` or
+    /// `host=… port=… dbname=… user=…`).
+    pub fn from_dsn(dsn: &str) -> Result<Self, PgError> {
+        let config: tokio_postgres::Config = dsn.parse().map_err(|e| PgError::NotReady {
+            message: format!("the DSN cannot be read: {e}"),
+            help: "write it as postgresql://user:password@host:5432/database".into(),
+        })?;
+        let host = config
+            .get_hosts()
+            .iter()
+            .find_map(|h| match h {
+                tokio_postgres::config::Host::Tcp(name) => Some(name.clone()),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            })
+            .unwrap_or_else(|| "localhost".into());
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let user = config.get_user().unwrap_or("postgres").to_string();
+        let database = config.get_dbname().unwrap_or(&user).to_string();
+        let password = config
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned());
+        Ok(Self {
+            host,
+            port,
+            database,
+            user,
+            password,
+        })
+    }
+
+    /// The same server and role, another database.
+    pub fn with_database(&self, database: &str) -> Self {
+        Self {
+            database: database.into(),
+            ..self.clone()
+        }
+    }
+
+    fn sql_config(&self) -> tokio_postgres::Config {
+        let mut c = tokio_postgres::Config::new();
+        c.host(&self.host)
+            .port(self.port)
+            .dbname(&self.database)
+            .user(&self.user)
+            .application_name("cdcflow")
+            .options(SESSION_OPTIONS)
+            .connect_timeout(Duration::from_secs(10));
+        if let Some(p) = &self.password {
+            c.password(p);
+        }
+        c
+    }
+
+    /// An SQL connection; its driver task runs on the current tokio runtime.
+    pub async fn connect(&self) -> Result<tokio_postgres::Client, PgError> {
+        let (client, connection) = self
+            .sql_config()
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| match e.as_db_error() {
+                Some(_) => PgError::Sql(e),
+                None => PgError::NotReady {
+                    message: format!(
+                        "cannot connect to PostgreSQL at {}:{} (database `{}`, user `{}`): {}",
+                        self.host,
+                        self.port,
+                        self.database,
+                        self.user,
+                        std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string)
+                    ),
+                    help: "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up".into(),
+                },
+            })?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "PostgreSQL connection ended");
+            }
+        });
+        Ok(client)
+    }
+
+    /// The replication connection's settings for `slot` and `publication`.
+    pub(crate) fn replication_config(&self, slot: &str, publication: &str) -> ReplicationConfig {
+        ReplicationConfig::new(
+            self.host.clone(),
+            self.user.clone(),
+            self.password.clone().unwrap_or_default(),
+            self.database.clone(),
+            slot,
+            publication,
+        )
+        .with_port(self.port)
+        .with_options(SESSION_OPTIONS)
+        .with_application_name("cdcflow")
+        .with_status_interval(Duration::from_millis(200))
+    }
+}
+
+/// `name` as an SQL identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `text` as an SQL string literal.
+pub fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dsn_in_both_forms() {
+        let c = PgConnection::from_dsn("postgresql://crm:secret@db.local:6543/sales").unwrap();
+        assert_eq!(
+            c,
+            PgConnection {
+                host: "db.local".into(),
+                port: 6543,
+                database: "sales".into(),
+                user: "crm".into(),
+                password: Some("secret".into())
+            }
+        );
+        let c = PgConnection::from_dsn("host=127.0.0.1 user=postgres dbname=test").unwrap();
+        assert_eq!(
+            (c.port, c.database.as_str(), c.password),
+            (5432, "test", None)
+        );
+        assert!(PgConnection::from_dsn("postgresql://[").is_err());
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_ident("we\"ird"), "\"we\"\"ird\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+    }
+}

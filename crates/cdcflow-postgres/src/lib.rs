@@ -1,0 +1,26 @@
+//! The PostgreSQL change source, beside the data path: `read_postgres(connection =>
+//! …, table => …)` in a flow reads a table's initial snapshot and then its changes
+//! through logical replication (the `pgoutput` plugin), as Arrow rows with change
+//! metadata. The runtime calls it through its source interface; only the crates that
+//! run pipelines compile this one and its drivers (docs/sources.md).
+//!
+//! - [`connection`]: where to connect, and the two connections made from it;
+//! - [`source`]: slot, publication, snapshot, streaming and acknowledgement;
+//! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
+//!   [`changes`]: the rows and their metadata columns.
+
+pub mod changes;
+pub mod connection;
+pub mod error;
+pub mod pgoutput;
+pub mod runtime;
+pub mod source;
+pub mod types;
+
+pub use changes::ChangeKind;
+pub use connection::PgConnection;
+pub use error::PgError;
+pub use runtime::PostgresSources;
+pub use source::{Changes, TableRef, TableSource, lsn_text};
+/// The SQL driver, so that callers can name the types of [`PgConnection::connect`]'s client.
+pub use tokio_postgres;

@@ -1,0 +1,827 @@
+//! One table read through logical replication: checks that the server is ready,
+//! creates the publication and the slot when missing, copies the table in the snapshot
+//! the slot exports, and streams the changes committed since the checkpoint's position
+//! up to the WAL flushed when the read began ("everything available now").
+//!
+//! The position is an LSN: every transaction that committed before it has been read.
+//! The slot's confirmed position only moves in [`TableSource::acknowledge`], which the
+//! caller runs after the rows are durably committed; until then the server keeps the
+//! WAL, so a crash at any point reads the same changes again. A read also skips every
+//! transaction that ended at or before the position it starts from, so a slot left
+//! behind by a crash between the commit and the acknowledgement gives no doubles.
+
+use std::time::Duration;
+
+use cdcflow_plan::read_postgres::TableName;
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use crate::changes::{ChangeKind, ChangeMeta, ChangeRows, TableColumn};
+use crate::connection::{PgConnection, quote_ident, quote_literal};
+use crate::error::PgError;
+use crate::pgoutput::{self, Message, RelationColumn, Value};
+
+/// How long the stream may stay silent before the read fails (the server sends a
+/// keepalive every `wal_sender_timeout / 2`, 30 s by default).
+const SILENCE: Duration = Duration::from_secs(120);
+/// How long a read waits for a slot another session still holds.
+const SLOT_BUSY: Duration = Duration::from_secs(10);
+/// Rows per FETCH of the snapshot copy.
+const SNAPSHOT_CHUNK: usize = 10_000;
+/// Seconds since the Unix epoch at PostgreSQL's epoch (2000-01-01).
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// A table, schema-qualified (the planner's name for it).
+pub type TableRef = TableName;
+
+/// `table` as SQL, each part quoted.
+pub fn table_sql(table: &TableName) -> String {
+    format!(
+        "{}.{}",
+        quote_ident(&table.schema),
+        quote_ident(&table.name)
+    )
+}
+
+/// One table of a PostgreSQL database, read through a slot and publication of its own.
+#[derive(Debug, Clone)]
+pub struct TableSource {
+    pub connection: PgConnection,
+    pub table: TableRef,
+    /// The replication slot (created when missing).
+    pub slot: String,
+    /// The publication the slot streams (created when missing).
+    pub publication: String,
+    /// A read stops after the transaction that brings it to this many changes (and
+    /// says there is more); the snapshot is taken whole.
+    pub max_changes: usize,
+}
+
+/// What one read found.
+pub struct Changes {
+    pub rows: datafusion::arrow::array::RecordBatch,
+    /// Everything committed before this LSN is in `rows` or in earlier reads.
+    pub position: u64,
+    /// The rows start with the table's initial snapshot.
+    pub snapshot: bool,
+    /// The read stopped at its size limit before the WAL flushed when it began: read
+    /// again.
+    pub more: bool,
+    /// The replica identity's columns (known once the stream described the table).
+    pub keys: Vec<String>,
+    /// Cells updates left out (unchanged TOASTed values) that no earlier row of this
+    /// read gives: (row, column). They are the values of the key's latest row stored
+    /// before this read.
+    pub unresolved: Vec<cdcflow_runtime::sources::CarriedCell>,
+    session: Option<ReplicationClient>,
+}
+
+impl std::fmt::Debug for Changes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Changes")
+            .field("rows", &self.rows.num_rows())
+            .field("position", &Lsn::from_u64(self.position).to_pg_string())
+            .field("snapshot", &self.snapshot)
+            .finish()
+    }
+}
+
+/// An LSN as PostgreSQL prints it (`16/B374D848`).
+pub fn lsn_text(lsn: u64) -> String {
+    Lsn::from_u64(lsn).to_pg_string()
+}
+
+fn parse_lsn(text: &str) -> Result<u64, PgError> {
+    Lsn::parse(text)
+        .map(Lsn::as_u64)
+        .map_err(|e| PgError::Protocol(format!("`{text}` is not an LSN: {e}")))
+}
+
+async fn one_value(client: &Client, sql: &str) -> Result<Option<String>, PgError> {
+    for m in client.simple_query(sql).await? {
+        if let SimpleQueryMessage::Row(row) = m {
+            return Ok(row.get(0).map(String::from));
+        }
+    }
+    Ok(None)
+}
+
+impl TableSource {
+    /// Reads the changes committed after `after` (a position an earlier read returned
+    /// and the caller committed), or, with `None`, the table's snapshot and what
+    /// followed it. The replication session stays open until [`Self::acknowledge`].
+    pub async fn read(&self, after: Option<u64>) -> Result<Changes, PgError> {
+        let client = self.connection.connect().await?;
+        self.check_ready(&client).await?;
+        // The WAL to read up to, taken before the columns: a column added by a
+        // transaction the read takes in is then in the table's columns (the stream's
+        // older transactions may lack it: they get nulls).
+        let target = parse_lsn(
+            &one_value(&client, "SELECT pg_current_wal_flush_lsn()::text")
+                .await?
+                .unwrap_or_default(),
+        )?;
+        let columns = self.columns(&client).await?;
+        self.ensure_publication(&client).await?;
+        let mut rows = ChangeRows::new(columns);
+        let (start, session, snapshot) = match after {
+            None => {
+                let (consistent, session) = self.snapshot(&client, &mut rows).await?;
+                (consistent, Some(session), true)
+            }
+            Some(after) => {
+                self.check_slot(&client, after).await?;
+                (after, None, false)
+            }
+        };
+        if target <= start {
+            // Nothing to stream; a gated session that never started ends when dropped.
+            drop(session);
+            return Ok(Changes {
+                keys: rows.key_names(),
+                unresolved: rows.unresolved(),
+                rows: rows.finish()?,
+                position: start,
+                snapshot,
+                more: false,
+                session: None,
+            });
+        }
+        let mut session = match session {
+            Some(mut s) => {
+                s.start().await?;
+                s.wait_started().await?;
+                s
+            }
+            None => self.start_streaming(start).await?,
+        };
+        let limit = rows.len() + self.max_changes.max(1);
+        let position = stream(&mut session, &mut rows, start, target, limit).await?;
+        let more = position < target;
+        Ok(Changes {
+            keys: rows.key_names(),
+            unresolved: rows.unresolved(),
+            rows: rows.finish()?,
+            position,
+            snapshot,
+            more,
+            session: Some(session),
+        })
+    }
+
+    /// A replication session streaming from `start`. The slot may still be held for a
+    /// moment by the session of a process that just died (the server notices the
+    /// closed connection soon after): that is waited for, a few seconds at most.
+    async fn start_streaming(&self, start: u64) -> Result<ReplicationClient, PgError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let config = self
+                .connection
+                .replication_config(&self.slot, &self.publication)
+                .with_start_lsn(Lsn::from_u64(start))
+                .with_ack_lsn(Lsn::from_u64(start));
+            let mut session = ReplicationClient::connect(config).await?;
+            match session.wait_started().await {
+                Ok(()) => return Ok(session),
+                Err(e) if e.to_string().contains("is active for PID") && waited < SLOT_BUSY => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    waited += Duration::from_millis(250);
+                }
+                Err(e) if e.to_string().contains("is active for PID") => {
+                    return Err(PgError::Slot {
+                        message: format!("replication slot `{}` is in use by another session: {e}", self.slot),
+                        help: "is another cdcflow run of this pipeline going on? Two runs cannot read one slot".into(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Moves the slot's confirmed position to `changes.position`, so the server can
+    /// free the WAL before it. Run only after the rows are durably committed.
+    pub async fn acknowledge(&self, changes: Changes) -> Result<(), PgError> {
+        let position = changes.position;
+        if let Some(mut session) = changes.session {
+            session.update_applied_lsn(Lsn::from_u64(position));
+            // The worker sends the position within its status interval.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let _ = session.shutdown().await;
+        }
+        let client = self.connection.connect().await?;
+        // The walsender may take a moment to let go of the slot.
+        for _ in 0..100 {
+            let row = client
+                .query_opt(
+                    "SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&self.slot],
+                )
+                .await?;
+            let Some(row) = row else {
+                return Err(self.slot_missing());
+            };
+            let active: bool = row.get(0);
+            let confirmed: Option<String> = row.get(1);
+            let confirmed = confirmed
+                .as_deref()
+                .map(parse_lsn)
+                .transpose()?
+                .unwrap_or(0);
+            if confirmed >= position {
+                return Ok(());
+            }
+            if !active {
+                client
+                    .simple_query(&format!(
+                        "SELECT pg_replication_slot_advance({}, {}::pg_lsn)",
+                        quote_literal(&self.slot),
+                        quote_literal(&lsn_text(position))
+                    ))
+                    .await?;
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(PgError::Slot {
+            message: format!(
+                "replication slot `{}` stayed in use by another session: its position was not advanced to {}",
+                self.slot,
+                lsn_text(position)
+            ),
+            help: "is another cdcflow run of this pipeline reading it? The next run advances it"
+                .into(),
+        })
+    }
+
+    /// Drops the slot (a full refresh starts over from a new snapshot).
+    pub async fn drop_slot(&self) -> Result<(), PgError> {
+        let client = self.connection.connect().await?;
+        client
+            .query(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.slot],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The table's columns, in order.
+    pub async fn columns(&self, client: &Client) -> Result<Vec<TableColumn>, PgError> {
+        let rows = client
+            .query(
+                "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, a.attnotnull \
+                 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
+                 ORDER BY a.attnum",
+                &[&self.table.schema, &self.table.name],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(PgError::NotReady {
+                message: format!(
+                    "table `{}` does not exist in database `{}`",
+                    self.table, self.connection.database
+                ),
+                help:
+                    "check table => 'schema.table' in read_postgres and the connection's database"
+                        .into(),
+            });
+        }
+        Ok(rows
+            .iter()
+            .map(|r| TableColumn {
+                name: r.get(0),
+                type_oid: r.get(1),
+                type_modifier: r.get(2),
+                not_null: r.get(3),
+            })
+            .collect())
+    }
+
+    async fn check_ready(&self, client: &Client) -> Result<(), PgError> {
+        let level = one_value(client, "SHOW wal_level")
+            .await?
+            .unwrap_or_default();
+        if level != "logical" {
+            return Err(PgError::NotReady {
+                message: format!(
+                    "the server's wal_level is `{level}`: logical replication needs `logical`"
+                ),
+                help: "run ALTER SYSTEM SET wal_level = logical; and restart the server (README, \"PostgreSQL\")".into(),
+            });
+        }
+        let can = one_value(
+            client,
+            "SELECT (rolreplication OR rolsuper)::text FROM pg_roles WHERE rolname = current_user",
+        )
+        .await?;
+        if can.as_deref() != Some("true") {
+            return Err(PgError::NotReady {
+                message: format!(
+                    "role `{}` lacks the REPLICATION privilege a replication slot needs",
+                    self.connection.user
+                ),
+                help: format!(
+                    "ALTER ROLE {} WITH REPLICATION; (as a superuser)",
+                    quote_ident(&self.connection.user)
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    async fn ensure_publication(&self, client: &Client) -> Result<(), PgError> {
+        let exists = client
+            .query_opt(
+                "SELECT 1 FROM pg_publication WHERE pubname = $1",
+                &[&self.publication],
+            )
+            .await?
+            .is_some();
+        let has_table = client
+            .query_opt(
+                "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+                &[&self.publication, &self.table.schema, &self.table.name],
+            )
+            .await?
+            .is_some();
+        if has_table {
+            return Ok(());
+        }
+        let sql = match exists {
+            true => format!(
+                "ALTER PUBLICATION {} ADD TABLE {}",
+                quote_ident(&self.publication),
+                table_sql(&self.table)
+            ),
+            false => format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote_ident(&self.publication),
+                table_sql(&self.table)
+            ),
+        };
+        client.batch_execute(&sql).await.map_err(|e| {
+            let denied = e.as_db_error().is_some_and(|d| d.code().code() == "42501");
+            match denied {
+                true => PgError::NotReady {
+                    message: format!(
+                        "role `{}` may not create publication `{}` for `{}`: {}",
+                        self.connection.user,
+                        self.publication,
+                        self.table,
+                        e.as_db_error().map(|d| d.message()).unwrap_or_default()
+                    ),
+                    help: format!(
+                        "a publication needs the CREATE privilege on the database and ownership of the table; or create it as its owner: CREATE PUBLICATION {} FOR TABLE {};",
+                        quote_ident(&self.publication),
+                        table_sql(&self.table)
+                    ),
+                },
+                false => PgError::Sql(e),
+            }
+        })
+    }
+
+    fn slot_missing(&self) -> PgError {
+        PgError::Slot {
+            message: format!(
+                "replication slot `{}` is gone (dropped, or removed by the server): the changes since the last run cannot be read",
+                self.slot
+            ),
+            help: "run `cdcflow run --full-refresh <table>` to take a new snapshot".into(),
+        }
+    }
+
+    /// A slot to continue from: it must exist, hold the WAL, and not be past `after`.
+    async fn check_slot(&self, client: &Client, after: u64) -> Result<(), PgError> {
+        let row = client
+            .query_opt(
+                "SELECT confirmed_flush_lsn::text, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.slot],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Err(self.slot_missing());
+        };
+        let confirmed: Option<String> = row.get(0);
+        let status: String = row.get(1);
+        if status == "lost" {
+            return Err(PgError::Slot {
+                message: format!(
+                    "replication slot `{}` was invalidated by the server (its WAL exceeded max_slot_wal_keep_size): changes were lost",
+                    self.slot
+                ),
+                help: "run `cdcflow run --full-refresh <table>` to take a new snapshot, and run the pipeline more often or raise max_slot_wal_keep_size".into(),
+            });
+        }
+        let confirmed = confirmed
+            .as_deref()
+            .map(parse_lsn)
+            .transpose()?
+            .unwrap_or(0);
+        if confirmed > after {
+            return Err(PgError::Slot {
+                message: format!(
+                    "replication slot `{}` is at {}, past this pipeline's checkpoint at {}: changes between them would be lost",
+                    self.slot,
+                    lsn_text(confirmed),
+                    lsn_text(after)
+                ),
+                help: "another consumer advanced the slot; run `cdcflow run --full-refresh <table>` to take a new snapshot".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Creates the slot (dropping a leftover of a first run that never committed) and
+    /// copies the table in the snapshot it exports. Returns the slot's consistent
+    /// point and its replication session, gated before START_REPLICATION.
+    async fn snapshot(
+        &self,
+        client: &Client,
+        rows: &mut ChangeRows,
+    ) -> Result<(u64, ReplicationClient), PgError> {
+        self.drop_slot().await?;
+        let config = self
+            .connection
+            .replication_config(&self.slot, &self.publication);
+        let mut session = ReplicationClient::connect_gated(config).await?;
+        let created = session
+            .simple_query(&format!(
+                "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
+                quote_ident(&self.slot)
+            ))
+            .await?;
+        let row = created
+            .first()
+            .filter(|r| r.len() >= 3)
+            .ok_or_else(|| PgError::Protocol("CREATE_REPLICATION_SLOT returned no row".into()))?;
+        let text = |i: usize| {
+            row[i]
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        let consistent = parse_lsn(&text(1))?;
+        let snapshot_name = text(2);
+        client
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                quote_literal(&snapshot_name)
+            ))
+            .await?;
+        let at = one_value(
+            client,
+            "SELECT (extract(epoch FROM now()) * 1000000)::bigint::text",
+        )
+        .await?
+        .and_then(|t| t.parse::<i64>().ok());
+        let list = rows
+            .columns()
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        client
+            .batch_execute(&format!(
+                "DECLARE cdcflow_snapshot NO SCROLL CURSOR FOR SELECT {list} FROM {}",
+                table_sql(&self.table)
+            ))
+            .await?;
+        let meta = ChangeMeta {
+            kind: ChangeKind::Snapshot,
+            commit_lsn: consistent,
+            seq: 0,
+            commit_micros: at,
+            xid: None,
+        };
+        loop {
+            let fetched = client
+                .simple_query(&format!("FETCH {SNAPSHOT_CHUNK} FROM cdcflow_snapshot"))
+                .await?;
+            let mut n = 0;
+            for m in fetched {
+                if let SimpleQueryMessage::Row(row) = m {
+                    n += 1;
+                    let values = (0..row.len())
+                        .map(|i| row.get(i).map(String::from))
+                        .collect();
+                    rows.push(values, meta)?;
+                }
+            }
+            if n < SNAPSHOT_CHUNK {
+                break;
+            }
+        }
+        client.batch_execute("COMMIT").await?;
+        tracing::info!(table = %self.table, rows = rows.len(), slot = %self.slot, at = %lsn_text(consistent), "snapshot copied");
+        Ok((consistent, session))
+    }
+}
+
+/// A change of an open transaction: what, the values, the columns left out, and the
+/// old values of an update that changed the key.
+type Change = (
+    ChangeKind,
+    Vec<Option<String>>,
+    Vec<usize>,
+    Option<Vec<Option<String>>>,
+);
+
+/// A transaction being received.
+struct Open {
+    xid: u32,
+    commit_micros: i64,
+    /// Each change with the columns it left out (unchanged TOASTed values) and, for
+    /// an update that changed the key, the old values.
+    changes: Vec<Change>,
+}
+
+/// Receives transactions until the stream has passed `target`, or `rows` holds
+/// `limit` rows at a transaction's end; rows of transactions that ended after `start`
+/// go to `rows`. Returns the position reached.
+async fn stream(
+    session: &mut ReplicationClient,
+    rows: &mut ChangeRows,
+    start: u64,
+    target: u64,
+    limit: usize,
+) -> Result<u64, PgError> {
+    let mut relation: Option<Relation> = None;
+    let mut open: Option<Open> = None;
+    let mut position = start;
+    while position < target {
+        let event = tokio::time::timeout(SILENCE, session.recv())
+            .await
+            .map_err(|_| {
+                PgError::Protocol(format!(
+                    "the server sent nothing for {} s",
+                    SILENCE.as_secs()
+                ))
+            })??;
+        let Some(event) = event else {
+            return Err(PgError::Protocol(
+                "the replication stream ended before the WAL flushed at the start was read".into(),
+            ));
+        };
+        match event {
+            // A transaction that commits at or after the target is left for the next
+            // read; every one before it has been sent (they come in commit order).
+            ReplicationEvent::Begin { final_lsn, .. } if final_lsn.as_u64() >= target => {
+                position = position.max(final_lsn.as_u64());
+            }
+            ReplicationEvent::Begin {
+                xid,
+                commit_time_micros,
+                ..
+            } => {
+                open = Some(Open {
+                    xid,
+                    commit_micros: commit_time_micros + PG_EPOCH_MICROS,
+                    changes: vec![],
+                });
+            }
+            ReplicationEvent::XLogData { data, .. } => {
+                let Some(txn) = open.as_mut() else {
+                    continue;
+                };
+                let message = pgoutput::decode(&data)?;
+                change(message, rows.columns(), &mut relation, txn)?;
+                if let Some(r) = &relation {
+                    rows.set_keys(&r.keys);
+                }
+            }
+            ReplicationEvent::Commit { lsn, end_lsn, .. } => {
+                let Some(txn) = open.take() else {
+                    continue;
+                };
+                let end = end_lsn.as_u64();
+                // Already read by a committed batch (a restart from a slot that was
+                // not acknowledged).
+                if end > start {
+                    for (seq, (kind, values, unchanged, old_key)) in
+                        txn.changes.into_iter().enumerate()
+                    {
+                        let meta = ChangeMeta {
+                            kind,
+                            commit_lsn: lsn.as_u64(),
+                            seq: i64::try_from(seq).unwrap_or(i64::MAX - 1) + 1,
+                            commit_micros: Some(txn.commit_micros),
+                            xid: Some(txn.xid),
+                        };
+                        rows.push_change(values, meta, &unchanged, old_key.as_deref())?;
+                    }
+                }
+                position = position.max(end);
+                if rows.len() >= limit {
+                    break;
+                }
+            }
+            // Between transactions, everything before the server's position has been
+            // sent.
+            ReplicationEvent::KeepAlive { wal_end, .. } if open.is_none() => {
+                position = position.max(wal_end.as_u64());
+            }
+            ReplicationEvent::StoppedAt { reached } => {
+                position = position.max(reached.as_u64());
+            }
+            _ => {}
+        }
+    }
+    Ok(position)
+}
+
+/// How the stream describes the table: its id, and for each of the table's columns
+/// (as the read found them) its place in the stream's tuples and whether it is part of
+/// the replica identity.
+struct Relation {
+    id: u32,
+    places: Vec<Option<usize>>,
+    keys: Vec<bool>,
+}
+
+impl Relation {
+    /// The stream's tuple in the table's column order; a column the stream does not
+    /// have yet (added later upstream) is null.
+    fn reorder<T: Clone>(&self, tuple: &[T], missing: T) -> Vec<T> {
+        self.places
+            .iter()
+            .map(|p| {
+                p.and_then(|p| tuple.get(p).cloned())
+                    .unwrap_or_else(|| missing.clone())
+            })
+            .collect()
+    }
+}
+
+/// The stream's description of a table against the columns the read found: every
+/// stream column must be one of them with the same type; a table column the stream
+/// lacks was added later and reads as null.
+fn relation(
+    id: u32,
+    sent: &[RelationColumn],
+    columns: &[TableColumn],
+    table: &str,
+) -> Result<Relation, PgError> {
+    for s in sent {
+        match columns.iter().find(|c| c.name == s.name) {
+            None => {
+                return Err(PgError::Data {
+                    message: format!(
+                        "column `{}` of `{table}` is in the change stream but no longer in the table (dropped or renamed upstream)",
+                        s.name
+                    ),
+                    help: "run `cdcflow run --full-refresh <table>` to take a new snapshot of the table as it is".into(),
+                });
+            }
+            Some(c) if c.type_oid != s.type_oid || c.type_modifier != s.type_modifier => {
+                return Err(PgError::Data {
+                    message: format!(
+                        "column `{}` of `{table}` changed its type upstream",
+                        s.name
+                    ),
+                    help: "run `cdcflow run --full-refresh <table>` to take a new snapshot of the table as it is".into(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    let places: Vec<Option<usize>> = columns
+        .iter()
+        .map(|c| sent.iter().position(|s| s.name == c.name))
+        .collect();
+    let keys = places
+        .iter()
+        .map(|p| p.is_some_and(|p| sent[p].key))
+        .collect();
+    Ok(Relation { id, places, keys })
+}
+
+/// Adds the rows of one decoded message to the open transaction.
+fn change(
+    message: Message,
+    columns: &[TableColumn],
+    current: &mut Option<Relation>,
+    txn: &mut Open,
+) -> Result<(), PgError> {
+    let ours = |id: u32, current: &Option<Relation>| current.as_ref().is_some_and(|r| r.id == id);
+    if let Message::Relation {
+        id,
+        columns: sent,
+        namespace,
+        name,
+    } = &message
+    {
+        *current = Some(relation(
+            *id,
+            sent,
+            columns,
+            &format!("{namespace}.{name}"),
+        )?);
+        return Ok(());
+    }
+    let Some(rel) = current.as_ref() else {
+        return Ok(());
+    };
+    // Values and left-out columns in the table's column order.
+    let ordered = |tuple: Vec<Value>, old: Option<&[Value]>| {
+        let (values, unchanged) = texts(tuple, old);
+        let mut left_out = vec![false; values.len()];
+        for i in unchanged {
+            left_out[i] = true;
+        }
+        let values = rel.reorder(&values, None);
+        let left_out = rel.reorder(&left_out, false);
+        let unchanged: Vec<usize> = left_out
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| **u)
+            .map(|(i, _)| i)
+            .collect();
+        (values, unchanged)
+    };
+    match message {
+        Message::Insert { relation: id, new } if ours(id, current) => {
+            let (new, unchanged) = ordered(new, None);
+            txn.changes.push((ChangeKind::Insert, new, unchanged, None));
+        }
+        Message::Update {
+            relation: id,
+            old,
+            new,
+        } if ours(id, current) => {
+            let (new, unchanged) = ordered(new, old.as_deref());
+            let mut moved_from = None;
+            if let Some(old) = old {
+                let old = rel.reorder(&texts_lenient(old), None);
+                let moved = rel
+                    .keys
+                    .iter()
+                    .enumerate()
+                    .any(|(i, key)| *key && old.get(i) != new.get(i));
+                // A changed key: the row under its old key is gone.
+                if moved {
+                    let key_only: Vec<Option<String>> = old
+                        .into_iter()
+                        .zip(&rel.keys)
+                        .map(|(v, key)| v.filter(|_| *key))
+                        .collect();
+                    moved_from = Some(key_only.clone());
+                    txn.changes
+                        .push((ChangeKind::Delete, key_only, vec![], None));
+                }
+            }
+            txn.changes
+                .push((ChangeKind::Update, new, unchanged, moved_from));
+        }
+        Message::Delete { relation: id, old } if ours(id, current) => {
+            let old = rel.reorder(&texts_lenient(old), None);
+            txn.changes.push((ChangeKind::Delete, old, vec![], None));
+        }
+        Message::Truncate { relations } if relations.iter().any(|r| ours(*r, current)) => {
+            txn.changes.push((
+                ChangeKind::Truncate,
+                vec![None; columns.len()],
+                vec![],
+                None,
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A tuple's values as text, with the columns it leaves out: an unchanged TOASTed
+/// value is taken from `old` (sent under `REPLICA IDENTITY FULL`), else left for
+/// [`ChangeRows`] to carry over from the key's row before.
+fn texts(values: Vec<Value>, old: Option<&[Value]>) -> (Vec<Option<String>>, Vec<usize>) {
+    let mut unchanged = vec![];
+    let values = values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::Null => None,
+            Value::Text(t) => Some(t),
+            Value::UnchangedToast => match old.and_then(|o| o.get(i)) {
+                Some(Value::Text(t)) => Some(t.clone()),
+                _ => {
+                    unchanged.push(i);
+                    None
+                }
+            },
+        })
+        .collect();
+    (values, unchanged)
+}
+
+/// Old values (a key or a whole old row): an unchanged TOASTed value is null.
+fn texts_lenient(values: Vec<Value>) -> Vec<Option<String>> {
+    values
+        .into_iter()
+        .map(|v| match v {
+            Value::Text(t) => Some(t),
+            Value::Null | Value::UnchangedToast => None,
+        })
+        .collect()
+}

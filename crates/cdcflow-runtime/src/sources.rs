@@ -1,0 +1,176 @@
+//! Sources outside the pipeline's storage (a database's log, later a broker's topic),
+//! behind one interface. Each kind lives in a crate of its own (`cdcflow-postgres`), so
+//! its driver is compiled only into the binary that runs pipelines; the CLI hands the
+//! run a [`Sources`] that opens every kind it was built with.
+//!
+//! A batch of a flow that reads such a source goes as a landing-file batch does
+//! (checkpoint.rs): the source reads what is available after the position the flow's
+//! last committed batch recorded ([`ExternalSource::read`]); the batch's offsets record
+//! the position the read reached, before the commit and in it; only once the commit is
+//! durable is the source told ([`Acknowledge`]), so that it may forget what came before
+//! (a replication slot frees its WAL, a consumer group commits its offsets). A crash
+//! before the commit reads the same input again; a crash between the commit and the
+//! acknowledgement resumes from the committed position, and the source skips what it
+//! had already given.
+
+use std::sync::Arc;
+
+use cdcflow_plan::{Input, Pipeline};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::RunError;
+
+/// What one read of a source found.
+pub struct SourceRead {
+    /// The rows' schema (also when there are none).
+    pub schema: SchemaRef,
+    pub rows: Vec<RecordBatch>,
+    /// What the batch's checkpoint records; the next read starts after it.
+    pub position: Value,
+    /// The batch must be committed even without rows (a first snapshot of an empty
+    /// table fixes the position later reads start from).
+    pub must_commit: bool,
+    /// The read stopped at its size limit: the flow commits this batch and reads again.
+    pub more: bool,
+    /// The earliest source commit time among the rows, µs since the epoch (lag).
+    pub oldest_change_micros: Option<i64>,
+    /// Run once the commit that records `position` is durable.
+    pub acknowledge: Option<Box<dyn Acknowledge>>,
+    /// Values the source left out that are those of the key's latest row stored
+    /// before (PostgreSQL's unchanged TOASTed values).
+    pub carried: Option<Carried>,
+}
+
+/// Cells of a read's rows (all in `rows[0]`) that take the value of the same key's
+/// latest row in the flow's target table ([`crate::carried`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Carried {
+    /// The columns that name a row across changes.
+    pub keys: Vec<String>,
+    /// The columns that order a key's rows, oldest first.
+    pub order: Vec<String>,
+    /// Stored rows whose column (first) holds one of these values are not a row's
+    /// values (deletes carry only the key).
+    pub skip: Option<(String, Vec<String>)>,
+    /// The cells.
+    pub cells: Vec<CarriedCell>,
+}
+
+/// A value a change left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CarriedCell {
+    /// The row in `rows[0]`.
+    pub row: usize,
+    pub column: String,
+    /// The key (`Carried::keys`' values as text) whose latest row holds the value,
+    /// when it is not the row's own: an update that changed the key.
+    pub key: Option<Vec<String>>,
+}
+
+/// Told that the batch holding a read is durably committed.
+pub trait Acknowledge: Send {
+    fn acknowledge(self: Box<Self>) -> BoxFuture<'static, Result<(), RunError>>;
+}
+
+/// One input of one flow, read from outside the pipeline's storage.
+pub trait ExternalSource: Send + Sync {
+    /// The key the flow's checkpoint keeps this source's position under.
+    fn checkpoint_key(&self) -> String;
+
+    /// The input's columns, asked before planning when the pipeline does not declare
+    /// them.
+    fn columns(&self) -> BoxFuture<'_, Result<SchemaRef, RunError>>;
+
+    /// What is available now after `after` (`None`: nothing was read yet).
+    fn read<'a>(&'a self, after: Option<&'a Value>) -> BoxFuture<'a, Result<SourceRead, RunError>>;
+
+    /// How far the source is ahead of `after`, the position the flow committed, and
+    /// what the source keeps for the pipeline meanwhile (`cdcflow status`).
+    fn status<'a>(
+        &'a self,
+        after: Option<&'a Value>,
+    ) -> BoxFuture<'a, Result<SourceStatus, RunError>>;
+}
+
+/// What `cdcflow status` shows of a source outside the storage.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SourceStatus {
+    /// The source, as its checkpoint key names it.
+    pub source: String,
+    /// Bytes the source keeps for the pipeline (a replication slot's retained WAL).
+    pub retained_bytes: Option<i64>,
+    /// Bytes of the source's log after what the flow has committed.
+    pub behind_bytes: Option<i64>,
+    /// Something to act on: a log kept past the warning threshold, a slot that is gone
+    /// or about to be.
+    pub warning: Option<String>,
+}
+
+/// Opens the source behind an input.
+pub trait SourceFactory: Send + Sync {
+    /// `None` when this factory does not serve the input's kind.
+    fn open(
+        &self,
+        pipeline: &Pipeline,
+        input: &Input,
+    ) -> Option<Result<Box<dyn ExternalSource>, RunError>>;
+}
+
+/// The source kinds a run can open.
+#[derive(Clone)]
+pub struct Sources(pub Arc<dyn SourceFactory>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sources")
+    }
+}
+
+impl Sources {
+    /// The source behind `input`; an error naming the kind when this build has none.
+    pub fn open(
+        &self,
+        pipeline: &Pipeline,
+        input: &Input,
+    ) -> Result<Box<dyn ExternalSource>, RunError> {
+        self.0
+            .open(pipeline, input)
+            .unwrap_or_else(|| Err(missing_kind(input)))
+    }
+}
+
+/// The error for an input whose kind no source of this build reads.
+pub fn missing_kind(input: &Input) -> RunError {
+    let what = match input {
+        Input::Postgres(_) => "read_postgres",
+        Input::Files(_) | Input::Dataset { .. } | Input::Delta(_) => "this input",
+    };
+    RunError::input(format!(
+        "this run cannot open {what}: no source for it was given"
+    ))
+    .with_help("run the pipeline with the cdcflow binary, which has every source kind")
+}
+
+/// The columns of every external source whose columns the pipeline does not declare,
+/// asked of the sources, by their planner key; the pipeline is then loaded again with
+/// them ([`cdcflow_plan::load_with_columns`]) so that its flows are planned.
+pub async fn undeclared_columns(
+    pipeline: &Pipeline,
+    sources: &Sources,
+) -> Result<std::collections::BTreeMap<String, SchemaRef>, RunError> {
+    let mut found = std::collections::BTreeMap::new();
+    for flow in &pipeline.flows {
+        for input in &flow.inputs {
+            let Input::Postgres(rp) = input else { continue };
+            if rp.declared_columns.is_some() || found.contains_key(&rp.key()) {
+                continue;
+            }
+            let columns = sources.open(pipeline, input)?.columns().await?;
+            found.insert(rp.key(), columns);
+        }
+    }
+    Ok(found)
+}
