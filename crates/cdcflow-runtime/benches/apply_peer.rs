@@ -194,10 +194,8 @@ fn published_dir(a: &Args) -> PathBuf {
 /// every cdcflow reader applies them) copied, streaming, as a plain Delta table at `out`
 /// for the kit's check (untimed).
 async fn export(table: &Path, schema: &SchemaRef, out: &Path) -> Result<(), String> {
-    let files = Table::open(table)
-        .await
-        .and_then(|t| t.files())
-        .map_err(|e| e.to_string())?;
+    let table = Table::open(table).await.map_err(|e| e.to_string())?;
+    let files = table.files().map_err(|e| e.to_string())?;
     let commit = Commit {
         name: "customers".into(),
         ..Commit::default()
