@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use cdcflow_runtime::delta;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
@@ -273,6 +274,12 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn main() -> ExitCode {
+    if std::env::var_os(delta::UPLOAD_CONCURRENCY_VAR).is_none() {
+        // SAFETY: the first thing the process does, before any other thread exists
+        // (the tokio runtime and every reader start later), so nothing reads the
+        // environment while it changes.
+        unsafe { std::env::set_var(delta::UPLOAD_CONCURRENCY_VAR, delta::UPLOAD_CONCURRENCY) };
+    }
     cdcflow_runtime::panics::quiet_caught_library_panics();
     let cli = Cli::parse();
     if matches!(cli.log_format, LogFormat::Json) || std::env::var_os("RUST_LOG").is_some() {

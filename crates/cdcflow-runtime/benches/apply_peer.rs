@@ -28,7 +28,7 @@ use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules};
 use cdcflow_runtime::cdc::rules_for;
 use cdcflow_runtime::cdc::staging::{self, Staging};
 use cdcflow_runtime::cdc::streamed::Targets;
-use cdcflow_runtime::delta::{Commit, DataFile, Mode, Table, conform, read_parquet, rewrite};
+use cdcflow_runtime::delta::{self, Commit, DataFile, Mode, Table, conform, read_parquet, rewrite};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
@@ -155,27 +155,41 @@ async fn seed(
     commit: Commit,
     make: impl Fn(RecordBatch) -> Result<RecordBatch, String> + Send + Sync + 'static,
 ) -> Result<(), String> {
-    let read_schema = file_schema(stored_file)?;
-    let dest = Table::open(dir).await.map_err(|e| e.to_string())?;
-    let (seeded, _) = rewrite(
-        &[DataFile::plain(stored_file.to_path_buf())],
-        &read_schema,
-        &dest,
+    let files = [DataFile::plain(stored_file.to_path_buf())];
+    copy(
+        &files,
+        &file_schema(stored_file)?,
+        dir,
         schema,
         &commit,
-        move |batch| {
-            let made = make(batch).map_err(ArrowError::ComputeError)?;
-            Ok((Some(made), ()))
-        },
+        make,
     )
     .await
+}
+
+/// Writes the live rows of `files` (read as `read_schema`), made by `make`, as the Delta
+/// table at `dir` in one overwrite, streaming.
+async fn copy(
+    files: &[DataFile],
+    read_schema: &SchemaRef,
+    dir: &Path,
+    schema: &SchemaRef,
+    commit: &Commit,
+    make: impl Fn(RecordBatch) -> Result<RecordBatch, String> + Send + Sync + 'static,
+) -> Result<(), String> {
+    let dest = Table::open(dir).await.map_err(|e| e.to_string())?;
+    let (copied, _) = rewrite(files, read_schema, &dest, schema, commit, move |batch| {
+        let made = make(batch).map_err(ArrowError::ComputeError)?;
+        Ok((Some(made), ()))
+    })
+    .await
     .map_err(|e| e.to_string())?
-    .ok_or("the seed table cannot be written file by file")?;
-    seeded
+    .ok_or("the table cannot be written file by file")?;
+    copied
         .with(vec![])
         .await
         .map_err(|e| e.to_string())?
-        .commit(Mode::Overwrite, &commit)
+        .commit(Mode::Overwrite, commit)
         .await
         .map_err(|e| e.to_string())
 }
@@ -200,20 +214,7 @@ async fn export(table: &Path, schema: &SchemaRef, out: &Path) -> Result<(), Stri
         name: "customers".into(),
         ..Commit::default()
     };
-    let dest = Table::open(out).await.map_err(|e| e.to_string())?;
-    let (copied, _) = rewrite(&files, schema, &dest, schema, &commit, |batch| {
-        Ok((Some(batch), ()))
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .ok_or("the published table cannot be copied file by file")?;
-    copied
-        .with(vec![])
-        .await
-        .map_err(|e| e.to_string())?
-        .commit(Mode::Overwrite, &commit)
-        .await
-        .map_err(|e| e.to_string())
+    copy(&files, schema, out, schema, &commit, Ok).await
 }
 
 fn read(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
@@ -345,6 +346,11 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
 }
 
 fn main() {
+    // As the cdcflow binary does, first of all (see `delta::UPLOAD_CONCURRENCY`).
+    if std::env::var_os(delta::UPLOAD_CONCURRENCY_VAR).is_none() {
+        // SAFETY: no other thread exists yet.
+        unsafe { std::env::set_var(delta::UPLOAD_CONCURRENCY_VAR, delta::UPLOAD_CONCURRENCY) };
+    }
     let a = match args() {
         Ok(a) => a,
         Err(e) => {

@@ -452,6 +452,16 @@ pub fn set_damaged_commit_aside(dir: &Path) -> Result<Option<PathBuf>, RunError>
     Ok(Some(to))
 }
 
+/// The environment variable through which deltalake's file writer takes how many parts
+/// of one file it uploads at a time ([`UPLOAD_CONCURRENCY`] unless a user sets it).
+pub const UPLOAD_CONCURRENCY_VAR: &str = "DELTARS_MAX_CONCURRENCY_TASKS";
+
+/// Parts of a data file in flight at a time. deltalake's default (10 parts of 5 MB per
+/// file, each holding its bytes until written) buys nothing on a local disk, and with a
+/// file writer per core it held 153 MB of a 1.1e7-row append at its peak; two parts
+/// keep a write as fast (docs/benchmarks.md, ninth session).
+pub const UPLOAD_CONCURRENCY: &str = "2";
+
 /// How a commit changes the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
