@@ -39,6 +39,30 @@ pub struct SourceCall {
     pub span: Span,
 }
 
+/// A named literal argument (`format => 'json'`) into `options`, keyed lower-case; any
+/// other argument's span into `invalid`, for a diagnostic.
+fn named_literal(
+    arg: &FunctionArg,
+    options: &mut Vec<(String, String, Span)>,
+    invalid: &mut Vec<Span>,
+) {
+    match arg {
+        FunctionArg::Named {
+            name,
+            arg: FunctionArgExpr::Expr(e),
+            ..
+        } => match literal_text(e) {
+            Some(v) => options.push((
+                name.value.to_ascii_lowercase(),
+                v,
+                name.span.union(&e.span()),
+            )),
+            None => invalid.push(e.span()),
+        },
+        other => invalid.push(other.span()),
+    }
+}
+
 fn source_call(args: &[FunctionArg], streaming: bool, span: Span) -> SourceCall {
     let mut call = SourceCall {
         options: vec![],
@@ -47,21 +71,7 @@ fn source_call(args: &[FunctionArg], streaming: bool, span: Span) -> SourceCall 
         span,
     };
     for arg in args {
-        match arg {
-            FunctionArg::Named {
-                name,
-                arg: FunctionArgExpr::Expr(e),
-                ..
-            } => match literal_text(e) {
-                Some(v) => call.options.push((
-                    name.value.to_ascii_lowercase(),
-                    v,
-                    name.span.union(&e.span()),
-                )),
-                None => call.invalid.push(e.span()),
-            },
-            other => call.invalid.push(other.span()),
-        }
+        named_literal(arg, &mut call.options, &mut call.invalid);
     }
     call
 }
@@ -158,19 +168,7 @@ fn files_call(args: &[FunctionArg], streaming: bool, span: Span) -> FilesCall {
                     None => call.invalid.push(e.span()),
                 }
             }
-            FunctionArg::Named {
-                name,
-                arg: FunctionArgExpr::Expr(e),
-                ..
-            } => match literal_text(e) {
-                Some(v) => call.options.push((
-                    name.value.to_ascii_lowercase(),
-                    v,
-                    name.span.union(&e.span()),
-                )),
-                None => call.invalid.push(e.span()),
-            },
-            other => call.invalid.push(other.span()),
+            other => named_literal(other, &mut call.options, &mut call.invalid),
         }
     }
     call

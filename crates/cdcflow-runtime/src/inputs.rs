@@ -282,13 +282,7 @@ impl InputReader<'_> {
         schema: &SchemaRef,
     ) -> Result<(Vec<(String, RecordBatch)>, Option<i64>), RunError> {
         let (files, version) = self.appended_files(d, after).await?;
-        let mut rows = Vec::new();
-        for (origin, file) in files {
-            for batch in delta::read::read_files(std::slice::from_ref(&file), schema)? {
-                rows.push((origin.clone(), batch));
-            }
-        }
-        Ok((rows, version))
+        Ok((delta::read_named(&files, schema)?, version))
     }
 
     /// The files of streaming table `d` holding what it appended after version `after`,

@@ -23,7 +23,7 @@ use super::load::GroupedLoad;
 use super::staging::{self, Staging};
 use super::{rules_for, streamed};
 use crate::checkpoint::{Offsets, Progress};
-use crate::delta::{self, Commit, DataFile, Mode, Operation, Table};
+use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::inputs::BatchInputs;
 use crate::report::{FlowOutcome, FlowReport};
 use crate::runner::RunContext;
@@ -131,7 +131,7 @@ pub(crate) async fn run(
     };
     let rows = match read {
         SourceRead::Rows(rows) => rows,
-        SourceRead::Grouped(load, files) => {
+        SourceRead::Grouped(load) => {
             let (source_schema, now) = (&source_schema, rc.now_micros);
             let oldest = &mut report.oldest_change_micros;
             match load
@@ -140,7 +140,7 @@ pub(crate) async fn run(
             {
                 Some(done) => return finish(done, &targets, batch, report).await,
                 // Tables only deltalake's write operation writes: read whole.
-                None => read_files_whole(&files, source_schema)?,
+                None => delta::read_named(load.files(), source_schema)?,
             }
         }
     };
@@ -348,8 +348,8 @@ async fn read_source(
                 false => None,
             };
             let read = match grouped {
-                Some(load) => SourceRead::Grouped(load, files),
-                None => SourceRead::Rows(read_files_whole(&files, schema)?),
+                Some(load) => SourceRead::Grouped(load),
+                None => SourceRead::Rows(delta::read_named(&files, schema)?),
             };
             let has_new = read.rows() > 0;
             Ok((read, offsets, has_new))
@@ -406,27 +406,16 @@ async fn read_source(
 /// to read a group of keys at a time (`load.rs`).
 enum SourceRead {
     Rows(Sourced),
-    Grouped(GroupedLoad, Vec<(String, DataFile)>),
+    Grouped(GroupedLoad),
 }
 
 impl SourceRead {
     fn rows(&self) -> u64 {
         match self {
             Self::Rows(rows) => rows.iter().map(|(_, b)| b.num_rows() as u64).sum(),
-            Self::Grouped(load, _) => load.rows,
+            Self::Grouped(load) => load.rows,
         }
     }
-}
-
-/// The rows of `files`, each batch named by its file.
-fn read_files_whole(files: &[(String, DataFile)], schema: &SchemaRef) -> Result<Sourced, RunError> {
-    let mut rows = Vec::new();
-    for (origin, file) in files {
-        for batch in delta::read::read_files(std::slice::from_ref(file), schema)? {
-            rows.push((origin.clone(), batch));
-        }
-    }
-    Ok(rows)
 }
 
 fn planner_table(

@@ -56,6 +56,11 @@ pub(super) struct GroupedLoad {
 }
 
 impl GroupedLoad {
+    /// The source files, each named for messages.
+    pub(super) fn files(&self) -> &[(String, DataFile)] {
+        &self.files
+    }
+
     /// The grouped load of `files`, the first batch of `spec`'s target; `None` when
     /// they fit in one group or the flow has a TRUNCATE.
     pub(super) fn plan(
@@ -84,7 +89,7 @@ impl GroupedLoad {
     /// caller reads the source whole instead). Sets `oldest_change` to the oldest
     /// commit time of the events, where the sequence is one.
     pub(super) async fn apply(
-        self,
+        &self,
         spec: &AutoCdcSpec,
         rules: &Rules,
         source: &SchemaRef,
@@ -97,7 +102,7 @@ impl GroupedLoad {
             return Ok(None);
         };
         let keys = source_keys(spec, source)?;
-        let grouping = Grouping::of(&self, source, &keys)?;
+        let grouping = Grouping::of(self, source, &keys)?;
         tracing::info!(
             flow = %spec.flow,
             groups = self.groups,

@@ -268,13 +268,7 @@ impl Table {
         schema: &SchemaRef,
     ) -> Result<(Vec<(String, RecordBatch)>, Option<i64>), RunError> {
         let (files, current) = self.appended_files(after).await?;
-        let mut out = Vec::new();
-        for (origin, file) in files {
-            for batch in read::read_files(std::slice::from_ref(&file), schema)? {
-                out.push((origin.clone(), batch));
-            }
-        }
-        Ok((out, current))
+        Ok((read_named(&files, schema)?, current))
     }
 
     /// The files whose rows [`Table::appended_since`] reads, each with where its rows
@@ -356,6 +350,20 @@ impl Table {
         }
         Ok((out, current))
     }
+}
+
+/// The rows of `files`, each batch with the name of the file it came from.
+pub fn read_named(
+    files: &[(String, DataFile)],
+    schema: &SchemaRef,
+) -> Result<Vec<(String, RecordBatch)>, RunError> {
+    let mut rows = Vec::new();
+    for (origin, file) in files {
+        for batch in read::read_files(std::slice::from_ref(file), schema)? {
+            rows.push((origin.clone(), batch));
+        }
+    }
+    Ok(rows)
 }
 
 /// The data file at `path` of the table at `dir`, from its log entry `view`, with its
