@@ -20,9 +20,9 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DynComparator, Int8Array, Int64Array, RecordBatch,
-    StructArray, make_comparator, new_null_array,
+    make_comparator,
 };
-use datafusion::arrow::compute::{SortOptions, cast, filter_record_batch, interleave};
+use datafusion::arrow::compute::{SortOptions, cast, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
@@ -31,6 +31,9 @@ use datafusion::physical_expr::PhysicalExpr;
 use serde::Serialize;
 
 use cdcflow_plan::autocdc::{END_AT, START_AT};
+
+pub(crate) use super::decision::Decision;
+use super::decision::Output;
 
 /// The sequence value of an event (the SEQUENCE BY value, a struct for several fields).
 pub const SEQ: &str = "__cdcflow_seq";
@@ -143,6 +146,15 @@ impl Rules {
         Arc::new(Schema::new(fields))
     }
 
+    /// The columns of [`Rules::event_schema`] the state keeps ([`Rules::state_schema`]):
+    /// a narrow state's few, else all.
+    pub(crate) fn state_columns(&self) -> Vec<usize> {
+        match self.narrow_state() {
+            true => self.narrow_columns(),
+            false => (0..self.event_schema().fields().len()).collect(),
+        }
+    }
+
     /// The columns of [`Rules::event_schema`] a narrow state keeps, in its order.
     pub fn narrow_columns(&self) -> Vec<usize> {
         let mut columns = self.keys.clone();
@@ -178,7 +190,7 @@ impl Rules {
     }
 
     /// `columns` (of [`Rules::computed_from`]) with the computed columns added.
-    fn with_generated(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch, ArrowError> {
+    pub(super) fn with_generated(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch, ArrowError> {
         let base = RecordBatch::try_new(self.computed_from(), columns)?;
         if self.generated.is_empty() {
             return Ok(base);
@@ -280,7 +292,7 @@ impl Applied {
 }
 
 /// Rows per output batch (bounds the gather indexes held at once).
-const OUT_ROWS: usize = 64 * 1024;
+pub(super) const OUT_ROWS: usize = 64 * 1024;
 
 /// The visible table as it stands, when the caller has it.
 #[derive(Debug, Clone)]
@@ -296,72 +308,74 @@ pub enum Visible {
 
 pub use super::touched::apply;
 
-/// What [`apply_events`] did, and whether it decided every key again.
+/// A batch's decision built into rows, and whether it decided every key again.
 pub(crate) struct Decided {
     pub applied: Applied,
     pub recomputed: bool,
 }
 
-/// The kernel proper, on a state that keeps every event's values: the new state rows
-/// of `stored` and the visible rows of the keys with incoming events (of every key when
-/// `recompute` or a new TRUNCATE arrived).
-pub(crate) fn apply_events(
+/// The kernel proper, on a state that keeps every event's values: the decision on the
+/// new state rows of `stored` and the visible rows of the keys with incoming events (of
+/// every key when `recompute` or a new TRUNCATE arrived). The inputs are taken: the
+/// decision holds them, to build its rows from (`decision.rs`).
+pub(crate) fn decide_events(
     rules: &Rules,
-    stored: &[RecordBatch],
+    stored: Vec<RecordBatch>,
     recompute: bool,
-    events: &RecordBatch,
+    events: RecordBatch,
     now_micros: i64,
-) -> Result<Decided, ArrowError> {
-    let mut inputs: Vec<&RecordBatch> = stored.iter().filter(|b| b.num_rows() > 0).collect();
+) -> Result<Decision, ArrowError> {
+    let mut inputs: Vec<RecordBatch> = stored.into_iter().filter(|b| b.num_rows() > 0).collect();
     let event_chunk = inputs.len() as u32;
-    inputs.push(events);
-    let mut view = View::new(rules, &inputs, event_chunk)?;
     let metrics = ApplyMetrics {
         events: events.num_rows() as u64,
         ..ApplyMetrics::default()
     };
-    let markers = view.markers();
-    // A TRUNCATE newer than the stored one concerns every key.
-    let recompute = recompute || markers.truncate.is_some_and(|t| view.is_new(t));
-    let mut walk = Walk {
-        view: &view,
-        markers,
-        horizon: now_micros.saturating_sub(rules.tombstone_retention_micros),
-        metrics,
-        kept: Vec::new(),
-        out: Output::new(rules.scd2),
-        new_gc: None,
-    };
-    let probe = walk.run(recompute);
-    let Walk {
-        kept,
-        out,
-        new_gc,
-        markers,
-        mut metrics,
-        ..
-    } = walk;
-    metrics.late = metrics.late_applied + metrics.late_dropped;
-
-    // The output is gathered from the inputs alone: their comparable keys and sequence
-    // values, as large as the inputs' own columns of them, are let go first.
-    view.forget_order();
-    let columns = view.state_columns();
-    let mut state = Vec::new();
-    for (c, keep) in probe.keep.iter().enumerate() {
-        if let Some(kept) = filtered(inputs[c], keep)? {
-            state.push(kept.project(&columns)?);
-        }
-    }
-    state.extend(view.state_batches(&kept, new_gc.or(markers.gc), markers.truncate)?);
-
-    let public = out.build(&view)?;
-    Ok(Decided {
-        applied: Applied {
-            state,
-            public,
+    inputs.push(events);
+    // The view's comparable keys and sequence values, as large as the inputs' own
+    // columns of them, go with it once the walk is done: the rows are gathered from
+    // the inputs alone.
+    let (probe, walked, recompute) = {
+        let chunks: Vec<&RecordBatch> = inputs.iter().collect();
+        let view = View::new(rules, &chunks, event_chunk)?;
+        let markers = view.markers();
+        // A TRUNCATE newer than the stored one concerns every key.
+        let recompute = recompute || markers.truncate.is_some_and(|t| view.is_new(t));
+        let mut walk = Walk {
+            view: &view,
+            markers,
+            horizon: now_micros.saturating_sub(rules.tombstone_retention_micros),
             metrics,
-        },
+            kept: Vec::new(),
+            out: Output::new(rules.scd2),
+            new_gc: None,
+        };
+        let probe = walk.run(recompute);
+        let Walk {
+            kept,
+            out,
+            new_gc,
+            markers,
+            mut metrics,
+            ..
+        } = walk;
+        metrics.late = metrics.late_applied + metrics.late_dropped;
+        (
+            probe,
+            (kept, out, new_gc.or(markers.gc), markers.truncate, metrics),
+            recompute,
+        )
+    };
+    let (kept, out, gc, truncate, metrics) = walked;
+    Ok(Decision {
+        rules: rules.clone(),
+        inputs,
+        keep: probe.keep,
+        kept,
+        gc,
+        truncate,
+        out,
+        metrics,
         recomputed: recompute,
     })
 }
@@ -385,13 +399,13 @@ pub(crate) fn filtered(
 /// A row of one of the inputs: `c` is the chunk (stored batches first, the incoming
 /// events last), `r` the row in it. Ordering by position puts stored rows first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct P {
-    c: u32,
-    r: u32,
+pub(super) struct P {
+    pub(super) c: u32,
+    pub(super) r: u32,
 }
 
 /// No row: a null cell, or an open version's `__END_AT`.
-const NONE: P = P { c: u32::MAX, r: 0 };
+pub(super) const NONE: P = P { c: u32::MAX, r: 0 };
 
 /// One input batch with a comparator per column.
 struct Chunk<'a> {
@@ -513,21 +527,6 @@ impl<'a> View<'a> {
             order,
             event_chunk,
         })
-    }
-
-    /// Lets the comparable keys and sequence values go: nothing is ordered after the
-    /// walk, and the output is gathered from the batches.
-    fn forget_order(&mut self) {
-        self.order = Vec::new();
-    }
-
-    /// The columns of [`Rules::event_schema`] the new state keeps
-    /// ([`Rules::state_schema`]): a narrow state's few, else all.
-    fn state_columns(&self) -> Vec<usize> {
-        match self.rules.narrow_state() {
-            true => self.rules.narrow_columns(),
-            false => (0..self.rules.event_schema().fields().len()).collect(),
-        }
     }
 
     fn chunk(&self, p: P) -> &Chunk<'a> {
@@ -681,114 +680,12 @@ impl<'a> View<'a> {
         make_comparator(a.as_ref(), b.as_ref(), SortOptions::default())
             .map_or(Ordering::Equal, |cmp| cmp(0, 0))
     }
-
-    /// The new state in batches: the kept events, then the GC horizon and the newest
-    /// TRUNCATE as marker rows without key or values.
-    fn state_batches(
-        &self,
-        kept: &[P],
-        gc: Option<P>,
-        truncate: Option<P>,
-    ) -> Result<Vec<RecordBatch>, ArrowError> {
-        let mut rows: Vec<(P, i8)> = kept
-            .iter()
-            .map(|&p| (p, self.chunk(p).ops.value(p.r as usize)))
-            .collect();
-        let markers_from = rows.len();
-        for (marker, op) in [(gc, Op::GcHorizon), (truncate, Op::Truncate)] {
-            if let Some(m) = marker {
-                rows.push((m, op as i8));
-            }
-        }
-        let (events, schema) = (self.rules.event_schema(), self.rules.state_schema());
-        let n = self.rules.columns.fields().len();
-        // Only the columns the state keeps are gathered (a narrow state's few).
-        let wanted = self.state_columns();
-        let nulls: Vec<(usize, ArrayRef)> = wanted
-            .into_iter()
-            .map(|c| (c, new_null_array(events.field(c).data_type(), 1)))
-            .collect();
-        let mut out = Vec::new();
-        for (start, part) in rows
-            .chunks(OUT_ROWS)
-            .enumerate()
-            .map(|(i, p)| (i * OUT_ROWS, p))
-        {
-            let mut columns: Vec<ArrayRef> = Vec::with_capacity(nulls.len());
-            for &(c, ref null) in &nulls {
-                if c == self.rules.op_col() {
-                    let ops: Int8Array = part.iter().map(|&(_, op)| Some(op)).collect();
-                    columns.push(Arc::new(ops));
-                    continue;
-                }
-                let indices: Vec<(usize, usize)> = part
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &(p, _))| {
-                        // Marker rows carry only their sequence and recording time.
-                        if c < n && start + i >= markers_from {
-                            (self.chunks.len(), 0)
-                        } else {
-                            (p.c as usize, p.r as usize)
-                        }
-                    })
-                    .collect();
-                columns.push(self.gather(c, null, &indices)?);
-            }
-            out.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
-        }
-        Ok(out)
-    }
-
-    /// Struct column `c` as `gathered` (the column's cells), with the fields `fields`
-    /// names taken from their own cells: the struct's validity stays the column's.
-    fn gather_fields(
-        &self,
-        c: usize,
-        null: &ArrayRef,
-        gathered: &ArrayRef,
-        fields: &[Option<Indices>],
-    ) -> Result<ArrayRef, ArrowError> {
-        let whole = gathered.as_struct();
-        let mut children = whole.columns().to_vec();
-        for (f, indices) in fields.iter().enumerate() {
-            let Some(indices) = indices else { continue };
-            let mut sources: Vec<&dyn Array> = self
-                .chunks
-                .iter()
-                .map(|ch| ch.batch.column(c).as_struct().column(f).as_ref())
-                .collect();
-            sources.push(null.as_struct().column(f).as_ref());
-            children[f] = interleave(&sources, indices)?;
-        }
-        Ok(Arc::new(StructArray::try_new(
-            whole.fields().clone(),
-            children,
-            whole.nulls().cloned(),
-        )?))
-    }
-
-    /// Column `c` of the chunks at `indices`; chunk index `chunks.len()` is `null`.
-    fn gather(
-        &self,
-        c: usize,
-        null: &ArrayRef,
-        indices: &[(usize, usize)],
-    ) -> Result<ArrayRef, ArrowError> {
-        let mut sources: Vec<&dyn Array> = self
-            .chunks
-            .iter()
-            .map(|ch| ch.batch.column(c).as_ref())
-            .collect();
-        sources.push(null.as_ref());
-        interleave(&sources, indices)
-    }
 }
 
 /// The source row of each column of a visible row: one event, or (IGNORE NULL UPDATES)
 /// several.
 #[derive(Debug, Clone)]
-enum Cells {
+pub(super) enum Cells {
     One(P),
     /// A cell per column, and for a struct column whose fields come from several
     /// events (IGNORE NULL UPDATES on nested fields) a cell per field.
@@ -796,10 +693,10 @@ enum Cells {
 }
 
 /// A struct column (by index) and the cell of each of its fields.
-type FieldCells = (usize, Vec<P>);
+pub(super) type FieldCells = (usize, Vec<P>);
 
 /// Gather indices (chunk, row) of a column's rows.
-type Indices = Vec<(usize, usize)>;
+pub(super) type Indices = Vec<(usize, usize)>;
 
 impl Cells {
     fn get(&self, c: usize) -> P {
@@ -872,7 +769,7 @@ impl<'v, 'a> Walk<'v, 'a> {
         let stored_rows = view.chunks[..events].iter().map(|c| c.batch.num_rows());
         let mut members: Vec<(u32, P)> = Vec::with_capacity(stored_rows.sum());
         self.kept.reserve(groups.len());
-        self.out.base.reserve(groups.len());
+        self.out.reserve(groups.len());
         let mut keep = Vec::with_capacity(view.event_chunk as usize);
         for c in 0..view.event_chunk {
             let chunk = &view.chunks[c as usize];
@@ -1201,122 +1098,4 @@ fn merge_sorted(view: &View, stored: &[P], incoming: &[P], out: &mut Vec<P>) {
     }
     out.extend_from_slice(&stored[i..]);
     out.extend_from_slice(&incoming[j..]);
-}
-
-/// Visible rows under construction: the source of each row's cells and, for SCD type
-/// 2, the rows whose sequence values give `__START_AT` and `__END_AT`.
-struct Output {
-    base: Vec<P>,
-    /// Rows whose cells come from several events: (row, cells, struct fields' cells).
-    mixed: Vec<(usize, Vec<P>, Vec<FieldCells>)>,
-    /// Whether rows are versions (SCD type 2): only then are `start` and `end` kept.
-    versions: bool,
-    start: Vec<P>,
-    end: Vec<P>,
-}
-
-impl Output {
-    fn new(versions: bool) -> Self {
-        Self {
-            base: Vec::new(),
-            mixed: Vec::new(),
-            versions,
-            start: Vec::new(),
-            end: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, cells: Cells, start: P, end: P) {
-        match cells {
-            Cells::One(p) => self.base.push(p),
-            Cells::Mixed(v, fields) => {
-                self.base.push(v[0]);
-                self.mixed.push((self.base.len() - 1, v, fields));
-            }
-        }
-        if self.versions {
-            self.start.push(start);
-            self.end.push(end);
-        }
-    }
-
-    fn build(self, view: &View) -> Result<Vec<RecordBatch>, ArrowError> {
-        let rules = view.rules;
-        let schema = rules.public_schema();
-        let n = rules.columns.fields().len();
-        let nulls: Vec<ArrayRef> = rules
-            .event_schema()
-            .fields()
-            .iter()
-            .map(|f| new_null_array(f.data_type(), 1))
-            .collect();
-        let index = |p: P| {
-            if p == NONE {
-                (view.chunks.len(), 0)
-            } else {
-                (p.c as usize, p.r as usize)
-            }
-        };
-        let mut mixed = self.mixed.iter().peekable();
-        let mut out = Vec::new();
-        for start in (0..self.base.len()).step_by(OUT_ROWS) {
-            let end = (start + OUT_ROWS).min(self.base.len());
-            // One index for every column; a column gets its own copy only where a row
-            // takes that column from another event (IGNORE NULL UPDATES).
-            let base: Vec<(usize, usize)> =
-                self.base[start..end].iter().map(|&p| index(p)).collect();
-            let mut own: Vec<Option<Vec<(usize, usize)>>> = vec![None; n];
-            // Struct columns some row takes field by field: per field, the rows' cells
-            // where they differ from the column's.
-            let mut own_fields: Vec<(usize, Vec<Option<Indices>>)> = Vec::new();
-            let mut field_cells: Vec<(usize, usize, Vec<P>)> = Vec::new();
-            while let Some((row, v, fields)) = mixed.next_if(|(row, ..)| *row < end) {
-                for (c, slot) in own.iter_mut().enumerate() {
-                    let cell = index(v[c]);
-                    if cell != base[row - start] {
-                        slot.get_or_insert_with(|| base.clone())[row - start] = cell;
-                    }
-                }
-                for (c, cells) in fields {
-                    field_cells.push((*row - start, *c, cells.clone()));
-                }
-            }
-            for (row, c, cells) in field_cells {
-                let column = own[c].as_deref().unwrap_or(&base);
-                let at = match own_fields.iter().position(|(k, _)| *k == c) {
-                    Some(i) => i,
-                    None => {
-                        own_fields.push((c, vec![None; cells.len()]));
-                        own_fields.len() - 1
-                    }
-                };
-                for (f, &p) in cells.iter().enumerate() {
-                    if index(p) != column[row] {
-                        own_fields[at].1[f].get_or_insert_with(|| column.to_vec())[row] = index(p);
-                    }
-                }
-            }
-            let mut columns = Vec::with_capacity(schema.fields().len());
-            for (c, indices) in own.iter().enumerate() {
-                let indices = indices.as_deref().unwrap_or(&base);
-                let gathered = view.gather(c, &nulls[c], indices)?;
-                match own_fields.iter().find(|(k, _)| *k == c) {
-                    Some((_, fields)) => {
-                        columns.push(view.gather_fields(c, &nulls[c], &gathered, fields)?)
-                    }
-                    None => columns.push(gathered),
-                }
-            }
-            if self.versions {
-                let seq = rules.seq_col();
-                for bound in [&self.start, &self.end] {
-                    let indices: Vec<(usize, usize)> =
-                        bound[start..end].iter().map(|&p| index(p)).collect();
-                    columns.push(view.gather(seq, &nulls[seq], &indices)?);
-                }
-            }
-            out.push(rules.with_generated(columns)?);
-        }
-        Ok(out)
-    }
 }

@@ -35,7 +35,7 @@ use super::touched::{Touch, key_columns};
 use crate::RunError;
 use crate::delta::pruning::KeyStats;
 use crate::delta::read::{self, Located};
-use crate::delta::{DataFile, Mode, Table, merge};
+use crate::delta::{Commit, DataFile, Mode, Sink, Staged, Table, merge};
 use crate::par;
 
 /// Row positions to delete, per file index.
@@ -140,7 +140,29 @@ async fn apply(
     };
     // Both tables are read: what the kernel holds next is all the batch holds.
     touch.forget_touched();
-    let (decided, stayed) = touch.decide_keeping(members, hits, events)?;
+    let pending = touch.decide_pending(members, hits, events)?;
+    let decisions = &pending.decisions;
+    let metrics = decisions.metrics();
+
+    // Each table's new rows are built and written a part at a time, the state's first:
+    // a narrow state's rows say which published rows stay.
+    let markers = decisions.markers()?;
+    let state_parts = decisions
+        .state()
+        .chain(markers.into_iter().map(Ok))
+        .map(|part| part.map_err(RunError::from));
+    let state = stage_parts(
+        targets.state,
+        &state_files,
+        member_at,
+        &state_schema,
+        targets.state_commit,
+        decisions.state_rows(),
+        state_parts,
+        pending.narrow(),
+    )
+    .await?;
+    let stayed = pending.stayed(&touch, &state.kept)?;
 
     // The published rows of touched keys are replaced, except those of stored upserts
     // that stayed their key's winner: they are kept, and the kernel's copies (without
@@ -161,37 +183,98 @@ async fn apply(
                 .push(published.position[r]);
         }
     }
-    let appended = match &stayed {
-        Some(stayed) if stayed.len() > 0 => without_keys(decided.public, stayed, rules)?,
-        _ => decided.public,
-    };
     let deleted_rows = public_deletes.values().map(Vec::len).sum::<usize>();
-    let public_rows = published.live_rows - deleted_rows
-        + appended.iter().map(RecordBatch::num_rows).sum::<usize>();
-    let (public, state) = tokio::try_join!(
-        merge::stage(
-            targets.public,
-            &public_files,
-            public_deletes,
-            &public_schema,
-            appended,
-            targets.public_commit
-        ),
-        merge::stage(
-            targets.state,
-            &state_files,
-            member_at,
-            &state_schema,
-            decided.state,
-            targets.state_commit
-        ),
-    )?;
+    let public_parts = decisions.public().map(|part| {
+        let part = part?;
+        match &stayed {
+            Some(stayed) if stayed.len() > 0 => without_keys(&part, stayed, rules),
+            _ => Ok(part),
+        }
+    });
+    let public = stage_parts(
+        targets.public,
+        &public_files,
+        public_deletes,
+        &public_schema,
+        targets.public_commit,
+        decisions.public_rows(),
+        public_parts,
+        false,
+    )
+    .await?;
     Ok(Streamed {
-        public,
-        state,
-        metrics: decided.metrics,
-        public_rows,
+        public_rows: published.live_rows - deleted_rows + public.rows,
+        public: public.staged,
+        state: state.staged,
+        metrics,
         mode: Mode::Merge,
+    })
+}
+
+/// One table's merge-on-write, staged.
+struct StagedParts {
+    staged: Staged,
+    /// Rows added.
+    rows: usize,
+    /// The rows added, when asked to keep them.
+    kept: Vec<RecordBatch>,
+}
+
+/// Stages a merge-on-write of `table` (see [`merge::stage`]) whose new rows come a part
+/// at a time (about `rows` of them): each part is written once a file writer per core
+/// has one, and let go, unless `keep` asks for them back. A table written clustered, or
+/// that only deltalake's write operation can take, gets its rows whole.
+#[allow(clippy::too_many_arguments)]
+async fn stage_parts(
+    table: &Table,
+    files: &[DataFile],
+    deleted: Deletes,
+    schema: &SchemaRef,
+    commit: &Commit,
+    rows: usize,
+    parts: impl Iterator<Item = Result<RecordBatch, RunError>>,
+    keep: bool,
+) -> Result<StagedParts, RunError> {
+    let sink = match commit.file_layout().cluster.is_empty() {
+        true => Sink::new(table, schema, commit, rows).await?,
+        false => None,
+    };
+    let (mut added_rows, mut kept) = (0, Vec::new());
+    let Some(mut sink) = sink else {
+        let batches = parts.collect::<Result<Vec<_>, _>>()?;
+        added_rows = batches.iter().map(RecordBatch::num_rows).sum();
+        if keep {
+            kept = batches.clone();
+        }
+        return Ok(StagedParts {
+            staged: merge::stage(table, files, deleted, schema, batches, commit).await?,
+            rows: added_rows,
+            kept,
+        });
+    };
+    let mut group = Vec::with_capacity(sink.width());
+    for part in parts {
+        let part = part?;
+        if part.num_rows() == 0 {
+            continue;
+        }
+        added_rows += part.num_rows();
+        if keep {
+            kept.push(part.clone());
+        }
+        group.push(part);
+        if group.len() >= sink.width() {
+            sink.write(std::mem::take(&mut group)).await?;
+        }
+    }
+    if !group.is_empty() {
+        sink.write(group).await?;
+    }
+    let added = sink.finish_files().await?;
+    Ok(StagedParts {
+        staged: merge::stage_written(table, files, deleted, schema, added)?,
+        rows: added_rows,
+        kept,
     })
 }
 
@@ -425,24 +508,13 @@ fn fetch_tied(
     Ok(hits)
 }
 
-/// `batches` (published rows) without the rows whose key is in `set`.
-fn without_keys(
-    batches: Vec<RecordBatch>,
-    set: &KeySet,
-    rules: &Rules,
-) -> Result<Vec<RecordBatch>, RunError> {
-    let mut out = Vec::with_capacity(batches.len());
-    for batch in batches {
-        let keys = key_columns(&batch, &rules.keys);
-        let keep: BooleanArray = set
-            .find(&keys, &hashes(&keys)?)?
-            .iter()
-            .map(|&f| Some(f == NONE))
-            .collect();
-        let kept = filter_record_batch(&batch, &keep)?;
-        if kept.num_rows() > 0 {
-            out.push(kept);
-        }
-    }
-    Ok(out)
+/// `batch` (published rows) without the rows whose key is in `set`.
+fn without_keys(batch: &RecordBatch, set: &KeySet, rules: &Rules) -> Result<RecordBatch, RunError> {
+    let keys = key_columns(batch, &rules.keys);
+    let keep: BooleanArray = set
+        .find(&keys, &hashes(&keys)?)?
+        .iter()
+        .map(|&f| Some(f == NONE))
+        .collect();
+    Ok(filter_record_batch(batch, &keep)?)
 }

@@ -1,6 +1,7 @@
 //! AUTO CDC: turning source rows into change events ([`events`]) and applying them
 //! ([`kernel`]).
 
+mod decision;
 pub mod events;
 pub(crate) mod flow;
 pub mod kernel;

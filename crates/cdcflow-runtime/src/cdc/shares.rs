@@ -15,7 +15,9 @@ use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
 
-use super::kernel::{Applied, ApplyMetrics, Decided, OP, Op, Rules, SEQ, apply_events, filtered};
+use super::kernel::{
+    Applied, ApplyMetrics, Decided, Decision, OP, Op, Rules, SEQ, decide_events, filtered,
+};
 use super::keyset::hashes;
 use super::touched::{is_keyed, key_columns};
 use crate::par;
@@ -31,10 +33,11 @@ pub(super) fn decide(
     every_key: bool,
     events: RecordBatch,
     now_micros: i64,
-) -> Result<Decided, ArrowError> {
+) -> Result<Decisions, ArrowError> {
     let cores = par::cores();
     if every_key || cores < 2 || members.num_rows() + events.num_rows() < rules.min_shared_rows {
-        return apply_events(rules, &[members], recompute, &events, now_micros);
+        let one = decide_events(rules, vec![members], recompute, events, now_micros)?;
+        return Ok(Decisions(vec![one]));
     }
     let member_rows = share_rows(rules, &members, cores)?;
     let event_rows = share_rows(rules, &events, cores)?;
@@ -44,30 +47,75 @@ pub(super) fn decide(
         .collect();
     // Each share is decided on its own core.
     let decided = par::map(shares, |(members, events)| {
-        apply_events(rules, &[members], false, &events, now_micros)
+        decide_events(rules, vec![members], false, events, now_micros)
     })?;
-    let mut state = Vec::new();
-    let mut public = Vec::new();
-    let mut markers = Vec::new();
-    let mut metrics = ApplyMetrics::default();
-    for d in decided {
-        metrics.add(&d.applied.metrics);
-        public.extend(d.applied.public);
-        for batch in d.applied.state {
-            let (keyed, marks) = without_markers(&batch)?;
-            state.extend(keyed);
-            markers.extend(marks);
+    Ok(Decisions(decided))
+}
+
+/// The decisions of a batch's shares (one when it was not shared), not yet built into
+/// rows: each table's rows are built a part at a time ([`Decision`]).
+pub(crate) struct Decisions(Vec<Decision>);
+
+impl Decisions {
+    pub(crate) fn metrics(&self) -> ApplyMetrics {
+        let mut metrics = ApplyMetrics::default();
+        self.0.iter().for_each(|d| metrics.add(&d.metrics));
+        metrics
+    }
+
+    pub(crate) fn recomputed(&self) -> bool {
+        self.0.iter().any(|d| d.recomputed)
+    }
+
+    /// About the rows of the new state: a writer's estimate.
+    pub(crate) fn state_rows(&self) -> usize {
+        self.0.iter().map(Decision::state_rows).sum()
+    }
+
+    pub(crate) fn public_rows(&self) -> usize {
+        self.0.iter().map(Decision::public_rows).sum()
+    }
+
+    /// The new state's keyed rows, a part at a time ([`Decisions::markers`] are the rest).
+    pub(crate) fn state(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
+        self.0.iter().flat_map(Decision::state)
+    }
+
+    /// The new state's marker rows. Every share saw the stored markers and may keep
+    /// them: of the shares' markers, the newest of each kind is kept, as one decision
+    /// would have written it.
+    pub(crate) fn markers(&self) -> Result<Vec<RecordBatch>, ArrowError> {
+        match &self.0[..] {
+            [one] => one.markers(),
+            shares => {
+                let mut markers = Vec::new();
+                for share in shares {
+                    markers.extend(share.markers()?);
+                }
+                newest_markers(&shares[0].rules.state_schema(), &markers)
+            }
         }
     }
-    state.extend(newest_markers(&rules.state_schema(), &markers)?);
-    Ok(Decided {
-        applied: Applied {
-            state,
-            public,
-            metrics,
-        },
-        recomputed: false,
-    })
+
+    /// The visible table's new rows, a part at a time.
+    pub(crate) fn public(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
+        self.0.iter().flat_map(Decision::public)
+    }
+
+    /// Both tables' rows, built at once.
+    pub(crate) fn into_decided(self) -> Result<Decided, ArrowError> {
+        let mut state = self.state().collect::<Result<Vec<_>, _>>()?;
+        state.extend(self.markers()?);
+        let public = self.public().collect::<Result<Vec<_>, _>>()?;
+        Ok(Decided {
+            applied: Applied {
+                state,
+                public,
+                metrics: self.metrics(),
+            },
+            recomputed: self.recomputed(),
+        })
+    }
 }
 
 /// The rows of `batch` in `n` shares: each keyed row in the share of its key's hash,

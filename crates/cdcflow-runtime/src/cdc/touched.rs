@@ -20,8 +20,9 @@ use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
 
-use super::kernel::{Applied, ApplyMetrics, Op, Rules, Visible, filtered};
+use super::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, Visible, filtered};
 use super::keyset::{KeySet, NONE, hashes};
+use super::shares::Decisions;
 use crate::par;
 
 /// Applies `events` (rows of [`Rules::event_schema`]) to the `stored` state (rows of
@@ -321,6 +322,37 @@ impl Touch {
         hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
         events: RecordBatch,
     ) -> Result<(TouchedDecided, Option<KeySet>), ArrowError> {
+        let pending = self.decide_pending(members, hits, events)?;
+        let Decided {
+            applied:
+                Applied {
+                    state,
+                    public,
+                    metrics,
+                },
+            recomputed,
+        } = pending.decisions.into_decided()?;
+        let stayed = match &pending.values {
+            Some(values) => Some(values.stayed(&self.layout, &state)?),
+            None => None,
+        };
+        let decided = TouchedDecided {
+            state,
+            public,
+            metrics,
+            recomputed,
+        };
+        Ok((decided, stayed))
+    }
+
+    /// [`Touch::decide_keeping`], its rows not yet built: the caller builds and writes
+    /// them a part at a time, and asks [`Pending::stayed`] once it has the state's rows.
+    pub(crate) fn decide_pending(
+        &self,
+        members: RecordBatch,
+        hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
+        events: RecordBatch,
+    ) -> Result<Pending, ArrowError> {
         let rules = &self.rules;
         let values = rules
             .narrow_state()
@@ -329,7 +361,7 @@ impl Touch {
             Some(v) => widen(rules, &v.members, &v.values, &v.at)?,
             None => members,
         };
-        let decided = super::shares::decide(
+        let decisions = super::shares::decide(
             rules,
             members,
             self.recompute,
@@ -337,23 +369,36 @@ impl Touch {
             events,
             self.now_micros,
         )?;
-        let Applied {
-            state: decided_state,
-            public,
-            metrics,
-        } = decided.applied;
-        // The kernel gives a narrow state's rows in its columns already.
-        let stayed = match &values {
-            Some(values) => Some(values.stayed(&self.layout, &decided_state)?),
-            None => None,
-        };
-        let decided = TouchedDecided {
-            state: decided_state,
-            public,
-            metrics,
-            recomputed: decided.recomputed,
-        };
-        Ok((decided, stayed))
+        Ok(Pending { decisions, values })
+    }
+}
+
+/// A decision on the touched keys whose rows are not built yet.
+pub(crate) struct Pending {
+    pub decisions: Decisions,
+    /// A narrow state's member upserts and their published values, if found.
+    values: Option<Values>,
+}
+
+impl Pending {
+    /// Whether the state is narrow: its member upserts may come without their values,
+    /// and those that stay their key's winner keep their published rows
+    /// ([`Pending::stayed`]).
+    pub(crate) fn narrow(&self) -> bool {
+        self.values.is_some()
+    }
+
+    /// The keys of the stored upserts without values that stayed their key's winner,
+    /// given all the rows of the new (narrow) `state`; `None` for a wide state.
+    pub(crate) fn stayed(
+        &self,
+        touch: &Touch,
+        state: &[RecordBatch],
+    ) -> Result<Option<KeySet>, ArrowError> {
+        self.values
+            .as_ref()
+            .map(|values| values.stayed(&touch.layout, state))
+            .transpose()
     }
 }
 

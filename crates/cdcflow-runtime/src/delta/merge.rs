@@ -33,21 +33,28 @@ pub async fn stage(
     batches: Vec<RecordBatch>,
     commit: &Commit,
 ) -> Result<Staged, RunError> {
-    let dir = table.dir.clone();
-    let Some(delta) = table.table.clone() else {
-        return Err(RunError::input(format!(
-            "{}: a merge-on-write needs an existing table",
-            dir.display()
-        )));
-    };
-    let mut actions = Vec::new();
+    let delta = existing(table)?;
+    let mut added = Vec::new();
     if batches.iter().any(|b| b.num_rows() > 0) {
-        actions.extend(
-            parallel::stage(&delta, schema, batches, &commit.file_layout())
-                .await
-                .map_err(|e| RunError::delta(&dir, e))?,
-        );
+        added = parallel::stage(&delta, schema, batches, &commit.file_layout())
+            .await
+            .map_err(|e| RunError::delta(&table.dir, e))?;
     }
+    stage_written(table, files, deleted, schema, added)
+}
+
+/// [`stage`] with the new rows already written, as `added` (the files' add actions,
+/// uncommitted: a [`super::Sink`]'s).
+pub fn stage_written(
+    table: &Table,
+    files: &[DataFile],
+    deleted: BTreeMap<usize, Vec<u64>>,
+    schema: &SchemaRef,
+    added: Vec<Action>,
+) -> Result<Staged, RunError> {
+    let dir = table.dir.clone();
+    let delta = existing(table)?;
+    let mut actions = added;
     let mut vectors = VectorFile::new();
     let mut any_vector = false;
     for (index, positions) in deleted {
@@ -86,6 +93,15 @@ pub async fn stage(
         table: delta,
         schema: Arc::clone(schema),
         data: StagedData::Files(actions),
+    })
+}
+
+fn existing(table: &Table) -> Result<deltalake::DeltaTable, RunError> {
+    table.table.clone().ok_or_else(|| {
+        RunError::input(format!(
+            "{}: a merge-on-write needs an existing table",
+            table.dir.display()
+        ))
     })
 }
 

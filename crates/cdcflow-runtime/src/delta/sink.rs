@@ -108,13 +108,23 @@ impl Sink {
 
     /// The files written, ready to commit.
     pub async fn finish(self) -> Result<Staged, RunError> {
-        let Self {
+        let (dir, table, schema) = (
+            self.dir.clone(),
+            self.table.clone(),
+            Arc::clone(&self.schema),
+        );
+        let adds = self.finish_files().await?;
+        Ok(Staged {
             dir,
             table,
             schema,
-            files,
-            ..
-        } = self;
+            data: StagedData::Files(adds),
+        })
+    }
+
+    /// The add actions of the files written, not yet committed.
+    pub async fn finish_files(self) -> Result<Vec<Action>, RunError> {
+        let Self { dir, files, .. } = self;
         let tasks: Vec<_> = files
             .into_iter()
             .map(|file| tokio::spawn(file.finish()))
@@ -129,12 +139,13 @@ impl Sink {
             })?;
             adds.extend(written.map_err(|e| RunError::delta(&dir, e))?);
         }
-        Ok(Staged {
-            dir,
-            table,
-            schema,
-            data: StagedData::Files(adds),
-        })
+        Ok(adds)
+    }
+
+    /// The number of files written at once: parts handed over together are encoded
+    /// on that many cores.
+    pub fn width(&self) -> usize {
+        self.files.len()
     }
 
     fn task_error(&self, e: &tokio::task::JoinError) -> RunError {
