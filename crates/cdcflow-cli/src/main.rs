@@ -263,6 +263,10 @@ fn runtime() -> tokio::runtime::Runtime {
     cdcflow_runtime::allocator::keep_freed_memory();
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Flows are planned and run on the workers (independent flows at the same
+        // time): a deep plan (a chain of 100 views) recurses as deep there as on the
+        // main thread, whose stack is 8 MiB; tokio's default is 2.
+        .thread_stack_size(8 * 1024 * 1024)
         .build()
     {
         Ok(rt) => rt,

@@ -42,7 +42,7 @@ pub struct Offsets {
 
 /// What a flow has processed.
 #[derive(Debug, Clone, Default)]
-pub struct Progress {
+pub struct Processed {
     /// The last committed batch.
     pub committed: Option<i64>,
     /// Landing files read by committed batches, per input, as the latest batch that
@@ -52,7 +52,7 @@ pub struct Progress {
     pub last: Option<Offsets>,
 }
 
-impl Progress {
+impl Processed {
     pub fn next_batch(&self) -> i64 {
         self.committed.map_or(0, |c| c + 1)
     }
@@ -86,12 +86,12 @@ impl Checkpoint {
     /// batches after the last committed one were never committed and are removed; the
     /// offsets file of a committed batch that is missing or damaged is restored from
     /// the table's commit of that batch, so its input is never read a second time.
-    pub async fn load(&self, table: &Table, app: &str) -> Result<Progress, RunError> {
+    pub async fn load(&self, table: &Table, app: &str) -> Result<Processed, RunError> {
         self.read(table, app, true).await
     }
 
     /// As [`Checkpoint::load`], changing nothing (for `cdcflow status` beside a run).
-    pub async fn peek(&self, table: &Table, app: &str) -> Result<Progress, RunError> {
+    pub async fn peek(&self, table: &Table, app: &str) -> Result<Processed, RunError> {
         self.read(table, app, false).await
     }
 
@@ -99,12 +99,12 @@ impl Checkpoint {
         self.offsets_dir().join(format!("{batch:020}.json"))
     }
 
-    async fn read(&self, table: &Table, app: &str, tidy: bool) -> Result<Progress, RunError> {
+    async fn read(&self, table: &Table, app: &str, tidy: bool) -> Result<Processed, RunError> {
         let committed = table.txn_version(app).await?;
         let dir = self.offsets_dir();
-        let mut progress = Progress {
+        let mut progress = Processed {
             committed,
-            ..Progress::default()
+            ..Processed::default()
         };
         let entries = match fs::read_dir(&dir) {
             Ok(e) => Some(e),

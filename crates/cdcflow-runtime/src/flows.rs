@@ -8,12 +8,12 @@ use cdcflow_sql::sqlparser::ast::Query;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
+use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table, conform};
 use crate::files::BadRecord;
 use crate::inputs::BatchInputs;
 use crate::quarantine;
 use crate::report::{FlowOutcome, FlowReport};
-use crate::runner::RunContext;
 use crate::{RunError, layout};
 use crate::{declared, expectations, generated, identity};
 use cdcflow_plan::config::BadRecords;
@@ -24,7 +24,7 @@ struct QueryBatch {
     table: Table,
     app: String,
     checkpoint: crate::checkpoint::Checkpoint,
-    progress: crate::checkpoint::Progress,
+    progress: crate::checkpoint::Processed,
     planner: Planner,
     inputs: BatchInputs,
 }

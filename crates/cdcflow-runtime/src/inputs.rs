@@ -19,7 +19,7 @@ use datafusion::prelude::SessionContext;
 
 use cdcflow_plan::planner::Planner;
 
-use crate::checkpoint::{Offsets, Progress};
+use crate::checkpoint::{Offsets, Processed};
 use crate::delta::{self, DataFile, Table};
 use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
 use crate::sources::{Acknowledge, Sources};
@@ -168,7 +168,7 @@ impl InputReader<'_> {
     pub async fn register(
         &self,
         inputs: &[Input],
-        progress: &Progress,
+        progress: &Processed,
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
@@ -223,7 +223,7 @@ impl InputReader<'_> {
     async fn register_external(
         &self,
         d: &ExternalDelta,
-        progress: &Progress,
+        progress: &Processed,
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
@@ -314,7 +314,7 @@ impl InputReader<'_> {
         input: &Input,
         name: &str,
         declared: Option<SchemaRef>,
-        progress: &Progress,
+        progress: &Processed,
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
@@ -356,7 +356,7 @@ impl InputReader<'_> {
     async fn register_files(
         &self,
         rf: &ReadFiles,
-        progress: &Progress,
+        progress: &Processed,
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
@@ -510,7 +510,7 @@ impl InputReader<'_> {
                 view.name
             )));
         };
-        let whole = Progress::default();
+        let whole = Processed::default();
         let (inputs, progress) = match read {
             ViewRead::Stream(progress) => (flow.inputs.clone(), progress),
             ViewRead::Whole => (flow.inputs.iter().map(read_whole).collect(), &whole),
@@ -529,7 +529,7 @@ impl InputReader<'_> {
 /// How a flow reads a view.
 enum ViewRead<'p> {
     /// As a stream (`STREAM(view)`, an AUTO CDC source): incrementally, after `progress`.
-    Stream(&'p Progress),
+    Stream(&'p Processed),
     /// Whole, every input of the view read in full.
     Whole,
 }

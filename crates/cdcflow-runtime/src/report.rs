@@ -123,11 +123,59 @@ pub struct RunReport {
     /// Internal state tables vacuumed after the batches committed.
     pub vacuumed: Vec<crate::vacuum::TableVacuum>,
     /// The tables compacted after the flows (each also a note).
-    pub compactions: Vec<crate::compact::TableCompaction>,
+    pub compactions: Vec<TableCompaction>,
 }
 
 impl RunReport {
     pub fn failed(&self) -> bool {
         self.flows.iter().any(FlowReport::failed)
+    }
+}
+
+/// What a compaction did to one table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TableCompaction {
+    /// The dataset.
+    pub table: String,
+    /// Its AUTO CDC state rather than its published table.
+    pub state: bool,
+    /// Data files of the table before.
+    pub files_before: usize,
+    pub files_removed: usize,
+    pub files_added: usize,
+    /// Live rows rewritten.
+    pub rows: u64,
+    /// Bytes of the files removed, and of those added.
+    pub bytes_removed: u64,
+    pub bytes_added: u64,
+    /// Why the table was not looked at.
+    pub skipped: Option<String>,
+}
+
+impl TableCompaction {
+    /// Whether a commit rewrote files.
+    pub fn compacted(&self) -> bool {
+        self.files_removed > 0
+    }
+
+    /// The table as people name it: `cur`, or `cur` (state).
+    pub fn shown(&self) -> String {
+        match self.state {
+            true => format!("`{}` (state)", self.table),
+            false => format!("`{}`", self.table),
+        }
+    }
+
+    /// One line saying what was rewritten.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} files rewritten into {} ({} rows, {} → {} bytes)",
+            self.shown(),
+            self.files_removed,
+            self.files_added,
+            self.rows,
+            self.bytes_removed,
+            self.bytes_added
+        )
     }
 }

@@ -1,8 +1,9 @@
-//! One run of a pipeline: flows in dependency order, each committing its own batch; a
-//! failed flow stops the flows downstream of it and no others.
+//! One run of a pipeline: flows in dependency order, each committing its own batch, and
+//! flows that do not depend on each other at the same time (`schedule.rs`); a failed
+//! flow stops the flows downstream of it and no others.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,12 +14,12 @@ use datafusion::prelude::SessionContext;
 
 use crate::cascade::{self, reset_allowed};
 use crate::checkpoint::Checkpoint;
+use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table};
-use crate::inputs::InputReader;
 use crate::lock::RunLock;
 use crate::report::{FlowOutcome, FlowReport, RunReport};
 use crate::sources::Sources;
-use crate::{RunError, cdc, flows, layout};
+use crate::{RunError, cdc, flows, layout, schedule};
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
@@ -48,33 +49,6 @@ pub struct Progress(pub Arc<dyn Fn(&str) + Send + Sync>);
 impl std::fmt::Debug for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Progress")
-    }
-}
-
-/// What every flow of a run shares.
-pub(crate) struct RunContext<'a> {
-    pub pipeline: &'a Pipeline,
-    pub storage: &'a Path,
-    pub ctx: SessionContext,
-    pub now_micros: i64,
-    pub sources: Option<Sources>,
-}
-
-impl RunContext<'_> {
-    pub fn reader(&self) -> InputReader<'_> {
-        InputReader {
-            pipeline: self.pipeline,
-            storage: self.storage,
-            ctx: &self.ctx,
-            sources: self.sources.as_ref(),
-        }
-    }
-
-    pub fn checkpoint(&self, flow: &Flow) -> Result<Checkpoint, RunError> {
-        Ok(Checkpoint::new(layout::checkpoint_dir(
-            self.storage,
-            &flow.name,
-        )?))
     }
 }
 
@@ -127,87 +101,88 @@ pub(crate) async fn run_locked(
             ));
         }
     }
-    let rc = RunContext {
-        pipeline,
-        storage: &storage,
+    let shared = Arc::new(Shared {
+        pipeline: pipeline.clone(),
+        storage: storage.clone(),
         ctx: cdcflow_plan::functions::session_context(),
         now_micros: options
             .now_micros
             .unwrap_or_else(|| chrono::Utc::now().timestamp_micros()),
         sources: options.sources.clone(),
-    };
+    });
+    let run: Vec<usize> = pipeline
+        .order
+        .iter()
+        .copied()
+        .filter(|&f| {
+            let flow = &pipeline.flows[f];
+            pipeline
+                .dataset(&flow.target)
+                .is_some_and(|t| t.kind != DatasetKind::View)
+                && (options.flows.is_empty()
+                    || options
+                        .flows
+                        .iter()
+                        .any(|n| n.eq_ignore_ascii_case(&flow.name)))
+        })
+        .collect();
+    let waits = schedule::waits(pipeline, &run);
+    let limit = schedule::parallel_flows();
     // Targets not updated by this run, and why: their readers are skipped.
     let mut blocked: BTreeMap<String, &'static str> = BTreeMap::new();
-    for &f in &pipeline.order {
-        let flow = &pipeline.flows[f];
-        let Some(target) = pipeline.dataset(&flow.target) else {
-            continue;
-        };
-        if target.kind == DatasetKind::View {
-            continue;
-        }
-        if !options.flows.is_empty()
-            && !options
-                .flows
-                .iter()
-                .any(|n| n.eq_ignore_ascii_case(&flow.name))
-        {
-            continue;
-        }
-        let started_flow = Instant::now();
-        let started_at = chrono::Utc::now().timestamp_micros();
-        if let Some(Progress(tell)) = &options.progress {
-            tell(&flow.name);
-        }
-        let upstream = flow.inputs.iter().find_map(|i| match i {
-            Input::Dataset { name, .. } => blocked
-                .get(&name.to_lowercase())
-                .map(|why| format!("input `{name}` {why}")),
-            Input::Files(_) | Input::Delta(_) | Input::Postgres(_) => None,
-        });
-        let mut r = match upstream {
-            Some(reason) => {
-                let mut r = FlowReport::new(&flow.name, &flow.target, kind_of(flow, target.kind));
-                r.outcome = FlowOutcome::Skipped { reason };
-                r
+    let mut reports: Vec<Option<FlowReport>> = run.iter().map(|_| None).collect();
+    let mut launched = vec![false; run.len()];
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        // Start, in the pipeline's order, every flow whose waits are over, as long as
+        // there is room; a flow skipped for its inputs is over at once, which may end
+        // another's waits.
+        let mut scan = true;
+        while scan {
+            scan = false;
+            for i in 0..run.len() {
+                if launched[i] || !waits[i].iter().all(|&j| reports[j].is_some()) {
+                    continue;
+                }
+                let flow = &pipeline.flows[run[i]];
+                let upstream = flow.inputs.iter().find_map(|input| match input {
+                    Input::Dataset { name, .. } => blocked
+                        .get(&name.to_lowercase())
+                        .map(|why| format!("input `{name}` {why}")),
+                    Input::Files(_) | Input::Delta(_) | Input::Postgres(_) => None,
+                });
+                if let Some(reason) = upstream {
+                    let kind = kind_of(flow, dataset_kind(pipeline, flow));
+                    let mut r = FlowReport::new(&flow.name, &flow.target, kind);
+                    r.outcome = FlowOutcome::Skipped { reason };
+                    let now = chrono::Utc::now().timestamp_micros();
+                    (r.started_micros, r.ended_micros) = (now, now);
+                    launched[i] = true;
+                    reports[i] = Some(finished(r, &mut blocked));
+                    scan = true;
+                    continue;
+                }
+                if running.len() >= limit {
+                    continue;
+                }
+                if let Some(Progress(tell)) = &options.progress {
+                    tell(&flow.name);
+                }
+                launched[i] = true;
+                let (shared, f) = (Arc::clone(&shared), run[i]);
+                running.spawn(async move { (i, shared.run_flow(f).await) });
             }
-            None => run_flow(&rc, flow, target.kind).await,
+        }
+        let Some(joined) = running.join_next().await else {
+            break;
         };
+        let (i, r) = joined
+            .map_err(|e| RunError::internal(format!("a flow's task ended abnormally: {e}")))?;
         // What one flow kept for reuse would add to the next flow's peak.
         crate::allocator::release_freed_memory();
-        r.millis = started_flow.elapsed().as_millis() as u64;
-        r.started_micros = started_at;
-        r.ended_micros = chrono::Utc::now().timestamp_micros();
-        if matches!(r.outcome, FlowOutcome::Committed { .. })
-            && let Some(oldest) = r.oldest_change_micros
-        {
-            r.lag_ms = Some((chrono::Utc::now().timestamp_micros() - oldest) / 1000);
-        }
-        match r.outcome {
-            FlowOutcome::Failed { .. } => {
-                blocked.insert(flow.target.to_lowercase(), "failed");
-            }
-            FlowOutcome::Skipped { .. } => {
-                blocked.insert(flow.target.to_lowercase(), "was not updated");
-            }
-            _ => {}
-        }
-        // Typed fields (no `?Debug` text): log collectors query them.
-        tracing::info!(
-            flow = %r.flow,
-            table = %r.target,
-            outcome = r.outcome.status(),
-            batch = r.outcome.batch(),
-            reason = r.outcome.reason(),
-            rows_read = r.rows_read,
-            rows_written = r.rows_written,
-            files = r.files,
-            lag_ms = r.lag_ms,
-            millis = r.millis,
-            "flow finished"
-        );
-        report.flows.push(r);
+        reports[i] = Some(finished(r, &mut blocked));
     }
+    report.flows.extend(reports.into_iter().flatten());
     crate::compact::after_run(pipeline, &storage, &mut report).await;
     crate::vacuum::vacuum_changed_state(pipeline, &storage, &mut report).await;
     let ended = chrono::Utc::now().timestamp_micros();
@@ -219,6 +194,77 @@ pub(crate) async fn run_locked(
             .push(format!("the event log could not be written: {e}"));
     }
     Ok(report)
+}
+
+/// What every flow of a run shares, owned: each flow runs as a task of its own.
+struct Shared {
+    pipeline: Pipeline,
+    storage: PathBuf,
+    ctx: SessionContext,
+    now_micros: i64,
+    sources: Option<Sources>,
+}
+
+impl Shared {
+    /// Runs flow `f` (an index into the pipeline's flows), timed.
+    async fn run_flow(&self, f: usize) -> FlowReport {
+        let rc = RunContext {
+            pipeline: &self.pipeline,
+            storage: &self.storage,
+            ctx: self.ctx.clone(),
+            now_micros: self.now_micros,
+            sources: self.sources.clone(),
+        };
+        let flow = &self.pipeline.flows[f];
+        let (started, started_at) = (Instant::now(), chrono::Utc::now().timestamp_micros());
+        let mut r = run_flow(&rc, flow, dataset_kind(&self.pipeline, flow)).await;
+        r.millis = started.elapsed().as_millis() as u64;
+        r.started_micros = started_at;
+        r.ended_micros = chrono::Utc::now().timestamp_micros();
+        if matches!(r.outcome, FlowOutcome::Committed { .. })
+            && let Some(oldest) = r.oldest_change_micros
+        {
+            r.lag_ms = Some((r.ended_micros - oldest) / 1000);
+        }
+        r
+    }
+}
+
+/// The kind of the dataset `flow` writes (the run takes only flows whose target is
+/// known).
+fn dataset_kind(pipeline: &Pipeline, flow: &Flow) -> DatasetKind {
+    pipeline
+        .dataset(&flow.target)
+        .map_or(DatasetKind::StreamingTable, |d| d.kind)
+}
+
+/// A flow's report once it is over: its target is blocked for its readers when it
+/// did not commit, and its outcome is logged.
+fn finished(r: FlowReport, blocked: &mut BTreeMap<String, &'static str>) -> FlowReport {
+    match r.outcome {
+        FlowOutcome::Failed { .. } => {
+            blocked.insert(r.target.to_lowercase(), "failed");
+        }
+        FlowOutcome::Skipped { .. } => {
+            blocked.insert(r.target.to_lowercase(), "was not updated");
+        }
+        _ => {}
+    }
+    // Typed fields (no `?Debug` text): log collectors query them.
+    tracing::info!(
+        flow = %r.flow,
+        table = %r.target,
+        outcome = r.outcome.status(),
+        batch = r.outcome.batch(),
+        reason = r.outcome.reason(),
+        rows_read = r.rows_read,
+        rows_written = r.rows_written,
+        files = r.files,
+        lag_ms = r.lag_ms,
+        millis = r.millis,
+        "flow finished"
+    );
+    r
 }
 
 fn kind_of(flow: &Flow, target: DatasetKind) -> &'static str {

@@ -21,7 +21,7 @@ async fn source_status(
     pipeline: &Pipeline,
     input: &Input,
     sources: &Sources,
-    progress: &crate::checkpoint::Progress,
+    progress: &crate::checkpoint::Processed,
 ) -> SourceStatus {
     let source = match sources.open(pipeline, input) {
         Ok(s) => s,

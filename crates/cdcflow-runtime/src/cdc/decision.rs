@@ -9,16 +9,84 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Int8Array, RecordBatch, StructArray, new_null_array,
+    Array, ArrayRef, AsArray, BooleanArray, Int8Array, RecordBatch, StructArray, new_null_array,
 };
-use datafusion::arrow::compute::interleave;
+use datafusion::arrow::compute::{filter_record_batch, interleave};
 use datafusion::arrow::datatypes::Int8Type;
 use datafusion::arrow::error::ArrowError;
 
-use super::kernel::{
-    ApplyMetrics, Cells, FieldCells, Indices, NONE, OUT_ROWS, Op, P, Rules, filtered,
-};
-use super::touched::is_keyed;
+use super::rules::{ApplyMetrics, Op, Rules, is_keyed};
+
+/// Rows per output batch (bounds the gather indexes held at once).
+pub(super) const OUT_ROWS: usize = 64 * 1024;
+
+/// `batch` without the rows whose `keep` is false; `None` when none is left. A batch
+/// kept whole is not copied.
+pub(crate) fn filtered(
+    batch: &RecordBatch,
+    keep: &[bool],
+) -> Result<Option<RecordBatch>, ArrowError> {
+    if keep.iter().all(|&k| k) {
+        return Ok(Some(batch.clone()));
+    }
+    if !keep.iter().any(|&k| k) {
+        return Ok(None);
+    }
+    let mask = BooleanArray::from(keep.to_vec());
+    filter_record_batch(batch, &mask).map(Some)
+}
+
+/// A row of one of the inputs: `c` is the chunk (stored batches first, the incoming
+/// events last), `r` the row in it. Ordering by position puts stored rows first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct P {
+    pub(super) c: u32,
+    pub(super) r: u32,
+}
+
+/// No row: a null cell, or an open version's `__END_AT`.
+pub(super) const NONE: P = P { c: u32::MAX, r: 0 };
+
+/// The source row of each column of a visible row: one event, or (IGNORE NULL UPDATES)
+/// several.
+#[derive(Debug, Clone)]
+pub(super) enum Cells {
+    One(P),
+    /// A cell per column, and for a struct column whose fields come from several
+    /// events (IGNORE NULL UPDATES on nested fields) a cell per field.
+    Mixed(Vec<P>, Vec<FieldCells>),
+}
+
+/// A struct column (by index) and the cell of each of its fields.
+pub(super) type FieldCells = (usize, Vec<P>);
+
+/// Gather indices (chunk, row) of a column's rows.
+pub(super) type Indices = Vec<(usize, usize)>;
+
+impl Cells {
+    pub(super) fn get(&self, c: usize) -> P {
+        match self {
+            Self::One(p) => *p,
+            Self::Mixed(v, _) => v[c],
+        }
+    }
+
+    /// The cells of struct column `c`'s fields, where they differ from the column's.
+    pub(super) fn fields(&self, c: usize) -> Option<&[P]> {
+        match self {
+            Self::One(_) => None,
+            Self::Mixed(_, fields) => fields
+                .iter()
+                .find(|(column, _)| *column == c)
+                .map(|(_, f)| f.as_slice()),
+        }
+    }
+
+    /// The cell of field `f` of struct column `c`.
+    pub(super) fn field(&self, c: usize, f: usize) -> P {
+        self.fields(c).map_or(self.get(c), |fields| fields[f])
+    }
+}
 
 /// What the kernel decided on its inputs, not yet built into rows.
 pub(crate) struct Decision {

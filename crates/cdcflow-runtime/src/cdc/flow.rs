@@ -22,11 +22,11 @@ use super::kernel::{self, Rules, Visible};
 use super::load::GroupedLoad;
 use super::staging::{self, Staging};
 use super::{rules_for, streamed};
-use crate::checkpoint::{Offsets, Progress};
+use crate::checkpoint::{Offsets, Processed};
+use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::inputs::BatchInputs;
 use crate::report::{FlowOutcome, FlowReport};
-use crate::runner::RunContext;
 use crate::{RunError, layout};
 
 fn dataset<'p>(pipeline: &'p Pipeline, name: &str) -> Result<&'p Dataset, RunError> {
@@ -213,7 +213,7 @@ fn apply_in_memory(
         true => Visible::Recompute,
         false => Visible::Rows(published),
     };
-    Ok(kernel::apply(rules, stored, visible, events, now_micros)?)
+    Ok(super::apply(rules, stored, visible, events, now_micros)?)
 }
 
 /// The commits of a batch to the published table and to the state, both carrying the
@@ -298,7 +298,7 @@ async fn sync_published(
     tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
     let stored = state.read_batches(&rules.state_schema())?;
     let empty = RecordBatch::new_empty(rules.event_schema());
-    let applied = kernel::apply(rules, stored, Visible::Recompute, &empty, rc.now_micros)?;
+    let applied = super::apply(rules, stored, Visible::Recompute, &empty, rc.now_micros)?;
     let flows = rc
         .pipeline
         .flows_into(&target.name)
@@ -325,7 +325,7 @@ async fn read_source(
     spec: &AutoCdcSpec,
     source: &Dataset,
     schema: &SchemaRef,
-    progress: &Progress,
+    progress: &Processed,
     first_load: bool,
     report: &mut FlowReport,
 ) -> Result<(SourceRead, Offsets, bool), RunError> {

@@ -3,8 +3,9 @@
 //! only where hashes meet.
 
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, DynComparator, make_comparator};
+use datafusion::arrow::array::{ArrayRef, DynComparator, RecordBatch, make_comparator};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::error::ArrowError;
 use datafusion::common::HashMap;
@@ -160,6 +161,11 @@ impl KeySet {
             .filter(|&(_, m)| m != NONE)
             .collect())
     }
+}
+
+/// The key columns `keys` of `batch`.
+pub(super) fn key_columns(batch: &RecordBatch, keys: &[usize]) -> Vec<ArrayRef> {
+    keys.iter().map(|&k| Arc::clone(batch.column(k))).collect()
 }
 
 #[cfg(test)]

@@ -29,9 +29,10 @@ use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, Schema, Schema
 use datafusion::parquet::file::metadata::RowGroupMetaData;
 
 use super::kernel::{Op, Rules, filtered};
+use super::keyset::key_columns;
 use super::keyset::{KeySet, NONE, hashes};
 use super::streamed::{Streamed, Targets};
-use super::touched::{Touch, key_columns};
+use super::touched::Touch;
 use crate::RunError;
 use crate::delta::pruning::KeyStats;
 use crate::delta::read::{self, Located};

@@ -9,6 +9,7 @@ mod keyset;
 mod load;
 pub mod merged;
 pub mod partitioned;
+pub mod rules;
 mod shares;
 pub mod staging;
 pub mod streamed;
@@ -22,6 +23,7 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::RunError;
 use kernel::Rules;
+pub use touched::apply;
 
 /// The table property that sets how long SCD type 1 tombstones are kept.
 pub const TOMBSTONE_RETENTION: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";

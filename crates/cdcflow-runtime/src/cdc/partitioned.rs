@@ -21,11 +21,12 @@ use datafusion::arrow::compute::{cast, interleave_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 
-use super::kernel::{self, ApplyMetrics, Rules, Visible};
+use super::kernel::is_keyed;
+use super::kernel::{ApplyMetrics, Rules, Visible};
 use super::keyset::hashes;
+use super::keyset::key_columns;
 use super::shares::{newest_markers, without_markers};
 use super::streamed::{Streamed, Targets};
-use super::touched::{is_keyed, key_columns};
 use crate::RunError;
 use crate::delta::{Mode, Sink};
 
@@ -130,7 +131,7 @@ impl<'r> Load<'r> {
         let starts = part_starts(events);
         for part in partitions(rules, events, rows.div_ceil(partition_rows.max(1)))? {
             let part = gather(&event_schema, events, &starts, &part)?;
-            let applied = kernel::apply(rules, vec![], Visible::Rows(vec![]), &part, now_micros)?;
+            let applied = super::apply(rules, vec![], Visible::Rows(vec![]), &part, now_micros)?;
             drop(part);
             self.metrics.add(&applied.metrics);
             self.public_rows += applied.public_rows();

@@ -16,10 +16,10 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
 
 use super::kernel::{
-    Applied, ApplyMetrics, Decided, Decision, OP, Op, Rules, SEQ, decide_events, filtered,
+    Applied, ApplyMetrics, Decided, Decision, OP, Op, Rules, SEQ, decide_events, filtered, is_keyed,
 };
 use super::keyset::hashes;
-use super::touched::{is_keyed, key_columns};
+use super::keyset::key_columns;
 use crate::par;
 
 /// The kernel's decision on `members` (state rows of the touched keys and the markers)

@@ -7,7 +7,7 @@
 //! the batch and its touched keys, not the tables.
 //!
 //! Taken when both tables exist and can be written file by file (`delta::rewrite`),
-//! and the batch touches some keys only; otherwise `kernel::apply` works in memory.
+//! and the batch touches some keys only; otherwise `cdc::apply` works in memory.
 
 use std::sync::Arc;
 

@@ -20,7 +20,8 @@ use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
 
-use super::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, Visible, filtered};
+use super::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, Visible, filtered, is_keyed};
+use super::keyset::key_columns;
 use super::keyset::{KeySet, NONE, hashes};
 use super::shares::Decisions;
 use crate::par;
@@ -446,14 +447,6 @@ fn keep_rows(
         |(batch, keep)| filtered(&batch, &keep),
     )?;
     Ok(parts.into_iter().flatten().collect())
-}
-
-pub(super) fn is_keyed(op: i8) -> bool {
-    op == Op::Upsert as i8 || op == Op::Delete as i8
-}
-
-pub(super) fn key_columns(batch: &RecordBatch, keys: &[usize]) -> Vec<ArrayRef> {
-    keys.iter().map(|&k| Arc::clone(batch.column(k))).collect()
 }
 
 /// The published rows of a narrow state's member upserts.

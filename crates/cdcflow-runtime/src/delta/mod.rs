@@ -786,8 +786,8 @@ impl Commit {
         Self { operation, ..self }
     }
 
-    /// The commit carrying the offsets of the batch it commits.
-    pub(crate) fn with_offsets(self, offsets: &crate::checkpoint::Offsets) -> Self {
+    /// The commit carrying the offsets of the batch it commits (a checkpoint's).
+    pub(crate) fn with_offsets(self, offsets: &impl serde::Serialize) -> Self {
         Self {
             offsets: serde_json::to_value(offsets).ok(),
             ..self

@@ -1,6 +1,7 @@
 //! Kernel behaviour the model does not cover: tombstone retention, and the counters.
 
-use cdcflow_runtime::cdc::kernel::{OP, Op, Visible, apply};
+use cdcflow_runtime::cdc::apply;
+use cdcflow_runtime::cdc::kernel::{OP, Op, Visible};
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int8Type;
 

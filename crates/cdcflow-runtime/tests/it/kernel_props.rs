@@ -1,7 +1,8 @@
 //! The ordering, duplication and batching guarantees, as properties: any split of any
 //! arrival order of an event set, with re-deliveries, gives the reference model's table.
 
-use cdcflow_runtime::cdc::kernel::{Applied, Visible, apply};
+use cdcflow_runtime::cdc::apply;
+use cdcflow_runtime::cdc::kernel::{Applied, Visible};
 use datafusion::arrow::array::RecordBatch;
 use proptest::prelude::*;
 

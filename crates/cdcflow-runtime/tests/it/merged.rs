@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cdcflow_runtime::cdc::kernel::{Applied, Rules, Visible, apply};
+use cdcflow_runtime::cdc::apply;
+use cdcflow_runtime::cdc::kernel::{Applied, Rules, Visible};
 use cdcflow_runtime::cdc::merged;
 use cdcflow_runtime::cdc::streamed::{Streamed, Targets};
 use cdcflow_runtime::delta::{Commit, Mode, Table, write};

@@ -5,7 +5,8 @@
 //! partitions and event parts; and so with the published table partitioned or
 //! clustered (`PARTITIONED BY`, `CLUSTER BY`).
 
-use cdcflow_runtime::cdc::kernel::{Applied, Visible, apply};
+use cdcflow_runtime::cdc::apply;
+use cdcflow_runtime::cdc::kernel::{Applied, Visible};
 use cdcflow_runtime::cdc::partitioned::{PARTITION_ROWS, apply_in_partitions};
 use cdcflow_runtime::cdc::streamed::Targets;
 use cdcflow_runtime::delta::{Commit, Table};

@@ -3,7 +3,8 @@
 //! NULL UPDATES, and SCD type 2, over tables of two files each larger than the rows a
 //! new file's encoding is judged on.
 
-use cdcflow_runtime::cdc::kernel::{Applied, Visible, apply};
+use cdcflow_runtime::cdc::apply;
+use cdcflow_runtime::cdc::kernel::{Applied, Visible};
 use cdcflow_runtime::cdc::streamed::{self, Targets};
 use cdcflow_runtime::delta::{Commit, Mode, Table, write};
 use datafusion::arrow::array::RecordBatch;
