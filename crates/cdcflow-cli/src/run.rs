@@ -20,7 +20,12 @@ pub struct RunArgs {
 
 /// The source kinds this binary reads.
 pub fn sources() -> Sources {
-    Sources(std::sync::Arc::new(cdcflow_postgres::PostgresSources))
+    with_sources(cdcflow_postgres::PostgresSources::default())
+}
+
+/// Every source kind of this build, the PostgreSQL source as given.
+fn with_sources(postgres: cdcflow_postgres::PostgresSources) -> Sources {
+    Sources(std::sync::Arc::new(postgres))
 }
 
 /// Loads the pipeline; when a source's columns are known only to its server, asks it
@@ -97,12 +102,19 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
     });
     let mut options = options;
     if let Some(bar) = &spinner {
-        let bar = bar.clone();
+        let flow_bar = bar.clone();
         options.progress = Some(cdcflow_runtime::Progress(std::sync::Arc::new(
             move |flow| {
-                bar.set_message(format!("running {flow}"));
+                flow_bar.set_message(format!("running {flow}"));
             },
         )));
+        // A large table's initial copy goes chunk by chunk: say how far.
+        let copy_bar = bar.clone();
+        options.sources = Some(with_sources(cdcflow_postgres::PostgresSources {
+            progress: Some(std::sync::Arc::new(move |what: &str| {
+                copy_bar.set_message(what.to_string());
+            })),
+        }));
     }
     let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));
     if let Some(bar) = spinner {

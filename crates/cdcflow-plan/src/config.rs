@@ -304,6 +304,25 @@ mod tests {
             c.connections["erp"].target,
             Target::DsnEnv("ERP_DSN".into())
         );
+        assert_eq!(c.connections["crm"].sslmode, None);
+    }
+
+    #[test]
+    fn tls_settings() {
+        use crate::connections::SslMode;
+        let c = PipelineConfig::parse(
+            "name: p\nconnections:\n  crm:\n    kind: postgres\n    host: db\n    database: crm\n    user: u\n    sslmode: verify-full\n    sslrootcert: /ca.pem\n",
+        )
+        .unwrap();
+        assert_eq!(c.connections["crm"].sslmode, Some(SslMode::VerifyFull));
+        assert_eq!(c.connections["crm"].sslrootcert.as_deref(), Some("/ca.pem"));
+        let bad = PipelineConfig::parse(
+            "name: p\nconnections:\n  crm:\n    kind: postgres\n    host: db\n    database: crm\n    user: u\n    sslmode: sometimes\n",
+        );
+        assert!(
+            format!("{bad:?}").contains("unknown variant `sometimes`"),
+            "{bad:?}"
+        );
     }
 
     #[test]

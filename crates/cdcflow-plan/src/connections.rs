@@ -15,6 +15,8 @@
 //!   erp:
 //!     kind: postgres
 //!     dsn_env: ERP_DSN        # postgresql://user:password@host:5432/database
+//!     sslmode: verify-full    # disable, prefer (the default), require, verify-ca, verify-full
+//!     sslrootcert: /etc/ssl/certs/erp-ca.pem   # the CA to verify against (else Mozilla's, from webpki-roots)
 //! ```
 
 use serde::Deserialize;
@@ -35,12 +37,46 @@ impl ConnectionKind {
     }
 }
 
+/// Whether and how a connection uses TLS, with libpq's names and meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    /// Never.
+    Disable,
+    /// TLS when the server offers it, unverified; else plain (libpq's default).
+    #[default]
+    Prefer,
+    /// TLS or no connection; the certificate is not verified.
+    Require,
+    /// TLS with a certificate signed by a trusted CA (any host name).
+    VerifyCa,
+    /// TLS with a trusted certificate for the host connected to.
+    VerifyFull,
+}
+
+impl SslMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Disable => "disable",
+            Self::Prefer => "prefer",
+            Self::Require => "require",
+            Self::VerifyCa => "verify-ca",
+            Self::VerifyFull => "verify-full",
+        }
+    }
+}
+
 /// One entry of `connections:`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "RawConnection")]
 pub struct Connection {
     pub kind: ConnectionKind,
     pub target: Target,
+    /// `sslmode:`; `None` leaves it to the DSN, else `prefer`.
+    pub sslmode: Option<SslMode>,
+    /// `sslrootcert:`, a PEM file of the CAs that verify the server's certificate
+    /// (else Mozilla's, from webpki-roots).
+    pub sslrootcert: Option<String>,
 }
 
 /// Where a connection goes.
@@ -72,6 +108,8 @@ struct RawConnection {
     user: Option<String>,
     password_env: Option<String>,
     dsn_env: Option<String>,
+    sslmode: Option<SslMode>,
+    sslrootcert: Option<String>,
     #[serde(default)]
     password: Option<Secret>,
     #[serde(default)]
@@ -127,6 +165,8 @@ impl TryFrom<RawConnection> for Connection {
             return Ok(Self {
                 kind: raw.kind,
                 target: Target::DsnEnv(env_name("dsn_env", &dsn)?),
+                sslmode: raw.sslmode,
+                sslrootcert: raw.sslrootcert,
             });
         }
         let missing: Vec<&str> = [
@@ -146,6 +186,8 @@ impl TryFrom<RawConnection> for Connection {
         }
         Ok(Self {
             kind: raw.kind,
+            sslmode: raw.sslmode,
+            sslrootcert: raw.sslrootcert,
             target: Target::Parts {
                 host: raw.host.unwrap_or_default(),
                 port: raw.port.unwrap_or(DEFAULT_PORT),

@@ -104,6 +104,12 @@ pub struct SourceStatus {
     pub retained_bytes: Option<i64>,
     /// Bytes of the source's log after what the flow has committed.
     pub behind_bytes: Option<i64>,
+    /// Seconds from the source time up to which every change is committed to now (the
+    /// source's clock): what a reader of the table does not see yet.
+    pub lag_seconds: Option<f64>,
+    /// The lag the source itself reports, while the pipeline reads it (PostgreSQL's
+    /// `replay_lag` of the slot's walsender).
+    pub server_lag_seconds: Option<f64>,
     /// Something to act on: a log kept past the warning threshold, a slot that is gone
     /// or about to be.
     pub warning: Option<String>,
