@@ -308,16 +308,43 @@ mod tests {
     }
 
     #[test]
-    fn tls_settings() {
-        use crate::connections::SslMode;
+    fn tls_settings_and_mysql_connections() {
+        use crate::connections::{ConnectionKind, SslMode, Target};
         let c = PipelineConfig::parse(
-            "name: p\nconnections:\n  crm:\n    kind: postgres\n    host: db\n    database: crm\n    user: u\n    sslmode: verify-full\n    sslrootcert: /ca.pem\n",
+            "name: p
+connections:
+  crm:
+    kind: postgres
+    host: db
+    database: crm
+    user: u
+    sslmode: verify-full
+    sslrootcert: /ca.pem
+  shop:
+    kind: mariadb
+    host: h
+    database: s
+    user: r
+",
         )
         .unwrap();
         assert_eq!(c.connections["crm"].sslmode, Some(SslMode::VerifyFull));
         assert_eq!(c.connections["crm"].sslrootcert.as_deref(), Some("/ca.pem"));
+        assert_eq!(c.connections["shop"].kind, ConnectionKind::Mysql);
+        assert!(matches!(
+            c.connections["shop"].target,
+            Target::Parts { port: 3306, .. }
+        ));
         let bad = PipelineConfig::parse(
-            "name: p\nconnections:\n  crm:\n    kind: postgres\n    host: db\n    database: crm\n    user: u\n    sslmode: sometimes\n",
+            "name: p
+connections:
+  crm:
+    kind: postgres
+    host: db
+    database: crm
+    user: u
+    sslmode: sometimes
+",
         );
         assert!(
             format!("{bad:?}").contains("unknown variant `sometimes`"),

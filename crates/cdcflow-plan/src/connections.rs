@@ -17,6 +17,11 @@
 //!     dsn_env: ERP_DSN        # postgresql://user:password@host:5432/database
 //!     sslmode: verify-full    # disable, prefer (the default), require, verify-ca, verify-full
 //!     sslrootcert: /etc/ssl/certs/erp-ca.pem   # the CA to verify against (else Mozilla's, from webpki-roots)
+//!   shop:
+//!     kind: mysql             # or mariadb (read_query only)
+//!     host: shop.internal
+//!     database: shop
+//!     user: reader
 //! ```
 
 use serde::Deserialize;
@@ -27,12 +32,24 @@ use serde::Deserialize;
 pub enum ConnectionKind {
     #[serde(alias = "postgresql")]
     Postgres,
+    /// MySQL or MariaDB (one protocol).
+    #[serde(alias = "mariadb")]
+    Mysql,
 }
 
 impl ConnectionKind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Postgres => "postgres",
+            Self::Mysql => "mysql",
+        }
+    }
+
+    /// The port a server of this kind listens on unless told otherwise.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Self::Postgres => DEFAULT_PORT,
+            Self::Mysql => 3306,
         }
     }
 }
@@ -190,7 +207,7 @@ impl TryFrom<RawConnection> for Connection {
             sslrootcert: raw.sslrootcert,
             target: Target::Parts {
                 host: raw.host.unwrap_or_default(),
-                port: raw.port.unwrap_or(DEFAULT_PORT),
+                port: raw.port.unwrap_or(raw.kind.default_port()),
                 database: raw.database.unwrap_or_default(),
                 user: raw.user.unwrap_or_default(),
                 password_env: raw
