@@ -759,7 +759,12 @@ CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history FROM STREAM
         "the SCD type 1 table did not reach the source: {}",
         stderr(&out)
     );
-    assert!(term.success() && out.status.success(), "{}", stderr(&out));
+    assert!(
+        term.success() && out.status.success(),
+        "kill -TERM: {term}; the continuous run: {}; its stderr: {}",
+        out.status,
+        stderr(&out)
+    );
     assert_eq!(query(dir.path(), open), source, "SCD type 2 open versions");
     assert_no_doubles(dir.path());
 }

@@ -297,6 +297,15 @@ fn continuous(
         cdcflow_runtime::metrics::Metrics::new(&pipeline.config.name),
     ));
     let result = rt.block_on(async {
+        // Listened for before anything runs: a signal that came during the first batch
+        // would otherwise find no handler and end the process at once (no graceful
+        // stop, no "stopped").
+        #[cfg(unix)]
+        let mut stops = [
+            tokio::signal::unix::SignalKind::terminate(),
+            tokio::signal::unix::SignalKind::interrupt(),
+        ]
+        .map(|kind| tokio::signal::unix::signal(kind).ok());
         if let Some(addr) = metrics_addr {
             let listener = match tokio::net::TcpListener::bind(addr).await {
                 Ok(l) => l,
@@ -314,17 +323,12 @@ fn continuous(
         let signal = async {
             #[cfg(unix)]
             {
-                let mut term =
-                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        Ok(t) => t,
-                        Err(_) => {
-                            let _ = tokio::signal::ctrl_c().await;
-                            return;
-                        }
-                    };
+                let [Some(term), Some(interrupt)] = &mut stops else {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                };
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = interrupt.recv() => {}
                     _ = term.recv() => {}
                 }
             }

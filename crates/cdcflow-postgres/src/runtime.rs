@@ -83,18 +83,17 @@ fn named_error(what: &str, e: PgError) -> RunError {
     }
 }
 
+/// Connection `name` of pipeline.yaml.
+pub fn declared<'a>(pipeline: &'a Pipeline, name: &str) -> Result<&'a Connection, RunError> {
+    pipeline.config.connections.get(name).ok_or_else(|| {
+        RunError::input(format!(
+            "unknown connection `{name}` (pipeline.yaml, connections:)"
+        ))
+    })
+}
+
 fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
-    let connection = pipeline
-        .config
-        .connections
-        .get(&rp.connection)
-        .ok_or_else(|| {
-            RunError::input(format!(
-                "unknown connection `{}` (pipeline.yaml, connections:)",
-                rp.connection
-            ))
-        })?;
-    let connection = resolve(&rp.connection, connection)?;
+    let connection = resolve(&rp.connection, declared(pipeline, &rp.connection)?)?;
     let name = object_name(&pipeline.config.name, &rp.connection);
     Ok(PgSource {
         source: TableSource {

@@ -81,16 +81,7 @@ enum Server {
 }
 
 fn open(pipeline: &Pipeline, rq: &ReadQuery) -> Result<QuerySource, RunError> {
-    let connection = pipeline
-        .config
-        .connections
-        .get(&rq.connection)
-        .ok_or_else(|| {
-            RunError::input(format!(
-                "unknown connection `{}` (pipeline.yaml, connections:)",
-                rq.connection
-            ))
-        })?;
+    let connection = cdcflow_postgres::runtime::declared(pipeline, &rq.connection)?;
     let server = match connection.kind {
         ConnectionKind::Postgres => Server::Postgres(cdcflow_postgres::runtime::resolve(
             &rq.connection,
