@@ -13,6 +13,11 @@ use cdcflow_postgres::PgConnection;
 
 use crate::{cdcflow, query_csv, stderr, stdout};
 
+mod chunks;
+mod read_query;
+mod shared_slot;
+mod tls;
+
 /// A database of the test's own on the server of PGHOST/PGPORT/PGUSER.
 struct Db {
     admin: PgConnection,
@@ -36,6 +41,7 @@ impl Db {
             database: "postgres".into(),
             user: env("PGUSER", "postgres"),
             password: std::env::var("PGPASSWORD").ok(),
+            tls: Default::default(),
         };
         let db = Db {
             name: format!("cdcflow_e2e_{test}"),
@@ -261,7 +267,19 @@ fn snapshot_then_changes_then_nothing_keeps_scd1_equal_to_the_source() {
         "{bronze}"
     );
     assert!(source["warning"].is_null(), "{bronze}");
+    // The run read everything committed before it began: the lag is the time since.
+    assert!(
+        source["lag_seconds"]
+            .as_f64()
+            .is_some_and(|l| (0.0..120.0).contains(&l)),
+        "{bronze}"
+    );
     let text = cdcflow(&["status", "-p", dir.path().to_str().expect("utf-8")]);
+    assert!(
+        stdout(&text).contains(" behind the server, lag "),
+        "{}",
+        stdout(&text)
+    );
     assert!(
         stdout(&text).contains("source postgres:src:public.customers: "),
         "{}",
@@ -543,7 +561,7 @@ fn a_column_added_upstream_flows_in_and_a_dropped_one_fails_loudly() {
 }
 
 #[test]
-fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transactions() {
+fn a_backlog_larger_than_a_batch_is_read_in_several_batches() {
     let db = Db::create("batches");
     db.exec(
         "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
@@ -567,7 +585,8 @@ fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transaction
             "INSERT INTO customers VALUES ({i}, 'n{i}', 'c{i}')"
         ));
     }
-    // One transaction of three changes: taken whole although over the limit.
+    // One transaction of three changes, over the limit: read over two batches, the
+    // second resuming inside it.
     db.exec("BEGIN; UPDATE customers SET city = 'x' WHERE id = 1; UPDATE customers SET city = 'y' WHERE id = 2; DELETE FROM customers WHERE id = 3; COMMIT");
     let out = run(dir.path());
     assert_silver_is_source(dir.path(), &db, "after several batches");
@@ -576,15 +595,14 @@ fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transaction
         query(dir.path(), "SELECT count(*) FROM customers_changes"),
         vec!["9"]
     );
-    // Batches: 2 + 2 + 1 inserts with the whole transaction of three: 3 more commits
-    // after the snapshot's.
+    // Five inserts and the transaction, in batches after the snapshot's.
     let batches = query(
         dir.path(),
         "SELECT count(DISTINCT _commit_lsn) FROM customers_changes WHERE _change_type <> 'snapshot'",
     );
     assert_eq!(batches, vec!["6"], "five inserts and one transaction");
-    // The snapshot's batch, then three: [2 inserts], [2 inserts], [1 insert + the
-    // transaction of three].
+    // The snapshot's batch, then four: [2 inserts], [2 inserts], [1 insert + the
+    // transaction's first two changes], [its third].
     let history = query_csv(dir.path(), "DESCRIBE HISTORY customers_changes");
     let text = stdout(&history);
     let mut lines = text.lines();
@@ -600,7 +618,7 @@ fn a_backlog_larger_than_a_batch_is_read_in_several_batches_of_whole_transaction
         .collect();
     committed.sort();
     committed.dedup();
-    assert_eq!(committed, vec!["0", "1", "2", "3"], "{text}");
+    assert_eq!(committed, vec!["0", "1", "2", "3", "4"], "{text}");
     assert!(
         out.contains("read 8"),
         "the summary adds the batches up: {out}"
@@ -741,7 +759,12 @@ CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history FROM STREAM
         "the SCD type 1 table did not reach the source: {}",
         stderr(&out)
     );
-    assert!(term.success() && out.status.success(), "{}", stderr(&out));
+    assert!(
+        term.success() && out.status.success(),
+        "kill -TERM: {term}; the continuous run: {}; its stderr: {}",
+        out.status,
+        stderr(&out)
+    );
     assert_eq!(query(dir.path(), open), source, "SCD type 2 open versions");
     assert_no_doubles(dir.path());
 }

@@ -274,12 +274,18 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         for source in &f.sources {
             let bytes =
                 |b: Option<i64>| b.map_or_else(dash, |b| crate::optimize::bytes(b.max(0) as u64));
+            let seconds = |s: Option<f64>| s.map_or_else(dash, |s| format!("{s:.1} s"));
+            let server = source
+                .server_lag_seconds
+                .map(|s| format!(" (the server: {s:.1} s)"))
+                .unwrap_or_default();
             outln!(
-                "{:width$}  source {}: {} of WAL kept by its slot, {} behind the server",
+                "{:width$}  source {}: {} of WAL kept by its slot, {} behind the server, lag {}{server}",
                 "",
                 source.source,
                 bytes(source.retained_bytes),
-                bytes(source.behind_bytes)
+                bytes(source.behind_bytes),
+                seconds(source.lag_seconds)
             );
             if let Some(w) = &source.warning {
                 outln!("{:width$}  warning: {w}", "");

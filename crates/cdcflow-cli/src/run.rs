@@ -20,7 +20,16 @@ pub struct RunArgs {
 
 /// The source kinds this binary reads.
 pub fn sources() -> Sources {
-    Sources(std::sync::Arc::new(cdcflow_postgres::PostgresSources))
+    with_sources(cdcflow_postgres::PostgresSources::default())
+}
+
+/// Every source kind of this build, the PostgreSQL source as given.
+fn with_sources(postgres: cdcflow_postgres::PostgresSources) -> Sources {
+    let kinds: Vec<std::sync::Arc<dyn cdcflow_runtime::sources::SourceFactory>> = vec![
+        std::sync::Arc::new(postgres),
+        std::sync::Arc::new(cdcflow_query::QuerySources),
+    ];
+    Sources(std::sync::Arc::new(kinds))
 }
 
 /// Loads the pipeline; when a source's columns are known only to its server, asks it
@@ -97,12 +106,19 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
     });
     let mut options = options;
     if let Some(bar) = &spinner {
-        let bar = bar.clone();
+        let flow_bar = bar.clone();
         options.progress = Some(cdcflow_runtime::Progress(std::sync::Arc::new(
             move |flow| {
-                bar.set_message(format!("running {flow}"));
+                flow_bar.set_message(format!("running {flow}"));
             },
         )));
+        // A large table's initial copy goes chunk by chunk: say how far.
+        let copy_bar = bar.clone();
+        options.sources = Some(with_sources(cdcflow_postgres::PostgresSources {
+            progress: Some(std::sync::Arc::new(move |what: &str| {
+                copy_bar.set_message(what.to_string());
+            })),
+        }));
     }
     let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));
     if let Some(bar) = spinner {
@@ -281,6 +297,15 @@ fn continuous(
         cdcflow_runtime::metrics::Metrics::new(&pipeline.config.name),
     ));
     let result = rt.block_on(async {
+        // Listened for before anything runs: a signal that came during the first batch
+        // would otherwise find no handler and end the process at once (no graceful
+        // stop, no "stopped").
+        #[cfg(unix)]
+        let mut stops = [
+            tokio::signal::unix::SignalKind::terminate(),
+            tokio::signal::unix::SignalKind::interrupt(),
+        ]
+        .map(|kind| tokio::signal::unix::signal(kind).ok());
         if let Some(addr) = metrics_addr {
             let listener = match tokio::net::TcpListener::bind(addr).await {
                 Ok(l) => l,
@@ -298,17 +323,12 @@ fn continuous(
         let signal = async {
             #[cfg(unix)]
             {
-                let mut term =
-                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        Ok(t) => t,
-                        Err(_) => {
-                            let _ = tokio::signal::ctrl_c().await;
-                            return;
-                        }
-                    };
+                let [Some(term), Some(interrupt)] = &mut stops else {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                };
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = interrupt.recv() => {}
                     _ = term.recv() => {}
                 }
             }

@@ -304,6 +304,52 @@ mod tests {
             c.connections["erp"].target,
             Target::DsnEnv("ERP_DSN".into())
         );
+        assert_eq!(c.connections["crm"].sslmode, None);
+    }
+
+    #[test]
+    fn tls_settings_and_mysql_connections() {
+        use crate::connections::{ConnectionKind, SslMode, Target};
+        let c = PipelineConfig::parse(
+            "name: p
+connections:
+  crm:
+    kind: postgres
+    host: db
+    database: crm
+    user: u
+    sslmode: verify-full
+    sslrootcert: /ca.pem
+  shop:
+    kind: mariadb
+    host: h
+    database: s
+    user: r
+",
+        )
+        .unwrap();
+        assert_eq!(c.connections["crm"].sslmode, Some(SslMode::VerifyFull));
+        assert_eq!(c.connections["crm"].sslrootcert.as_deref(), Some("/ca.pem"));
+        assert_eq!(c.connections["shop"].kind, ConnectionKind::Mysql);
+        assert!(matches!(
+            c.connections["shop"].target,
+            Target::Parts { port: 3306, .. }
+        ));
+        let bad = PipelineConfig::parse(
+            "name: p
+connections:
+  crm:
+    kind: postgres
+    host: db
+    database: crm
+    user: u
+    sslmode: sometimes
+",
+        );
+        assert!(
+            format!("{bad:?}").contains("unknown variant `sometimes`"),
+            "{bad:?}"
+        );
     }
 
     #[test]

@@ -15,6 +15,13 @@
 //!   erp:
 //!     kind: postgres
 //!     dsn_env: ERP_DSN        # postgresql://user:password@host:5432/database
+//!     sslmode: verify-full    # disable, prefer (the default), require, verify-ca, verify-full
+//!     sslrootcert: /etc/ssl/certs/erp-ca.pem   # the CA to verify against (else Mozilla's, from webpki-roots)
+//!   shop:
+//!     kind: mysql             # or mariadb (read_query only)
+//!     host: shop.internal
+//!     database: shop
+//!     user: reader
 //! ```
 
 use serde::Deserialize;
@@ -25,12 +32,53 @@ use serde::Deserialize;
 pub enum ConnectionKind {
     #[serde(alias = "postgresql")]
     Postgres,
+    /// MySQL or MariaDB (one protocol).
+    #[serde(alias = "mariadb")]
+    Mysql,
 }
 
 impl ConnectionKind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Postgres => "postgres",
+            Self::Mysql => "mysql",
+        }
+    }
+
+    /// The port a server of this kind listens on unless told otherwise.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Self::Postgres => DEFAULT_PORT,
+            Self::Mysql => 3306,
+        }
+    }
+}
+
+/// Whether and how a connection uses TLS, with libpq's names and meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    /// Never.
+    Disable,
+    /// TLS when the server offers it, unverified; else plain (libpq's default).
+    #[default]
+    Prefer,
+    /// TLS or no connection; the certificate is not verified.
+    Require,
+    /// TLS with a certificate signed by a trusted CA (any host name).
+    VerifyCa,
+    /// TLS with a trusted certificate for the host connected to.
+    VerifyFull,
+}
+
+impl SslMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Disable => "disable",
+            Self::Prefer => "prefer",
+            Self::Require => "require",
+            Self::VerifyCa => "verify-ca",
+            Self::VerifyFull => "verify-full",
         }
     }
 }
@@ -41,6 +89,11 @@ impl ConnectionKind {
 pub struct Connection {
     pub kind: ConnectionKind,
     pub target: Target,
+    /// `sslmode:`; `None` leaves it to the DSN, else `prefer`.
+    pub sslmode: Option<SslMode>,
+    /// `sslrootcert:`, a PEM file of the CAs that verify the server's certificate
+    /// (else Mozilla's, from webpki-roots).
+    pub sslrootcert: Option<String>,
 }
 
 /// Where a connection goes.
@@ -72,6 +125,8 @@ struct RawConnection {
     user: Option<String>,
     password_env: Option<String>,
     dsn_env: Option<String>,
+    sslmode: Option<SslMode>,
+    sslrootcert: Option<String>,
     #[serde(default)]
     password: Option<Secret>,
     #[serde(default)]
@@ -127,6 +182,8 @@ impl TryFrom<RawConnection> for Connection {
             return Ok(Self {
                 kind: raw.kind,
                 target: Target::DsnEnv(env_name("dsn_env", &dsn)?),
+                sslmode: raw.sslmode,
+                sslrootcert: raw.sslrootcert,
             });
         }
         let missing: Vec<&str> = [
@@ -146,9 +203,11 @@ impl TryFrom<RawConnection> for Connection {
         }
         Ok(Self {
             kind: raw.kind,
+            sslmode: raw.sslmode,
+            sslrootcert: raw.sslrootcert,
             target: Target::Parts {
                 host: raw.host.unwrap_or_default(),
-                port: raw.port.unwrap_or(DEFAULT_PORT),
+                port: raw.port.unwrap_or(raw.kind.default_port()),
                 database: raw.database.unwrap_or_default(),
                 user: raw.user.unwrap_or_default(),
                 password_env: raw

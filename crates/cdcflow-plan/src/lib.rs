@@ -24,6 +24,7 @@ pub mod pipeline;
 pub mod planner;
 pub mod read_files;
 pub mod read_postgres;
+pub mod read_query;
 mod relations;
 mod resolve;
 mod sql_spans;

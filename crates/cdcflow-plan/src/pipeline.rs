@@ -16,6 +16,7 @@ use crate::config::PipelineConfig;
 use crate::diagnostic::Located;
 use crate::read_files::ReadFiles;
 use crate::read_postgres::ReadPostgres;
+use crate::read_query::ReadQuery;
 
 /// Index of a file in [`Pipeline::files`].
 pub type FileId = usize;
@@ -90,6 +91,8 @@ pub enum Input {
     /// An external Delta table (pipeline.yaml `external_tables:`).
     /// A PostgreSQL table's snapshot and changes (`read_postgres`).
     Postgres(ReadPostgres),
+    /// A query's rows above a high watermark (`read_query`).
+    Query(ReadQuery),
     Delta(ExternalDelta),
 }
 

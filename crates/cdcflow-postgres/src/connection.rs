@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use cdcflow_plan::connections::SslMode;
 use pgwire_replication::ReplicationConfig;
 
 use crate::error::PgError;
+use crate::tls::Tls;
 
 /// Session settings that fix how values are printed as text: ISO dates, instants in
 /// UTC, hex bytea, UTF-8, and floats that round-trip.
@@ -22,6 +24,7 @@ pub struct PgConnection {
     pub database: String,
     pub user: String,
     pub password: Option<String>,
+    pub tls: Tls,
 }
 
 impl PgConnection {
@@ -47,12 +50,21 @@ impl PgConnection {
         let password = config
             .get_password()
             .map(|p| String::from_utf8_lossy(p).into_owned());
+        let mode = match config.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Disable => SslMode::Disable,
+            tokio_postgres::config::SslMode::Require => SslMode::Require,
+            _ => SslMode::Prefer,
+        };
         Ok(Self {
             host,
             port,
             database,
             user,
             password,
+            tls: Tls {
+                mode,
+                root_cert: None,
+            },
         })
     }
 
@@ -72,6 +84,7 @@ impl PgConnection {
             .user(&self.user)
             .application_name("cdcflow")
             .options(SESSION_OPTIONS)
+            .ssl_mode(self.tls.sql_mode())
             .connect_timeout(Duration::from_secs(10));
         if let Some(p) = &self.password {
             c.password(p);
@@ -83,21 +96,14 @@ impl PgConnection {
     pub async fn connect(&self) -> Result<tokio_postgres::Client, PgError> {
         let (client, connection) = self
             .sql_config()
-            .connect(tokio_postgres::NoTls)
+            .connect(self.tls.sql_connector()?)
             .await
             .map_err(|e| match e.as_db_error() {
                 Some(_) => PgError::Sql(e),
-                None => PgError::NotReady {
-                    message: format!(
-                        "cannot connect to PostgreSQL at {}:{} (database `{}`, user `{}`): {}",
-                        self.host,
-                        self.port,
-                        self.database,
-                        self.user,
-                        std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string)
-                    ),
-                    help: "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up".into(),
-                },
+                None => self.unreachable(
+                    &e.to_string(),
+                    std::error::Error::source(&e).map(ToString::to_string),
+                ),
             })?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -105,6 +111,32 @@ impl PgConnection {
             }
         });
         Ok(client)
+    }
+
+    /// The error for a server that could not be reached or refused the connection.
+    pub(crate) fn unreachable(&self, error: &str, cause: Option<String>) -> PgError {
+        let why = match cause {
+            Some(cause) => format!("{error}: {cause}"),
+            None => error.to_string(),
+        };
+        let help = match self.tls.mode {
+            SslMode::Disable => "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up".to_string(),
+            mode => format!("check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up; with sslmode: {} the server must offer TLS{}", mode.as_str(), match mode {
+                SslMode::VerifyCa | SslMode::VerifyFull => " with a certificate the CAs of `sslrootcert:` sign (and, for verify-full, for this host name)",
+                _ => "",
+            }),
+        };
+        PgError::NotReady {
+            message: format!(
+                "cannot connect to PostgreSQL at {}:{} (database `{}`, user `{}`, sslmode {}): {why}",
+                self.host,
+                self.port,
+                self.database,
+                self.user,
+                self.tls.mode.as_str()
+            ),
+            help,
+        }
     }
 
     /// The replication connection's settings for `slot` and `publication`.
@@ -118,6 +150,7 @@ impl PgConnection {
             publication,
         )
         .with_port(self.port)
+        .with_tls(self.tls.replication_config())
         .with_options(SESSION_OPTIONS)
         .with_application_name("cdcflow")
         .with_status_interval(Duration::from_millis(200))
@@ -148,7 +181,8 @@ mod tests {
                 port: 6543,
                 database: "sales".into(),
                 user: "crm".into(),
-                password: Some("secret".into())
+                password: Some("secret".into()),
+                tls: Tls::default(),
             }
         );
         let c = PgConnection::from_dsn("host=127.0.0.1 user=postgres dbname=test").unwrap();
@@ -157,6 +191,8 @@ mod tests {
             (5432, "test", None)
         );
         assert!(PgConnection::from_dsn("postgresql://[").is_err());
+        let c = PgConnection::from_dsn("host=h user=u dbname=d sslmode=require").unwrap();
+        assert_eq!(c.tls.mode, SslMode::Require);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! run pipelines compile this one and its drivers (docs/sources.md).
 //!
 //! - [`connection`]: where to connect, and the two connections made from it;
-//! - [`source`]: slot, publication, snapshot, streaming and acknowledgement;
+//!   [`tls`]: how they encrypt and verify;
+//! - [`source`]: slot, publication, streaming and acknowledgement; [`snapshot`]:
+//!   the initial copy, in chunks;
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
 //!   [`changes`]: the rows and their metadata columns.
 
@@ -13,14 +15,18 @@ pub mod changes;
 pub mod connection;
 pub mod error;
 pub mod pgoutput;
+pub mod position;
 pub mod runtime;
+pub mod snapshot;
 pub mod source;
+pub mod tls;
 pub mod types;
 
 pub use changes::ChangeKind;
 pub use connection::PgConnection;
 pub use error::PgError;
 pub use runtime::PostgresSources;
-pub use source::{Changes, TableRef, TableSource, lsn_text};
+pub use snapshot::CopyProgress;
+pub use source::{Changes, ReadFrom, TableRef, TableSource, lsn_text};
 /// The SQL driver, so that callers can name the types of [`PgConnection::connect`]'s client.
 pub use tokio_postgres;

@@ -1,8 +1,10 @@
 //! The PostgreSQL source behind the runtime's source interface
 //! ([`cdcflow_runtime::sources`]): a `read_postgres` input becomes a [`TableSource`]
-//! with the connection of pipeline.yaml (secrets from the environment), a slot and a
-//! publication named after the pipeline and the flow, and a checkpoint position that is
-//! the LSN read up to.
+//! with the connection of pipeline.yaml (secrets from the environment), one slot and
+//! one publication per pipeline and connection (shared by all the tables the pipeline
+//! reads through it), and a checkpoint position that is the LSN read up to. Each table
+//! commits its position in its own flow's checkpoint; the shared slot is acknowledged
+//! only up to the lowest position all of them have committed.
 
 // The runtime's interface returns its own error type, whatever its size.
 #![allow(clippy::result_large_err)]
@@ -20,15 +22,30 @@ use cdcflow_runtime::sources::{
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::connection::PgConnection;
 use crate::error::PgError;
-use crate::source::{Changes, TableSource, lsn_text};
+use crate::position;
+use crate::snapshot::CopyProgress;
+use crate::source::{Changes, ReadFrom, TableSource};
+use crate::tls::Tls;
+
+/// Told how a table's initial copy goes (a terminal's progress line).
+pub type CopyProgressSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Opens `read_postgres` inputs.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PostgresSources;
+#[derive(Default, Clone)]
+pub struct PostgresSources {
+    /// Told after each chunk of a table's initial copy.
+    pub progress: Option<CopyProgressSink>,
+}
+
+impl std::fmt::Debug for PostgresSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PostgresSources")
+    }
+}
 
 impl SourceFactory for PostgresSources {
     fn open(
@@ -39,14 +56,26 @@ impl SourceFactory for PostgresSources {
         let Input::Postgres(rp) = input else {
             return None;
         };
-        Some(open(pipeline, rp).map(|s| Box::new(s) as Box<dyn ExternalSource>))
+        Some(open(pipeline, rp).map(|mut s| {
+            s.progress.clone_from(&self.progress);
+            Box::new(s) as Box<dyn ExternalSource>
+        }))
     }
 }
 
 /// The runtime's error for a source error, with its help.
 fn run_error(e: PgError) -> RunError {
+    named_error("PostgreSQL source", e)
+}
+
+/// As [`run_error`], saying which of pipeline.yaml's connections failed.
+fn connection_error(connection: &str, e: PgError) -> RunError {
+    named_error(&format!("PostgreSQL connection `{connection}`"), e)
+}
+
+fn named_error(what: &str, e: PgError) -> RunError {
     let help = e.help().map(String::from);
-    let error = RunError::input(format!("PostgreSQL source: {e}"));
+    let error = RunError::input(format!("{what}: {e}"));
     drop(e);
     match help {
         Some(h) => error.with_help(h),
@@ -54,19 +83,18 @@ fn run_error(e: PgError) -> RunError {
     }
 }
 
+/// Connection `name` of pipeline.yaml.
+pub fn declared<'a>(pipeline: &'a Pipeline, name: &str) -> Result<&'a Connection, RunError> {
+    pipeline.config.connections.get(name).ok_or_else(|| {
+        RunError::input(format!(
+            "unknown connection `{name}` (pipeline.yaml, connections:)"
+        ))
+    })
+}
+
 fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
-    let connection = pipeline
-        .config
-        .connections
-        .get(&rp.connection)
-        .ok_or_else(|| {
-            RunError::input(format!(
-                "unknown connection `{}` (pipeline.yaml, connections:)",
-                rp.connection
-            ))
-        })?;
-    let connection = resolve(&rp.connection, connection)?;
-    let name = object_name(&pipeline.config.name, &rp.table);
+    let connection = resolve(&rp.connection, declared(pipeline, &rp.connection)?)?;
+    let name = object_name(&pipeline.config.name, &rp.connection);
     Ok(PgSource {
         source: TableSource {
             connection,
@@ -76,42 +104,103 @@ fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
             max_changes: usize::try_from(rp.max_changes_per_batch).unwrap_or(usize::MAX),
         },
         key: rp.key(),
+        connection_name: rp.connection.clone(),
+        readers: Arc::new(readers(pipeline, &rp.connection)),
+        progress: None,
+    })
+}
+
+/// Every input of the pipeline that reads through connection `connection` (so through
+/// its slot), with the flow whose checkpoint keeps its position.
+fn readers(pipeline: &Pipeline, connection: &str) -> SlotReaders {
+    let inputs = pipeline
+        .flows
+        .iter()
+        .filter_map(|flow| Some((flow, pipeline.dataset(&flow.target)?)))
+        .flat_map(|(flow, target)| {
+            flow.inputs.iter().filter_map(move |input| match input {
+                Input::Postgres(rp) if rp.connection == connection => {
+                    Some((flow.name.clone(), target.clone(), rp.key()))
+                }
+                _ => None,
+            })
+        })
+        .collect();
+    SlotReaders {
+        storage: pipeline.storage_dir(),
+        inputs,
+    }
+}
+
+/// The inputs that share one slot, and where their positions are committed.
+struct SlotReaders {
+    storage: std::path::PathBuf,
+    /// (flow, its target, the input's checkpoint key).
+    inputs: Vec<(String, cdcflow_plan::Dataset, String)>,
+}
+
+impl SlotReaders {
+    /// The lowest position any of them has committed (inputs that have committed
+    /// nothing yet take their own snapshot later, at a point past every position).
+    async fn lowest_committed(&self) -> Result<Option<u64>, RunError> {
+        let mut lowest: Option<u64> = None;
+        for (flow, target, key) in &self.inputs {
+            let committed =
+                cdcflow_runtime::checkpoint::committed_position(&self.storage, flow, target, key)
+                    .await?;
+            if let Some(position) = committed.as_ref().map(position::lsn_of).transpose()? {
+                lowest = Some(lowest.map_or(position, |l| l.min(position)));
+            }
+        }
+        Ok(lowest)
+    }
+}
+
+/// The secret of connection `name` in environment variable `var`.
+pub fn env_secret(name: &str, var: &str) -> Result<String, RunError> {
+    std::env::var(var).map_err(|_| {
+        RunError::input(format!(
+            "connection `{name}`: the environment variable `{var}` is not set"
+        ))
+        .with_help(format!(
+            "export {var}=… before running (pipeline.yaml names it; the secret is never in the files)"
+        ))
     })
 }
 
 /// The connection `name` with its secret from the environment.
 pub fn resolve(name: &str, c: &Connection) -> Result<PgConnection, RunError> {
-    let env = |var: &str| {
-        std::env::var(var).map_err(|_| {
-            RunError::input(format!(
-                "connection `{name}`: the environment variable `{var}` is not set"
-            ))
-            .with_help(format!(
-                "export {var}=… before running (pipeline.yaml names it; the secret is never in the files)"
-            ))
-        })
-    };
-    match &c.target {
-        Target::DsnEnv(var) => PgConnection::from_dsn(&env(var)?).map_err(run_error),
+    let env = |var: &str| env_secret(name, var);
+    let mut connection = match &c.target {
+        Target::DsnEnv(var) => {
+            PgConnection::from_dsn(&env(var)?).map_err(|e| connection_error(name, e))?
+        }
         Target::Parts {
             host,
             port,
             database,
             user,
             password_env,
-        } => Ok(PgConnection {
+        } => PgConnection {
             host: host.clone(),
             port: *port,
             database: database.clone(),
             user: user.clone(),
             password: password_env.as_deref().map(env).transpose()?,
-        }),
+            tls: Tls::default(),
+        },
+    };
+    if let Some(mode) = c.sslmode {
+        connection.tls.mode = mode;
     }
+    connection.tls.root_cert = c.sslrootcert.as_ref().map(std::path::PathBuf::from);
+    Ok(connection)
 }
 
-/// A slot and publication name for `input` of `pipeline`: lower-case letters, digits
-/// and `_`, at most 63 bytes (PostgreSQL's limit), unique per pipeline and flow input.
-pub fn object_name(pipeline: &str, input: &str) -> String {
+/// A slot and publication name for `connection` of `pipeline`: lower-case letters,
+/// digits and `_`, at most 63 bytes (PostgreSQL's limit), unique per pipeline and
+/// connection.
+pub fn object_name(pipeline: &str, connection: &str) -> String {
     let clean = |s: &str| -> String {
         s.chars()
             .map(|c| match c.to_ascii_lowercase() {
@@ -120,8 +209,7 @@ pub fn object_name(pipeline: &str, input: &str) -> String {
             })
             .collect()
     };
-    let input = input.trim_start_matches('_');
-    let full = format!("cdcflow_{}_{}", clean(pipeline), clean(input));
+    let full = format!("cdcflow_{}_{}", clean(pipeline), clean(connection));
     if full.len() <= 63 {
         return full;
     }
@@ -134,26 +222,11 @@ pub fn object_name(pipeline: &str, input: &str) -> String {
 
 struct PgSource {
     source: TableSource,
+    /// The connection's name in pipeline.yaml.
+    connection_name: String,
     key: String,
-}
-
-/// The checkpoint's form of a position.
-fn position_json(lsn: u64) -> Value {
-    json!({ "lsn": lsn_text(lsn) })
-}
-
-fn position_of(value: &Value) -> Result<u64, RunError> {
-    value
-        .get("lsn")
-        .and_then(Value::as_str)
-        .and_then(|t| pgwire_replication::Lsn::parse(t).ok())
-        .map(pgwire_replication::Lsn::as_u64)
-        .ok_or_else(|| {
-            RunError::input(format!(
-                "the checkpoint's PostgreSQL position `{value}` is not an LSN"
-            ))
-            .with_help("run `cdcflow run --full-refresh <table>` to take a new snapshot")
-        })
+    readers: Arc<SlotReaders>,
+    progress: Option<CopyProgressSink>,
 }
 
 impl ExternalSource for PgSource {
@@ -170,8 +243,12 @@ impl ExternalSource for PgSource {
 
     fn columns(&self) -> BoxFuture<'_, Result<SchemaRef, RunError>> {
         Box::pin(async move {
-            let client = self.source.connection.connect().await.map_err(run_error)?;
-            let columns = self.source.columns(&client).await.map_err(run_error)?;
+            let client = self.client().await?;
+            let columns = self
+                .source
+                .columns(&client)
+                .await
+                .map_err(|e| self.error(e))?;
             let fields: Vec<Field> = columns
                 .iter()
                 .map(|c| Field::new(&c.name, c.arrow_type(), !c.not_null))
@@ -182,8 +259,12 @@ impl ExternalSource for PgSource {
 
     fn read<'a>(&'a self, after: Option<&'a Value>) -> BoxFuture<'a, Result<SourceRead, RunError>> {
         Box::pin(async move {
-            let after = after.map(position_of).transpose()?;
-            let mut changes = self.source.read(after).await.map_err(run_error)?;
+            let from = after.map(position::parse).transpose()?.unwrap_or_default();
+            let mut changes = self
+                .source
+                .read_from(&from.from)
+                .await
+                .map_err(|e| self.error(e))?;
             let schema = changes.rows.schema();
             let rows = std::mem::replace(
                 &mut changes.rows,
@@ -196,16 +277,47 @@ impl ExternalSource for PgSource {
                 skip: Some((CHANGE_TYPE.into(), vec!["delete".into(), "truncate".into()])),
                 cells: std::mem::take(&mut changes.unresolved),
             });
+            // A read that stopped at its size limit has applied up to its last
+            // transaction; one that read all has applied up to when it began; while
+            // the table is being copied, it is applied up to no time.
+            let applied_until = match (&changes.copy, changes.more) {
+                (CopyProgress::After { .. }, _) => None,
+                (_, true) => newest_commit(&rows),
+                (_, false) => Some(changes.read_at_micros),
+            };
+            let must_commit = changes.snapshot
+                || (rows.num_rows() == 0
+                    && changes.within.is_none()
+                    && position::idle_commit(&from, changes.position, changes.read_at_micros));
+            if let (Some(tell), CopyProgress::After { copied, .. }) =
+                (&self.progress, &changes.copy)
+            {
+                let of = changes
+                    .estimate
+                    .filter(|e| *e >= *copied)
+                    .map(|e| format!(" of about {e}"))
+                    .unwrap_or_default();
+                tell(&format!("copying {}: {copied}{of} rows", self.source.table));
+            }
+            let next = position::Position {
+                from: ReadFrom {
+                    lsn: Some(changes.position),
+                    within: changes.within,
+                    copy: changes.copy.clone(),
+                },
+                applied_until_micros: applied_until,
+            };
             Ok(SourceRead {
                 schema,
                 rows: vec![rows],
-                position: position_json(changes.position),
-                must_commit: changes.snapshot,
+                position: next.to_json(),
+                must_commit,
                 more: changes.more,
                 oldest_change_micros: oldest,
                 acknowledge: Some(Box::new(PgAcknowledge {
                     source: self.source.clone(),
                     changes,
+                    readers: Arc::clone(&self.readers),
                 })),
                 carried,
             })
@@ -215,23 +327,40 @@ impl ExternalSource for PgSource {
 
 /// Retained WAL over this is a warning in `cdcflow status`.
 const RETAINED_WARNING_BYTES: i64 = 1 << 30;
+/// A lag over this many seconds is a warning in `cdcflow status`.
+const LAG_WARNING_SECONDS: f64 = 900.0;
 
 impl PgSource {
+    fn error(&self, e: PgError) -> RunError {
+        connection_error(&self.connection_name, e)
+    }
+
+    async fn client(&self) -> Result<tokio_postgres::Client, RunError> {
+        self.source
+            .connection
+            .connect()
+            .await
+            .map_err(|e| self.error(e))
+    }
+
     async fn status(&self, after: Option<&Value>) -> Result<SourceStatus, RunError> {
         let mut status = SourceStatus {
             source: self.key.clone(),
             ..SourceStatus::default()
         };
-        let after = after.map(position_of).transpose()?;
-        let client = self.source.connection.connect().await.map_err(run_error)?;
+        let committed = after.map(position::parse).transpose()?;
+        let after = committed.as_ref().and_then(|c| c.from.lsn);
+        let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint, coalesce(wal_status, ''), pg_current_wal_lsn()::text \
-                 FROM pg_replication_slots WHERE slot_name = $1",
+                "SELECT (pg_current_wal_lsn() - s.restart_lsn)::bigint, coalesce(s.wal_status, ''), pg_current_wal_lsn()::text, \
+                 (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, extract(epoch FROM r.replay_lag)::float8 \
+                 FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid \
+                 WHERE s.slot_name = $1",
                 &[&self.source.slot],
             )
             .await
-            .map_err(|e| run_error(e.into()))?;
+            .map_err(|e| self.error(e.into()))?;
         let Some(row) = row else {
             status.warning = Some(match after {
                 None => "not started: the first run creates the slot and takes the snapshot".into(),
@@ -245,7 +374,12 @@ impl PgSource {
         let retained: Option<i64> = row.get(0);
         let wal_status: String = row.get(1);
         let current: String = row.get(2);
+        let now_micros: i64 = row.get(3);
+        status.server_lag_seconds = row.get(4);
         status.retained_bytes = retained;
+        status.lag_seconds = committed
+            .and_then(|c| c.applied_until_micros)
+            .map(|at| (now_micros - at).max(0) as f64 / 1e6);
         if let (Some(after), Ok(current)) = (after, pgwire_replication::Lsn::parse(&current)) {
             status.behind_bytes =
                 Some(i64::try_from(current.as_u64().saturating_sub(after)).unwrap_or(i64::MAX));
@@ -262,32 +396,49 @@ impl PgSource {
             _ if retained.is_some_and(|r| r > RETAINED_WARNING_BYTES) => Some(
                 "the slot keeps over 1 GiB of WAL on the server: run the pipeline (a stopped pipeline holds WAL), or drop the slot if the pipeline is retired".into(),
             ),
+            _ if status.lag_seconds.is_some_and(|l| l > LAG_WARNING_SECONDS) => Some(format!(
+                "the table's changes are applied only up to {:.0} s ago (over {LAG_WARNING_SECONDS:.0} s): run the pipeline, or run it more often",
+                status.lag_seconds.unwrap_or_default()
+            )),
             _ => None,
         };
         Ok(status)
     }
 }
 
-fn oldest_commit(rows: &RecordBatch) -> Option<i64> {
+/// The rows' commit times, µs since the epoch.
+fn commit_times(rows: &RecordBatch) -> impl Iterator<Item = i64> + '_ {
     let at = rows
-        .column_by_name(cdcflow_plan::read_postgres::COMMIT_TIMESTAMP)?
-        .as_primitive_opt::<TimestampMicrosecondType>()?;
-    (0..at.len())
-        .filter(|i| at.is_valid(*i))
-        .map(|i| at.value(i))
-        .min()
+        .column_by_name(cdcflow_plan::read_postgres::COMMIT_TIMESTAMP)
+        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>());
+    at.into_iter().flat_map(|at| {
+        (0..at.len())
+            .filter(|i| at.is_valid(*i))
+            .map(|i| at.value(i))
+    })
+}
+
+fn oldest_commit(rows: &RecordBatch) -> Option<i64> {
+    commit_times(rows).min()
+}
+
+fn newest_commit(rows: &RecordBatch) -> Option<i64> {
+    commit_times(rows).max()
 }
 
 struct PgAcknowledge {
     source: TableSource,
     changes: Changes,
+    readers: Arc<SlotReaders>,
 }
 
 impl Acknowledge for PgAcknowledge {
     fn acknowledge(self: Box<Self>) -> BoxFuture<'static, Result<(), RunError>> {
         Box::pin(async move {
+            // Run after this read's commit, so its own position is among them.
+            let floor = self.readers.lowest_committed().await?;
             self.source
-                .acknowledge(self.changes)
+                .acknowledge_to(self.changes, floor)
                 .await
                 .map_err(run_error)
         })
@@ -300,20 +451,9 @@ mod tests {
 
     #[test]
     fn object_names_fit_postgres() {
-        assert_eq!(
-            object_name("CRM Sync", "__postgres_customers_1"),
-            "cdcflow_crm_sync_postgres_customers_1"
-        );
-        let long = object_name(&"p".repeat(80), "__postgres_f_1");
+        assert_eq!(object_name("CRM Sync", "crm"), "cdcflow_crm_sync_crm");
+        let long = object_name(&"p".repeat(80), "crm");
         assert_eq!(long.len(), 63);
-        assert_ne!(long, object_name(&"p".repeat(81), "__postgres_f_1"));
-    }
-
-    #[test]
-    fn positions_round_trip() {
-        let v = position_json(0x16_B374_D848);
-        assert_eq!(v, json!({"lsn": "16/B374D848"}));
-        assert_eq!(position_of(&v).unwrap(), 0x16_B374_D848);
-        assert!(position_of(&json!({"lsn": 3})).is_err());
+        assert_ne!(long, object_name(&"p".repeat(81), "crm"));
     }
 }

@@ -1,14 +1,23 @@
 //! One table read through logical replication: checks that the server is ready,
-//! creates the publication and the slot when missing, copies the table in the snapshot
-//! the slot exports, and streams the changes committed since the checkpoint's position
-//! up to the WAL flushed when the read began ("everything available now").
+//! creates the publication and the slot when missing, copies the table in a snapshot
+//! exported at a known WAL position, and streams the changes committed since the
+//! checkpoint's position up to the WAL flushed when the read began ("everything
+//! available now").
+//!
+//! One slot and one publication serve every table a pipeline reads through a
+//! connection. The first table read creates the slot and copies itself in the snapshot
+//! the slot exports; a table added later copies itself in the snapshot of a temporary
+//! slot made for it (dropped with its session), and streams the shared slot from that
+//! snapshot's consistent point: the other tables never stop.
 //!
 //! The position is an LSN: every transaction that committed before it has been read.
-//! The slot's confirmed position only moves in [`TableSource::acknowledge`], which the
-//! caller runs after the rows are durably committed; until then the server keeps the
-//! WAL, so a crash at any point reads the same changes again. A read also skips every
-//! transaction that ended at or before the position it starts from, so a slot left
-//! behind by a crash between the commit and the acknowledgement gives no doubles.
+//! The slot's confirmed position only moves in [`TableSource::acknowledge_to`], which
+//! the caller runs after the rows are durably committed, and never past the position of
+//! any table of the slot (the caller gives the lowest one its tables committed); until
+//! then the server keeps the WAL, so a crash at any point reads the same changes again.
+//! A read also skips every transaction that ended at or before the position it starts
+//! from, so a table ahead of the slot (or a slot left behind by a crash between the
+//! commit and the acknowledgement) gives no doubles.
 
 use std::time::Duration;
 
@@ -20,14 +29,13 @@ use crate::changes::{ChangeKind, ChangeMeta, ChangeRows, TableColumn};
 use crate::connection::{PgConnection, quote_ident, quote_literal};
 use crate::error::PgError;
 use crate::pgoutput::{self, Message, RelationColumn, Value};
+use crate::snapshot::CopyProgress;
 
 /// How long the stream may stay silent before the read fails (the server sends a
 /// keepalive every `wal_sender_timeout / 2`, 30 s by default).
 const SILENCE: Duration = Duration::from_secs(120);
 /// How long a read waits for a slot another session still holds.
 const SLOT_BUSY: Duration = Duration::from_secs(10);
-/// Rows per FETCH of the snapshot copy.
-const SNAPSHOT_CHUNK: usize = 10_000;
 /// Seconds since the Unix epoch at PostgreSQL's epoch (2000-01-01).
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
@@ -43,17 +51,20 @@ pub fn table_sql(table: &TableName) -> String {
     )
 }
 
-/// One table of a PostgreSQL database, read through a slot and publication of its own.
+/// One table of a PostgreSQL database, read through a slot and publication that other
+/// tables of the same database may share.
 #[derive(Debug, Clone)]
 pub struct TableSource {
     pub connection: PgConnection,
     pub table: TableRef,
-    /// The replication slot (created when missing).
+    /// The replication slot (created when missing), shared by the pipeline's tables of
+    /// this connection.
     pub slot: String,
-    /// The publication the slot streams (created when missing).
+    /// The publication the slot streams (created when missing; each table adds itself).
     pub publication: String,
     /// A read stops after the transaction that brings it to this many changes (and
-    /// says there is more); the snapshot is taken whole.
+    /// says there is more), or inside a transaction that alone has this many; the copy
+    /// takes chunks of this many rows.
     pub max_changes: usize,
 }
 
@@ -62,11 +73,22 @@ pub struct Changes {
     pub rows: datafusion::arrow::array::RecordBatch,
     /// Everything committed before this LSN is in `rows` or in earlier reads.
     pub position: u64,
-    /// The rows start with the table's initial snapshot.
+    /// A transaction the read stopped inside (it was larger than a batch): its commit
+    /// LSN and the position in it of the last change in `rows`. The next read resumes
+    /// there; `position` is before it.
+    pub within: Option<(u64, i64)>,
+    /// The rows start with a chunk of the table's initial copy (or the copy ended).
     pub snapshot: bool,
+    /// Where the copy stands after this read.
+    pub copy: CopyProgress,
+    /// The table's rows as the server estimates them, when a chunk was copied.
+    pub estimate: Option<u64>,
     /// The read stopped at its size limit before the WAL flushed when it began: read
     /// again.
     pub more: bool,
+    /// The server's clock when the read took the WAL position it reads up to: without
+    /// `more`, every change committed before it is in `rows` or in earlier reads.
+    pub read_at_micros: i64,
     /// The replica identity's columns (known once the stream described the table).
     pub keys: Vec<String>,
     /// Cells updates left out (unchanged TOASTed values) that no earlier row of this
@@ -91,10 +113,21 @@ pub fn lsn_text(lsn: u64) -> String {
     Lsn::from_u64(lsn).to_pg_string()
 }
 
-fn parse_lsn(text: &str) -> Result<u64, PgError> {
+pub(crate) fn parse_lsn(text: &str) -> Result<u64, PgError> {
     Lsn::parse(text)
         .map(Lsn::as_u64)
         .map_err(|e| PgError::Protocol(format!("`{text}` is not an LSN: {e}")))
+}
+
+/// The server's flushed WAL position and its clock (µs since the Unix epoch).
+async fn flush_position(client: &Client) -> Result<(u64, i64), PgError> {
+    let row = client
+        .query_one(
+            "SELECT pg_current_wal_flush_lsn()::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+            &[],
+        )
+        .await?;
+    Ok((parse_lsn(row.get::<_, &str>(0))?, row.get(1)))
 }
 
 async fn one_value(client: &Client, sql: &str) -> Result<Option<String>, PgError> {
@@ -106,34 +139,79 @@ async fn one_value(client: &Client, sql: &str) -> Result<Option<String>, PgError
     Ok(None)
 }
 
+/// Where a read starts: what the last committed batch recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadFrom {
+    /// Every transaction that committed before this LSN has been read; `None`: nothing
+    /// has (the first read creates the slot and starts the copy).
+    pub lsn: Option<u64>,
+    /// A transaction read in part by the last batch: its commit LSN and the position
+    /// in it of the last change taken.
+    pub within: Option<(u64, i64)>,
+    /// The table's initial copy.
+    pub copy: CopyProgress,
+}
+
 impl TableSource {
     /// Reads the changes committed after `after` (a position an earlier read returned
-    /// and the caller committed), or, with `None`, the table's snapshot and what
-    /// followed it. The replication session stays open until [`Self::acknowledge`].
+    /// and the caller committed), or, with `None`, the first chunk of the table's copy
+    /// and what followed it. The replication session stays open until
+    /// [`Self::acknowledge`].
     pub async fn read(&self, after: Option<u64>) -> Result<Changes, PgError> {
+        let copy = match after {
+            None => CopyProgress::Start,
+            Some(_) => CopyProgress::Done,
+        };
+        self.read_from(&ReadFrom {
+            lsn: after,
+            within: None,
+            copy,
+        })
+        .await
+    }
+
+    /// Reads what comes after `from`: the next chunk of the copy while it is not done,
+    /// and the changes committed since, a batch's worth at most (a transaction larger
+    /// than a batch is read over several, each resuming inside it).
+    pub async fn read_from(&self, from: &ReadFrom) -> Result<Changes, PgError> {
         let client = self.connection.connect().await?;
         self.check_ready(&client).await?;
         // The WAL to read up to, taken before the columns: a column added by a
         // transaction the read takes in is then in the table's columns (the stream's
         // older transactions may lack it: they get nulls).
-        let target = parse_lsn(
-            &one_value(&client, "SELECT pg_current_wal_flush_lsn()::text")
-                .await?
-                .unwrap_or_default(),
-        )?;
+        let (target, read_at_micros) = flush_position(&client).await?;
         let columns = self.columns(&client).await?;
         self.ensure_publication(&client).await?;
         let mut rows = ChangeRows::new(columns);
-        let (start, session, snapshot) = match after {
+        let mut copy = from.copy.clone();
+        let mut estimate = None;
+        let mut session = None;
+        // `acked`: the slot's confirmed position, which the session reports until the
+        // caller acknowledges more (other tables of the slot may be behind this one).
+        let (start, acked) = match from.lsn {
             None => {
-                let (consistent, session) = self.snapshot(&client, &mut rows).await?;
-                (consistent, Some(session), true)
+                let chunk = self
+                    .copy_chunk(&client, &mut rows, &CopyProgress::Start)
+                    .await?;
+                (copy, estimate) = (chunk.progress, chunk.estimate);
+                let acked = match chunk.session {
+                    Some(_) => chunk.consistent,
+                    None => self.check_slot(&client, chunk.consistent).await?,
+                };
+                session = chunk.session;
+                (chunk.consistent, acked)
             }
             Some(after) => {
-                self.check_slot(&client, after).await?;
-                (after, None, false)
+                let acked = self.check_slot(&client, after).await?;
+                if matches!(from.copy, CopyProgress::After { .. }) {
+                    let chunk = self.copy_chunk(&client, &mut rows, &from.copy).await?;
+                    (copy, estimate) = (chunk.progress, chunk.estimate);
+                }
+                (after, acked)
             }
         };
+        let snapshot = !rows.is_empty() || from.copy != CopyProgress::Done;
+        let copying = copy != CopyProgress::Done;
         if target <= start {
             // Nothing to stream; a gated session that never started ends when dropped.
             drop(session);
@@ -142,8 +220,12 @@ impl TableSource {
                 unresolved: rows.unresolved(),
                 rows: rows.finish()?,
                 position: start,
+                within: from.within,
                 snapshot,
-                more: false,
+                copy,
+                estimate,
+                more: copying,
+                read_at_micros,
                 session: None,
             });
         }
@@ -153,33 +235,46 @@ impl TableSource {
                 s.wait_started().await?;
                 s
             }
-            None => self.start_streaming(start).await?,
+            None => self.start_streaming(start, acked).await?,
         };
-        let limit = rows.len() + self.max_changes.max(1);
-        let position = stream(&mut session, &mut rows, start, target, limit).await?;
-        let more = position < target;
+        let most = self.max_changes.max(1);
+        let limit = rows.len() + most;
+        let reached = stream(
+            &mut session,
+            &mut rows,
+            &self.table,
+            (start, target),
+            (limit, most),
+            from.within,
+        )
+        .await?;
         Ok(Changes {
             keys: rows.key_names(),
             unresolved: rows.unresolved(),
             rows: rows.finish()?,
-            position,
+            position: reached.position,
+            within: reached.within,
             snapshot,
-            more,
+            copy,
+            estimate,
+            more: reached.position < target || reached.within.is_some() || copying,
+            read_at_micros,
             session: Some(session),
         })
     }
 
-    /// A replication session streaming from `start`. The slot may still be held for a
-    /// moment by the session of a process that just died (the server notices the
-    /// closed connection soon after): that is waited for, a few seconds at most.
-    async fn start_streaming(&self, start: u64) -> Result<ReplicationClient, PgError> {
+    /// A replication session streaming from `start`, reporting `acked` as confirmed
+    /// until told more. The slot may still be held for a moment by the session of a
+    /// process that just died (the server notices the closed connection soon after):
+    /// that is waited for, a few seconds at most.
+    async fn start_streaming(&self, start: u64, acked: u64) -> Result<ReplicationClient, PgError> {
         let mut waited = Duration::ZERO;
         loop {
             let config = self
                 .connection
                 .replication_config(&self.slot, &self.publication)
                 .with_start_lsn(Lsn::from_u64(start))
-                .with_ack_lsn(Lsn::from_u64(start));
+                .with_ack_lsn(Lsn::from_u64(acked.min(start)));
             let mut session = ReplicationClient::connect(config).await?;
             match session.wait_started().await {
                 Ok(()) => return Ok(session),
@@ -199,9 +294,20 @@ impl TableSource {
     }
 
     /// Moves the slot's confirmed position to `changes.position`, so the server can
-    /// free the WAL before it. Run only after the rows are durably committed.
+    /// free the WAL before it. Run only after the rows are durably committed, and only
+    /// when no other table reads the slot.
     pub async fn acknowledge(&self, changes: Changes) -> Result<(), PgError> {
-        let position = changes.position;
+        self.acknowledge_to(changes, None).await
+    }
+
+    /// As [`Self::acknowledge`], but never past `floor`: the lowest position the other
+    /// tables of the slot have committed (they still need the WAL after it).
+    pub async fn acknowledge_to(
+        &self,
+        changes: Changes,
+        floor: Option<u64>,
+    ) -> Result<(), PgError> {
+        let position = floor.map_or(changes.position, |f| f.min(changes.position));
         if let Some(mut session) = changes.session {
             session.update_applied_lsn(Lsn::from_u64(position));
             // The worker sends the position within its status interval.
@@ -394,7 +500,8 @@ impl TableSource {
     }
 
     /// A slot to continue from: it must exist, hold the WAL, and not be past `after`.
-    async fn check_slot(&self, client: &Client, after: u64) -> Result<(), PgError> {
+    /// Returns its confirmed position.
+    async fn check_slot(&self, client: &Client, after: u64) -> Result<u64, PgError> {
         let row = client
             .query_opt(
                 "SELECT confirmed_flush_lsn::text, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1",
@@ -431,92 +538,18 @@ impl TableSource {
                 help: "another consumer advanced the slot; run `cdcflow run --full-refresh <table>` to take a new snapshot".into(),
             });
         }
-        Ok(())
+        Ok(confirmed)
     }
 
-    /// Creates the slot (dropping a leftover of a first run that never committed) and
-    /// copies the table in the snapshot it exports. Returns the slot's consistent
-    /// point and its replication session, gated before START_REPLICATION.
-    async fn snapshot(
-        &self,
-        client: &Client,
-        rows: &mut ChangeRows,
-    ) -> Result<(u64, ReplicationClient), PgError> {
-        self.drop_slot().await?;
-        let config = self
-            .connection
-            .replication_config(&self.slot, &self.publication);
-        let mut session = ReplicationClient::connect_gated(config).await?;
-        let created = session
-            .simple_query(&format!(
-                "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
-                quote_ident(&self.slot)
-            ))
-            .await?;
-        let row = created
-            .first()
-            .filter(|r| r.len() >= 3)
-            .ok_or_else(|| PgError::Protocol("CREATE_REPLICATION_SLOT returned no row".into()))?;
-        let text = |i: usize| {
-            row[i]
-                .as_ref()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .unwrap_or_default()
-        };
-        let consistent = parse_lsn(&text(1))?;
-        let snapshot_name = text(2);
-        client
-            .batch_execute(&format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
-                quote_literal(&snapshot_name)
-            ))
-            .await?;
-        let at = one_value(
-            client,
-            "SELECT (extract(epoch FROM now()) * 1000000)::bigint::text",
-        )
-        .await?
-        .and_then(|t| t.parse::<i64>().ok());
-        let list = rows
-            .columns()
-            .iter()
-            .map(|c| quote_ident(&c.name))
-            .collect::<Vec<_>>()
-            .join(", ");
-        client
-            .batch_execute(&format!(
-                "DECLARE cdcflow_snapshot NO SCROLL CURSOR FOR SELECT {list} FROM {}",
-                table_sql(&self.table)
-            ))
-            .await?;
-        let meta = ChangeMeta {
-            kind: ChangeKind::Snapshot,
-            commit_lsn: consistent,
-            seq: 0,
-            commit_micros: at,
-            xid: None,
-        };
-        loop {
-            let fetched = client
-                .simple_query(&format!("FETCH {SNAPSHOT_CHUNK} FROM cdcflow_snapshot"))
-                .await?;
-            let mut n = 0;
-            for m in fetched {
-                if let SimpleQueryMessage::Row(row) = m {
-                    n += 1;
-                    let values = (0..row.len())
-                        .map(|i| row.get(i).map(String::from))
-                        .collect();
-                    rows.push(values, meta)?;
-                }
-            }
-            if n < SNAPSHOT_CHUNK {
-                break;
-            }
-        }
-        client.batch_execute("COMMIT").await?;
-        tracing::info!(table = %self.table, rows = rows.len(), slot = %self.slot, at = %lsn_text(consistent), "snapshot copied");
-        Ok((consistent, session))
+    /// Whether the slot exists.
+    pub(crate) async fn slot_exists(&self, client: &Client) -> Result<bool, PgError> {
+        Ok(client
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.slot],
+            )
+            .await?
+            .is_some())
     }
 }
 
@@ -533,21 +566,46 @@ type Change = (
 struct Open {
     xid: u32,
     commit_micros: i64,
-    /// Each change with the columns it left out (unchanged TOASTed values) and, for
-    /// an update that changed the key, the old values.
+    /// Its commit LSN (the Begin message gives it).
+    commit_lsn: u64,
+    /// Read by an earlier batch (it committed before the position the read started
+    /// from): its changes are skipped.
+    skipped: bool,
+    /// Its changes up to this position were taken by an earlier batch.
+    taken_before: i64,
+    /// The position of its last change so far, from 1.
+    seq: i64,
+    /// Its changes taken by this read.
+    taken: usize,
+    /// The changes of the message being handled: each with the columns it left out
+    /// (unchanged TOASTed values) and, for an update that changed the key, the old
+    /// values.
     changes: Vec<Change>,
 }
 
+/// Where a stream read stopped.
+struct Reached {
+    /// Every transaction that committed before it is read.
+    position: u64,
+    /// Inside a transaction larger than a batch: its commit LSN and the last change
+    /// taken.
+    within: Option<(u64, i64)>,
+}
+
 /// Receives transactions until the stream has passed `target`, or `rows` holds
-/// `limit` rows at a transaction's end; rows of transactions that ended after `start`
-/// go to `rows`. Returns the position reached.
+/// `limits.0` rows at a transaction's end, or a transaction has given `limits.1`
+/// changes to this read (it stops inside it); rows of transactions that committed at
+/// or after `start` go to `rows`, but those of transaction `within.0` only after its
+/// change `within.1`. Rows are added as they come, so memory holds a batch, whatever
+/// the size of a transaction.
 async fn stream(
     session: &mut ReplicationClient,
     rows: &mut ChangeRows,
-    start: u64,
-    target: u64,
-    limit: usize,
-) -> Result<u64, PgError> {
+    table: &TableName,
+    (start, target): (u64, u64),
+    (limit, most_in_transaction): (usize, usize),
+    within: Option<(u64, i64)>,
+) -> Result<Reached, PgError> {
     let mut relation: Option<Relation> = None;
     let mut open: Option<Open> = None;
     let mut position = start;
@@ -574,11 +632,21 @@ async fn stream(
             ReplicationEvent::Begin {
                 xid,
                 commit_time_micros,
-                ..
+                final_lsn,
             } => {
+                let commit_lsn = final_lsn.as_u64();
                 open = Some(Open {
                     xid,
                     commit_micros: commit_time_micros + PG_EPOCH_MICROS,
+                    commit_lsn,
+                    // Already read by a committed batch (a restart from a slot that
+                    // was not acknowledged, or a table ahead of the slot).
+                    skipped: commit_lsn < start,
+                    taken_before: within
+                        .filter(|(lsn, _)| *lsn == commit_lsn)
+                        .map_or(0, |(_, seq)| seq),
+                    seq: 0,
+                    taken: 0,
                     changes: vec![],
                 });
             }
@@ -587,33 +655,23 @@ async fn stream(
                     continue;
                 };
                 let message = pgoutput::decode(&data)?;
-                change(message, rows.columns(), &mut relation, txn)?;
+                change(message, table, rows.columns(), &mut relation, txn)?;
                 if let Some(r) = &relation {
                     rows.set_keys(&r.keys);
                 }
-            }
-            ReplicationEvent::Commit { lsn, end_lsn, .. } => {
-                let Some(txn) = open.take() else {
-                    continue;
-                };
-                let end = end_lsn.as_u64();
-                // Already read by a committed batch (a restart from a slot that was
-                // not acknowledged).
-                if end > start {
-                    for (seq, (kind, values, unchanged, old_key)) in
-                        txn.changes.into_iter().enumerate()
-                    {
-                        let meta = ChangeMeta {
-                            kind,
-                            commit_lsn: lsn.as_u64(),
-                            seq: i64::try_from(seq).unwrap_or(i64::MAX - 1) + 1,
-                            commit_micros: Some(txn.commit_micros),
-                            xid: Some(txn.xid),
-                        };
-                        rows.push_change(values, meta, &unchanged, old_key.as_deref())?;
-                    }
+                take(txn, rows)?;
+                if txn.taken >= most_in_transaction {
+                    return Ok(Reached {
+                        position,
+                        within: Some((txn.commit_lsn, txn.seq)),
+                    });
                 }
-                position = position.max(end);
+            }
+            ReplicationEvent::Commit { end_lsn, .. } => {
+                if open.take().is_none() {
+                    continue;
+                }
+                position = position.max(end_lsn.as_u64());
                 if rows.len() >= limit {
                     break;
                 }
@@ -629,7 +687,31 @@ async fn stream(
             _ => {}
         }
     }
-    Ok(position)
+    Ok(Reached {
+        position,
+        within: None,
+    })
+}
+
+/// Moves the open transaction's new changes into `rows`, numbered in the transaction,
+/// leaving out those an earlier batch took.
+fn take(txn: &mut Open, rows: &mut ChangeRows) -> Result<(), PgError> {
+    for (kind, values, unchanged, old_key) in std::mem::take(&mut txn.changes) {
+        txn.seq += 1;
+        if txn.skipped || txn.seq <= txn.taken_before {
+            continue;
+        }
+        let meta = ChangeMeta {
+            kind,
+            commit_lsn: txn.commit_lsn,
+            seq: txn.seq,
+            commit_micros: Some(txn.commit_micros),
+            xid: Some(txn.xid),
+        };
+        rows.push_change(values, meta, &unchanged, old_key.as_deref())?;
+        txn.taken += 1;
+    }
+    Ok(())
 }
 
 /// How the stream describes the table: its id, and for each of the table's columns
@@ -701,6 +783,7 @@ fn relation(
 /// Adds the rows of one decoded message to the open transaction.
 fn change(
     message: Message,
+    table: &TableName,
     columns: &[TableColumn],
     current: &mut Option<Relation>,
     txn: &mut Open,
@@ -713,6 +796,10 @@ fn change(
         name,
     } = &message
     {
+        // The slot's publication has the other tables of the pipeline too.
+        if *namespace != table.schema || *name != table.name {
+            return Ok(());
+        }
         *current = Some(relation(
             *id,
             sent,

@@ -243,3 +243,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
     f.sync_all().map_err(|e| RunError::io(&tmp, e))?;
     fs::rename(&tmp, path).map_err(|e| RunError::io(path, e))
 }
+
+/// The position of external source `key` that `flow` (writing into `target`) last
+/// committed, changing nothing; `None` before its first commit. Several flows that
+/// read through one cursor on the server (one replication slot for the tables of a
+/// database) may let it forget only what every one of them has committed.
+pub async fn committed_position(
+    storage: &Path,
+    flow: &str,
+    target: &cdcflow_plan::Dataset,
+    key: &str,
+) -> Result<Option<serde_json::Value>, RunError> {
+    let table = Table::open(&crate::layout::table_dir(storage, target)?).await?;
+    if !table.exists() {
+        return Ok(None);
+    }
+    let progress = Checkpoint::new(crate::layout::checkpoint_dir(storage, flow)?)
+        .peek(&table, &crate::layout::app_id(flow))
+        .await?;
+    Ok(progress.source_position(key).cloned())
+}

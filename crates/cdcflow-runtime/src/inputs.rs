@@ -181,6 +181,17 @@ impl InputReader<'_> {
                     self.register_source(input, &rp.table, declared, progress, planner, batch)
                         .await?
                 }
+                Input::Query(rq) => {
+                    self.register_source(
+                        input,
+                        &rq.table,
+                        rq.declared_columns.clone(),
+                        progress,
+                        planner,
+                        batch,
+                    )
+                    .await?
+                }
                 Input::Dataset { name, streaming } => {
                     let d = self.dataset(name)?;
                     if d.kind == DatasetKind::View {
@@ -551,6 +562,7 @@ fn read_whole(input: &Input) -> Input {
         }),
         // A change source is a stream only.
         Input::Postgres(rp) => Input::Postgres(rp.clone()),
+        Input::Query(rq) => Input::Query(rq.clone()),
     }
 }
 

@@ -104,6 +104,12 @@ pub struct SourceStatus {
     pub retained_bytes: Option<i64>,
     /// Bytes of the source's log after what the flow has committed.
     pub behind_bytes: Option<i64>,
+    /// Seconds from the source time up to which every change is committed to now (the
+    /// source's clock): what a reader of the table does not see yet.
+    pub lag_seconds: Option<f64>,
+    /// The lag the source itself reports, while the pipeline reads it (PostgreSQL's
+    /// `replay_lag` of the slot's walsender).
+    pub server_lag_seconds: Option<f64>,
     /// Something to act on: a log kept past the warning threshold, a slot that is gone
     /// or about to be.
     pub warning: Option<String>,
@@ -129,6 +135,17 @@ impl std::fmt::Debug for Sources {
     }
 }
 
+/// Several factories, each serving its kinds: the first that serves an input opens it.
+impl SourceFactory for Vec<Arc<dyn SourceFactory>> {
+    fn open(
+        &self,
+        pipeline: &Pipeline,
+        input: &Input,
+    ) -> Option<Result<Box<dyn ExternalSource>, RunError>> {
+        self.iter().find_map(|f| f.open(pipeline, input))
+    }
+}
+
 impl Sources {
     /// The source behind `input`; an error naming the kind when this build has none.
     pub fn open(
@@ -146,6 +163,7 @@ impl Sources {
 pub fn missing_kind(input: &Input) -> RunError {
     let what = match input {
         Input::Postgres(_) => "read_postgres",
+        Input::Query(_) => "read_query",
         Input::Files(_) | Input::Dataset { .. } | Input::Delta(_) => "this input",
     };
     RunError::input(format!(
@@ -164,12 +182,16 @@ pub async fn undeclared_columns(
     let mut found = std::collections::BTreeMap::new();
     for flow in &pipeline.flows {
         for input in &flow.inputs {
-            let Input::Postgres(rp) = input else { continue };
-            if rp.declared_columns.is_some() || found.contains_key(&rp.key()) {
+            let (declared, key) = match input {
+                Input::Postgres(rp) => (rp.declared_columns.is_some(), rp.key()),
+                Input::Query(rq) => (rq.declared_columns.is_some(), rq.key()),
+                _ => continue,
+            };
+            if declared || found.contains_key(&key) {
                 continue;
             }
             let columns = sources.open(pipeline, input)?.columns().await?;
-            found.insert(rp.key(), columns);
+            found.insert(key, columns);
         }
     }
     Ok(found)

@@ -110,7 +110,7 @@ pub async fn status_with_sources(
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         for input in &flow.inputs {
-            if let (Input::Postgres(_), Some(sources)) = (input, sources) {
+            if let (Input::Postgres(_) | Input::Query(_), Some(sources)) = (input, sources) {
                 s.sources
                     .push(source_status(pipeline, input, sources, &progress).await);
                 continue;

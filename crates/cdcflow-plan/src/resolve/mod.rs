@@ -29,6 +29,7 @@ use crate::pipeline::{Dataset, FileId, Flow, FlowKind, Input, Pipeline, SourceFi
 use crate::planner::Planner;
 use crate::read_files::{FileFormat, ReadFiles};
 use crate::read_postgres::{self, ReadPostgres, TableName};
+use crate::read_query::{self, ReadQuery};
 use crate::relations::{FilesCall, Relation, SourceCall, rewrite_relations};
 use crate::suggest;
 use crate::types::{arrow_type, ddl_schema};
@@ -658,6 +659,7 @@ impl Resolver<'_> {
                             Input::Files(f) => f.table.clone(),
                             Input::Delta(d) => d.table.clone(),
                             Input::Postgres(p) => p.table.clone(),
+                            Input::Query(q) => q.table.clone(),
                         })
                         .unwrap_or_default(),
                     streaming: source.streaming,

@@ -15,6 +15,8 @@ enum Resolved {
     Direct(crate::config::ExternalTableConfig, String),
     /// A `read_postgres` call and the table name that stands for it.
     Postgres(String),
+    /// A `read_query` call and the table name that stands for it.
+    Query(String),
 }
 
 impl Resolver<'_> {
@@ -73,6 +75,12 @@ impl Resolver<'_> {
                 found.push((rel, Resolved::Postgres(table.clone())));
                 Some(table)
             }
+            Relation::Query(_) => {
+                counter += 1;
+                let table = format!("__query_{flow}_{counter}");
+                found.push((rel, Resolved::Query(table.clone())));
+                Some(table)
+            }
         });
         let mut inputs = Vec::new();
         for (rel, resolved) in found {
@@ -115,6 +123,11 @@ impl Resolver<'_> {
                 (Relation::Postgres(call), Resolved::Postgres(table)) => {
                     if let Some(rp) = self.read_postgres(&call, table, file) {
                         inputs.push(Input::Postgres(rp));
+                    }
+                }
+                (Relation::Query(call), Resolved::Query(table)) => {
+                    if let Some(rq) = self.read_query(&call, table, file) {
+                        inputs.push(Input::Query(rq));
                     }
                 }
                 _ => {}
@@ -257,14 +270,95 @@ impl Resolver<'_> {
                 .iter()
                 .filter_map(|i| match i {
                     Input::Postgres(rp) => Some(rp.span),
+                    Input::Query(rq) => Some(rq.span),
                     _ => None,
                 })
                 .collect();
             let file = self.flows[f].file;
             for span in spans {
-                self.error(file, span, "cdcflow::read_postgres", "read_postgres feeds a streaming table: read it in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM read_postgres(…)` (or a flow INSERT INTO one)".into(), "not a streaming table's query", Some("land the changes in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
+                self.error(file, span, "cdcflow::read_postgres", "read_postgres and read_query feed a streaming table: read them in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM read_postgres(…)` (or a flow INSERT INTO one)".into(), "not a streaming table's query", Some("land the rows in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
             }
         }
+    }
+
+    /// What every source function checks (`read_postgres`, `read_query`): named
+    /// literal arguments only, read as a stream (`why` says what a read does), and
+    /// only options it takes. `what`: the function's name, its diagnostic code and an
+    /// example call. Returns whether all hold.
+    fn source_call(
+        &mut self,
+        call: &SourceCall,
+        file: FileId,
+        (function, code, example): (&str, &'static str, &str),
+        options: &[&str],
+        why: &str,
+    ) -> bool {
+        let mut ok = true;
+        for span in &call.invalid {
+            self.error(
+                file,
+                *span,
+                code,
+                format!("{function} takes named literal arguments"),
+                "not a named literal",
+                Some(format!("write them as name => 'value': {example}")),
+            );
+            ok = false;
+        }
+        if !call.streaming {
+            self.error(
+                file,
+                call.span,
+                code,
+                format!("{function} is a streaming source: {why}"),
+                "read without STREAM",
+                Some(format!(
+                    "read it as a stream into a streaming table: FROM {example}"
+                )),
+            );
+            ok = false;
+        }
+        for (key, _, span) in &call.options {
+            if !options.contains(&key.as_str()) {
+                let near = suggest::did_you_mean(key, options.iter().copied())
+                    .map(|d| format!("{d} "))
+                    .unwrap_or_default();
+                self.error(
+                    file,
+                    *span,
+                    code,
+                    format!("{function} has no option `{key}`"),
+                    "unknown option",
+                    Some(format!("{near}{function} takes {}", options.join(", "))),
+                );
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// A connection name pipeline.yaml does not declare, with the names it does.
+    fn unknown_connection(&mut self, file: FileId, span: Span, name: &str) {
+        let mut known: Vec<&str> = self.connections.keys().map(String::as_str).collect();
+        known.sort();
+        let help = match known.is_empty() {
+            true => "declare it in pipeline.yaml: connections: { <name>: { kind: postgres | mysql, host: …, database: …, user: …, password_env: … } }".to_string(),
+            false => format!(
+                "{}pipeline.yaml declares: {}",
+                suggest::did_you_mean(name, known.iter().copied())
+                    .map(|d| format!("{d} "))
+                    .unwrap_or_default(),
+                known.join(", ")
+            ),
+        };
+        self.error(
+            file,
+            span,
+            "cdcflow::connection",
+            format!("unknown connection `{name}`"),
+            "not in pipeline.yaml's connections",
+            Some(help),
+        );
     }
 
     /// A `read_postgres` call: named literal options, a streaming read, a connection
@@ -277,61 +371,30 @@ impl Resolver<'_> {
     ) -> Option<ReadPostgres> {
         const CODE: &str = "cdcflow::read_postgres";
         let example = "STREAM read_postgres(connection => 'crm', table => 'public.customers')";
-        let mut ok = true;
-        for span in &call.invalid {
-            self.error(
-                file,
-                *span,
-                CODE,
-                "read_postgres takes named literal arguments".into(),
-                "not a named literal",
-                Some(format!("write them as name => 'value': {example}")),
-            );
-            ok = false;
-        }
-        if !call.streaming {
-            self.error(file, call.span, CODE, "read_postgres is a streaming source: it reads a table's snapshot and then its changes".into(), "read without STREAM", Some(format!("read it as a stream into a streaming table: FROM {example}")));
-            ok = false;
-        }
-        for (key, _, span) in &call.options {
-            if !read_postgres::OPTIONS.contains(&key.as_str()) {
-                let near = suggest::did_you_mean(key, read_postgres::OPTIONS.iter().copied())
-                    .map(|d| format!("{d} "))
-                    .unwrap_or_default();
-                self.error(
-                    file,
-                    *span,
-                    CODE,
-                    format!("read_postgres has no option `{key}`"),
-                    "unknown option",
-                    Some(format!(
-                        "{near}read_postgres takes {}",
-                        read_postgres::OPTIONS.join(", ")
-                    )),
-                );
-                ok = false;
-            }
-        }
+        let mut ok = self.source_call(
+            call,
+            file,
+            ("read_postgres", CODE, example),
+            read_postgres::OPTIONS,
+            "it reads a table's snapshot and then its changes",
+        );
         let option = |name: &str| call.options.iter().find(|o| o.0 == name).cloned();
         let connection = match option("connection") {
             Some((_, name, span)) => match self.connections.get(&name) {
-                Some(_) => Some(name),
-                None => {
-                    let mut known: Vec<&str> =
-                        self.connections.keys().map(String::as_str).collect();
-                    known.sort();
-                    let help = match known.is_empty() {
-                        true => "declare it in pipeline.yaml: connections: { <name>: { kind: postgres, host: …, database: …, user: …, password_env: … } }".to_string(),
-                        false => format!("{}pipeline.yaml declares: {}", suggest::did_you_mean(&name, known.iter().copied()).map(|d| format!("{d} ")).unwrap_or_default(), known.join(", ")),
-                    };
+                Some(c) if c.kind != crate::connections::ConnectionKind::Postgres => {
                     self.error(
                         file,
                         span,
                         "cdcflow::connection",
-                        format!("unknown connection `{name}`"),
-                        "not in pipeline.yaml's connections",
-                        Some(help),
+                        format!("connection `{name}` is a {} connection: read_postgres reads PostgreSQL", c.kind.as_str()),
+                        "not a PostgreSQL connection",
+                        Some("read other databases with STREAM read_query(connection => …, query => …, watermark => …)".into()),
                     );
+                    None
+                }
+                Some(_) => Some(name),
+                None => {
+                    self.unknown_connection(file, span, &name);
                     None
                 }
             },
@@ -414,6 +477,126 @@ impl Resolver<'_> {
         };
         rp.discovered_columns = self.source_columns.get(&rp.key()).cloned();
         Some(rp)
+    }
+
+    /// A `read_query` call: named literal options, a streaming read, a connection
+    /// pipeline.yaml declares, a query, a watermark column, an overlap, and the
+    /// columns when `schema =>` gives them.
+    pub(super) fn read_query(
+        &mut self,
+        call: &SourceCall,
+        table: String,
+        file: FileId,
+    ) -> Option<ReadQuery> {
+        const CODE: &str = "cdcflow::read_query";
+        let example = "STREAM read_query(connection => 'erp', query => 'SELECT * FROM customers', watermark => 'updated_at')";
+        let mut ok = self.source_call(
+            call,
+            file,
+            ("read_query", CODE, example),
+            read_query::OPTIONS,
+            "each read takes the rows above the last high watermark",
+        );
+        let option = |name: &str| call.options.iter().find(|o| o.0 == name).cloned();
+        let required = |this: &mut Self, name: &str, what: &str| match option(name) {
+            Some((_, value, span)) if !value.trim().is_empty() => Some((value, span)),
+            Some((_, _, span)) => {
+                this.error(
+                    file,
+                    span,
+                    CODE,
+                    format!("read_query's {name} is empty"),
+                    name,
+                    Some(example.into()),
+                );
+                None
+            }
+            None => {
+                this.error(
+                    file,
+                    call.span,
+                    CODE,
+                    format!("read_query needs {name} => {what}"),
+                    &format!("no {name}"),
+                    Some(example.into()),
+                );
+                None
+            }
+        };
+        let connection = match required(self, "connection", "'<name in pipeline.yaml>'") {
+            Some((name, span)) => match self.connections.get(&name) {
+                Some(_) => Some(name),
+                None => {
+                    self.unknown_connection(file, span, &name);
+                    None
+                }
+            },
+            None => None,
+        };
+        let query = required(self, "query", "'SELECT …'").map(|(q, _)| q);
+        let watermark = match required(self, "watermark", "'<column that only grows>'") {
+            Some((w, span)) if w.contains(|c: char| c.is_whitespace() || c == ',' || c == '(') => {
+                self.error(file, span, CODE, format!("watermark `{w}` is not a column name"), "watermark", Some("name one column of the query's result whose value only grows: a last-modified time or an increasing id".into()));
+                None
+            }
+            Some((w, _)) => Some(w),
+            None => None,
+        };
+        let mut overlap_seconds = read_query::DEFAULT_OVERLAP_SECONDS;
+        if let Some((_, text, span)) = option("overlap_seconds") {
+            match text.parse::<f64>() {
+                Ok(n) if n >= 0.0 && n.is_finite() => overlap_seconds = n,
+                _ => {
+                    self.error(file, span, CODE, format!("overlap_seconds must be a number of seconds, 0 or more, not `{text}`"), "overlap_seconds", Some(format!("how far below the last high watermark each read starts again, by default {}", read_query::DEFAULT_OVERLAP_SECONDS)));
+                    ok = false;
+                }
+            }
+        }
+        let mut declared_columns = None;
+        if let Some((_, ddl, span)) = option("schema") {
+            match ddl_schema(&ddl) {
+                Ok(s) => declared_columns = Some(Arc::new(s)),
+                Err(e) => {
+                    self.error(file, span, "cdcflow::schema", format!("invalid schema: {e}"), "schema", Some("the query's columns as Databricks types: schema => 'id INT, name STRING, updated_at TIMESTAMP'".into()));
+                    ok = false;
+                }
+            }
+        }
+        if let (Some(columns), Some(w)) = (&declared_columns, &watermark)
+            && columns.column_with_name(w).is_none()
+            && !columns
+                .fields()
+                .iter()
+                .any(|f| f.name().eq_ignore_ascii_case(w))
+        {
+            let span = option("watermark").map_or(call.span, |o| o.2);
+            self.error(
+                file,
+                span,
+                CODE,
+                format!("watermark `{w}` is not a column of the declared schema"),
+                "watermark",
+                Some("name one of the columns schema => declares".into()),
+            );
+            ok = false;
+        }
+        let (Some(connection), Some(query), Some(watermark), true) =
+            (connection, query, watermark, ok)
+        else {
+            return None;
+        };
+        let mut rq = ReadQuery {
+            table,
+            connection,
+            query,
+            watermark,
+            overlap_seconds,
+            declared_columns,
+            discovered_columns: None,
+            span: call.span,
+        };
+        rq.discovered_columns = self.source_columns.get(&rq.key()).cloned();
+        Some(rq)
     }
 
     /// A landing path that does not exist is a warning, not an error: the folder may be

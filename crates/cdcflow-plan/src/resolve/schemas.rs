@@ -147,6 +147,13 @@ impl Resolver<'_> {
                 self.planner.register_schema(&rp.table, Arc::clone(&s));
                 Ok(s)
             }
+            Input::Query(rq) => {
+                let s = rq.schema().ok_or_else(|| {
+                    "the columns of a read_query are known only at run time (declare them with schema => '…' to have them checked now)".to_string()
+                })?;
+                self.planner.register_schema(&rq.table, Arc::clone(&s));
+                Ok(s)
+            }
         }
     }
 

@@ -22,6 +22,7 @@ impl TestDb {
             database: "postgres".into(),
             user: env("PGUSER", "postgres"),
             password: std::env::var("PGPASSWORD").ok(),
+            tls: Default::default(),
         };
         let database = format!("cdcflow_it_{name}");
         let client = admin.connect().await.unwrap_or_else(|e| {
@@ -52,6 +53,21 @@ impl TestDb {
 }
 
 async fn drop_database(client: &Client, database: &str) {
+    // A walsender may hold a slot for a moment after its client said goodbye.
+    for _ in 0..100 {
+        let active = client
+            .query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE database = $1 AND active",
+                &[&database],
+            )
+            .await
+            .expect("slots")
+            .get::<_, i64>(0);
+        if active == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     client
         .query(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active",

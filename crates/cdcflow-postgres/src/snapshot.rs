@@ -1,0 +1,261 @@
+//! A table's initial copy, in chunks of its primary key: each chunk is read in a
+//! snapshot exported by a replication slot, so it has an exact WAL position (the
+//! slot's consistent point), and its rows carry that position as their sequence. The
+//! stream of the table's changes starts at the first chunk's point, so a change the
+//! stream gives for a row a later chunk copies sorts before or after that chunk's row
+//! exactly as it committed before or after it: AUTO CDC's `SEQUENCE BY` keeps the
+//! latest, and nothing is lost or applied twice whichever batch brings which.
+//!
+//! Each chunk is its own batch (its key range in the checkpoint), so a crash at any
+//! chunk resumes after the last committed one, and memory holds one chunk. A table
+//! without a primary key is copied in one piece.
+
+use pgwire_replication::ReplicationClient;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use crate::changes::{ChangeKind, ChangeMeta, ChangeRows};
+use crate::connection::{quote_ident, quote_literal};
+use crate::error::PgError;
+use crate::source::{TableSource, parse_lsn, table_sql};
+
+/// Rows per FETCH of a copy.
+const FETCH_ROWS: usize = 10_000;
+
+/// How far a table's initial copy has come.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CopyProgress {
+    /// Nothing copied yet.
+    #[default]
+    Start,
+    /// The rows whose primary key is above this one (its values as PostgreSQL prints
+    /// them, in key order) are still to be copied; `copied` rows were.
+    After { key: Vec<String>, copied: u64 },
+    /// Copied whole.
+    Done,
+}
+
+/// One chunk copied.
+pub struct Chunk {
+    /// The WAL position of the snapshot it was read in.
+    pub consistent: u64,
+    /// The session of the slot that exported it, when that is the source's own slot
+    /// (created by this chunk: the first of a table read first); gated before
+    /// START_REPLICATION.
+    pub session: Option<ReplicationClient>,
+    /// Where the copy stands after it.
+    pub progress: CopyProgress,
+    /// The table's rows as the server estimates them (for progress).
+    pub estimate: Option<u64>,
+}
+
+impl TableSource {
+    /// Copies the next chunk after `progress` into `rows`, in a snapshot exported by
+    /// the source's slot when the slot is missing (it is created), else by a temporary
+    /// slot that goes with its session.
+    pub(crate) async fn copy_chunk(
+        &self,
+        client: &Client,
+        rows: &mut ChangeRows,
+        progress: &CopyProgress,
+    ) -> Result<Chunk, PgError> {
+        let (name, temporary) = match self.slot_exists(client).await? {
+            false => (self.slot.clone(), ""),
+            true => (temporary_slot(&self.slot), " TEMPORARY"),
+        };
+        let config = self.connection.replication_config(&name, &self.publication);
+        let mut session = ReplicationClient::connect_gated(config).await?;
+        let created = session
+            .simple_query(&format!(
+                "CREATE_REPLICATION_SLOT {}{temporary} LOGICAL pgoutput (SNAPSHOT 'export')",
+                quote_ident(&name)
+            ))
+            .await?;
+        let row = created
+            .first()
+            .filter(|r| r.len() >= 3)
+            .ok_or_else(|| PgError::Protocol("CREATE_REPLICATION_SLOT returned no row".into()))?;
+        let text = |i: usize| {
+            row[i]
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        let consistent = parse_lsn(&text(1))?;
+        let snapshot_name = text(2);
+        client
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                quote_literal(&snapshot_name)
+            ))
+            .await?;
+        let copied = self.copy_rows(client, rows, progress, consistent).await;
+        let done = client.batch_execute("COMMIT").await;
+        let (progress, estimate) = copied?;
+        done?;
+        tracing::info!(table = %self.table, rows = rows.len(), slot = %name, at = %crate::source::lsn_text(consistent), ?progress, "snapshot chunk copied");
+        let session = match temporary.is_empty() {
+            true => Some(session),
+            // The temporary slot goes with its session, which ends when dropped (a
+            // gated session that never started has nothing to shut down).
+            false => {
+                drop(session);
+                None
+            }
+        };
+        Ok(Chunk {
+            consistent,
+            session,
+            progress,
+            estimate,
+        })
+    }
+
+    /// The chunk's rows, inside the open snapshot transaction.
+    async fn copy_rows(
+        &self,
+        client: &Client,
+        rows: &mut ChangeRows,
+        progress: &CopyProgress,
+        consistent: u64,
+    ) -> Result<(CopyProgress, Option<u64>), PgError> {
+        let at = one_number(
+            client,
+            "SELECT (extract(epoch FROM now()) * 1000000)::bigint::text",
+        )
+        .await?;
+        let estimate = one_number(
+            client,
+            &format!(
+                "SELECT greatest(reltuples, 0)::bigint::text FROM pg_class WHERE oid = {}::regclass",
+                quote_literal(&table_sql(&self.table))
+            ),
+        )
+        .await?
+        .and_then(|n| u64::try_from(n).ok());
+        let key = self.primary_key(client).await?;
+        let places: Vec<usize> = key
+            .iter()
+            .filter_map(|k| rows.columns().iter().position(|c| &c.name == k))
+            .collect();
+        let list = rows
+            .columns()
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (after, copied_before) = match progress {
+            CopyProgress::After { key, copied } => (Some(key.as_slice()), *copied),
+            CopyProgress::Start | CopyProgress::Done => (None, 0),
+        };
+        let chunked = !key.is_empty() && places.len() == key.len();
+        let mut sql = format!("SELECT {list} FROM {}", table_sql(&self.table));
+        if chunked {
+            let columns = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>();
+            if let Some(after) = after.filter(|a| a.len() == key.len()) {
+                let values = after.iter().map(|v| quote_literal(v)).collect::<Vec<_>>();
+                // Literals of unknown type take the columns' types.
+                sql += &format!(" WHERE ({}) > ({})", columns.join(", "), values.join(", "));
+            }
+            sql += &format!(
+                " ORDER BY {} LIMIT {}",
+                columns.join(", "),
+                self.max_changes.max(1)
+            );
+        }
+        client
+            .batch_execute(&format!(
+                "DECLARE cdcflow_snapshot NO SCROLL CURSOR FOR {sql}"
+            ))
+            .await?;
+        let meta = ChangeMeta {
+            kind: ChangeKind::Snapshot,
+            commit_lsn: consistent,
+            seq: 0,
+            commit_micros: at,
+            xid: None,
+        };
+        let mut n = 0_usize;
+        let mut last: Vec<String> = vec![];
+        loop {
+            let fetched = client
+                .simple_query(&format!("FETCH {FETCH_ROWS} FROM cdcflow_snapshot"))
+                .await?;
+            let before = n;
+            for m in fetched {
+                if let SimpleQueryMessage::Row(row) = m {
+                    n += 1;
+                    let values: Vec<Option<String>> = (0..row.len())
+                        .map(|i| row.get(i).map(String::from))
+                        .collect();
+                    if chunked {
+                        last = places
+                            .iter()
+                            .map(|&p| values[p].clone().unwrap_or_default())
+                            .collect();
+                    }
+                    rows.push(values, meta)?;
+                }
+            }
+            if n - before < FETCH_ROWS {
+                break;
+            }
+        }
+        let progress = match chunked && n >= self.max_changes.max(1) {
+            true => CopyProgress::After {
+                key: last,
+                copied: copied_before + n as u64,
+            },
+            false => CopyProgress::Done,
+        };
+        Ok((progress, estimate))
+    }
+
+    /// The primary key's columns, in key order (none without one).
+    async fn primary_key(&self, client: &Client) -> Result<Vec<String>, PgError> {
+        let rows = client
+            .query(
+                "SELECT a.attname::text FROM pg_index i \
+                 JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey::int2[]) \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary \
+                 ORDER BY array_position(i.indkey::int2[], a.attnum)",
+                &[&self.table.schema, &self.table.name],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+async fn one_number(client: &Client, sql: &str) -> Result<Option<i64>, PgError> {
+    for m in client.simple_query(sql).await? {
+        if let SimpleQueryMessage::Row(row) = m {
+            return Ok(row.get(0).and_then(|t| t.parse().ok()));
+        }
+    }
+    Ok(None)
+}
+
+/// The name of the temporary slot that exports a chunk's snapshot: the source slot's,
+/// cut to leave room, with this process's id (temporary slots of a process that died
+/// are gone with its session).
+fn temporary_slot(slot: &str) -> String {
+    // The server drops a temporary slot once the session's backend has gone, which
+    // may be after the next chunk asks for one: each has a name of its own.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cut = slot.char_indices().nth(36).map_or(slot.len(), |(i, _)| i);
+    format!("{}_snap_{}_{n}", &slot[..cut], std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_slot_names_fit_postgres() {
+        let name = temporary_slot(&"s".repeat(63));
+        assert!(name.len() <= 63, "{name}");
+        assert!(name.starts_with(&"s".repeat(36)));
+        assert_ne!(name, temporary_slot(&"s".repeat(63)));
+    }
+}

@@ -1,0 +1,311 @@
+//! `read_query` behind the runtime's source interface ([`cdcflow_runtime::sources`]):
+//! the connection of pipeline.yaml (PostgreSQL, or MySQL and MariaDB), the query and
+//! its watermark; a read takes the rows above the checkpoint's watermark and commits
+//! only when there are new ones. Nothing is acknowledged: the checkpoint alone holds
+//! the position.
+
+// The runtime's interface returns its own error type, whatever its size.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+
+use cdcflow_plan::connections::{Connection, ConnectionKind, SslMode, Target};
+use cdcflow_plan::read_query::ReadQuery;
+use cdcflow_plan::{Input, Pipeline};
+use cdcflow_postgres::types::TextColumn;
+use cdcflow_postgres::{PgConnection, PgError};
+use cdcflow_runtime::RunError;
+use cdcflow_runtime::sources::{ExternalSource, SourceFactory, SourceRead, SourceStatus};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::mysql::MysqlConnection;
+use crate::watermark::{self, Dialect, Kind, Position};
+
+/// An error of a `read_query` source, with what to do.
+#[derive(Debug)]
+pub struct SourceError {
+    message: String,
+    help: String,
+}
+
+impl SourceError {
+    pub fn new(message: String, help: &str) -> Self {
+        Self {
+            message,
+            help: help.into(),
+        }
+    }
+
+    pub fn postgres(e: &PgError) -> Self {
+        let help = e.help().unwrap_or_default().to_string();
+        Self {
+            message: e.to_string(),
+            help,
+        }
+    }
+
+    fn into_run_error(self, connection: &str) -> RunError {
+        RunError::input(format!(
+            "read_query on connection `{connection}`: {}",
+            self.message
+        ))
+        .with_help(self.help)
+    }
+}
+
+/// Opens `read_query` inputs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QuerySources;
+
+impl SourceFactory for QuerySources {
+    fn open(
+        &self,
+        pipeline: &Pipeline,
+        input: &Input,
+    ) -> Option<Result<Box<dyn ExternalSource>, RunError>> {
+        let Input::Query(rq) = input else {
+            return None;
+        };
+        Some(open(pipeline, rq).map(|s| Box::new(s) as Box<dyn ExternalSource>))
+    }
+}
+
+/// The server a query runs on.
+#[derive(Debug, Clone)]
+enum Server {
+    Postgres(PgConnection),
+    Mysql(MysqlConnection),
+}
+
+fn open(pipeline: &Pipeline, rq: &ReadQuery) -> Result<QuerySource, RunError> {
+    let connection = cdcflow_postgres::runtime::declared(pipeline, &rq.connection)?;
+    let server = match connection.kind {
+        ConnectionKind::Postgres => Server::Postgres(cdcflow_postgres::runtime::resolve(
+            &rq.connection,
+            connection,
+        )?),
+        ConnectionKind::Mysql => Server::Mysql(mysql(&rq.connection, connection)?),
+    };
+    Ok(QuerySource {
+        rq: rq.clone(),
+        server,
+    })
+}
+
+/// A MySQL connection with its secret from the environment.
+fn mysql(name: &str, c: &Connection) -> Result<MysqlConnection, RunError> {
+    if c.sslmode
+        .is_some_and(|m| m != SslMode::Disable && m != SslMode::Prefer)
+    {
+        return Err(RunError::input(format!(
+            "connection `{name}`: sslmode on a MySQL connection is not supported yet"
+        ))
+        .with_help("connect without TLS (sslmode: disable or prefer), or through a TLS tunnel"));
+    }
+    match &c.target {
+        Target::DsnEnv(_) => Err(RunError::input(format!(
+            "connection `{name}`: a MySQL connection takes host, port, database, user and password_env, not dsn_env"
+        ))
+        .with_help("write the connection's parts in pipeline.yaml")),
+        Target::Parts {
+            host,
+            port,
+            database,
+            user,
+            password_env,
+        } => {
+            let password = password_env
+                .as_deref()
+                .map(|var| cdcflow_postgres::runtime::env_secret(name, var))
+                .transpose()?;
+            Ok(MysqlConnection {
+                host: host.clone(),
+                port: *port,
+                database: database.clone(),
+                user: user.clone(),
+                password,
+            })
+        }
+    }
+}
+
+struct QuerySource {
+    rq: ReadQuery,
+    server: Server,
+}
+
+impl QuerySource {
+    fn error(&self, e: SourceError) -> RunError {
+        e.into_run_error(&self.rq.connection)
+    }
+
+    fn dialect(&self) -> Dialect {
+        match self.server {
+            Server::Postgres(_) => Dialect::Postgres,
+            Server::Mysql(_) => Dialect::Mysql,
+        }
+    }
+
+    async fn describe(&self) -> Result<Vec<(String, DataType)>, SourceError> {
+        match &self.server {
+            Server::Postgres(c) => crate::postgres::describe(c, &self.rq.query).await,
+            Server::Mysql(c) => crate::mysql::describe(c, &self.rq.query).await,
+        }
+    }
+
+    async fn fetch(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, SourceError> {
+        match &self.server {
+            Server::Postgres(c) => crate::postgres::fetch(c, sql).await,
+            Server::Mysql(c) => crate::mysql::fetch(c, sql).await,
+        }
+    }
+
+    async fn now_micros(&self) -> Result<i64, SourceError> {
+        match &self.server {
+            Server::Postgres(c) => crate::postgres::now_micros(c).await,
+            Server::Mysql(c) => crate::mysql::now_micros(c).await,
+        }
+    }
+
+    /// The result's columns and the watermark's place among them.
+    async fn columns_and_watermark(&self) -> Result<(Vec<(String, DataType)>, usize), RunError> {
+        let columns = self.describe().await.map_err(|e| self.error(e))?;
+        let place = columns
+            .iter()
+            .position(|(name, _)| name == &self.rq.watermark)
+            .or_else(|| {
+                columns
+                    .iter()
+                    .position(|(name, _)| name.eq_ignore_ascii_case(&self.rq.watermark))
+            })
+            .ok_or_else(|| {
+                RunError::input(format!(
+                    "read_query on connection `{}`: the query's result has no column `{}` (its columns: {})",
+                    self.rq.connection,
+                    self.rq.watermark,
+                    columns.iter().map(|c| c.0.as_str()).collect::<Vec<_>>().join(", ")
+                ))
+                .with_help("watermark => names a column of the query's result whose value only grows")
+            })?;
+        Ok((columns, place))
+    }
+
+    async fn read_rows(&self, after: Option<&Value>) -> Result<SourceRead, RunError> {
+        let position = match after {
+            None => Position::default(),
+            Some(v) => Position::parse(v).ok_or_else(|| {
+                RunError::input(format!("the checkpoint's read_query position `{v}` cannot be read"))
+                    .with_help("run `cdcflow run --full-refresh <table>` to read the query again from the start")
+            })?,
+        };
+        let (columns, place) = self.columns_and_watermark().await?;
+        let watermark = columns[place].0.clone();
+        let kind = Kind::of(&columns[place].1);
+        let sql = watermark::read_sql(
+            self.dialect(),
+            &self.rq.query,
+            &watermark,
+            kind,
+            self.rq.overlap_seconds,
+            &position,
+        );
+        let returned = self.fetch(&sql).await.map_err(|e| self.error(e))?;
+        let returned_full = returned.len() >= watermark::BATCH_ROWS;
+        let taken = watermark::take(returned, place, kind, self.rq.overlap_seconds, &position);
+        if returned_full && taken.rows.is_empty() {
+            return Err(RunError::input(format!(
+                "read_query on connection `{}`: over {} rows have watermark values within the overlap of `{}`: a read cannot get past them",
+                self.rq.connection,
+                watermark::BATCH_ROWS,
+                taken.position.watermark.as_deref().unwrap_or_default()
+            ))
+            .with_help("use a watermark column whose values are more distinct (a last-modified time with fractions of a second, or an increasing id), or a smaller overlap_seconds"));
+        }
+        let oldest = match kind {
+            Kind::Time => taken
+                .rows
+                .iter()
+                .filter_map(|r| r.get(place).cloned().flatten())
+                .filter_map(|t| watermark::time_micros(&t))
+                .min(),
+            Kind::Number | Kind::Other => None,
+        };
+        let schema: SchemaRef = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|(name, t)| Field::new(name, t.clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let mut texts = vec![TextColumn::default(); columns.len()];
+        let found = !taken.rows.is_empty();
+        for row in taken.rows {
+            for (column, value) in texts.iter_mut().zip(row) {
+                column.values.push(value);
+            }
+        }
+        let arrays = texts
+            .into_iter()
+            .zip(&columns)
+            .map(|(t, (name, data_type))| t.finish(name, data_type))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.error(SourceError::postgres(&e)))?;
+        let rows = RecordBatch::try_new(Arc::clone(&schema), arrays)
+            .map_err(|e| RunError::input(format!("read_query: {e}")))?;
+        Ok(SourceRead {
+            schema,
+            rows: vec![rows],
+            position: taken.position.to_json(),
+            must_commit: false,
+            more: taken.more && found,
+            oldest_change_micros: oldest,
+            acknowledge: None,
+            carried: None,
+        })
+    }
+}
+
+impl ExternalSource for QuerySource {
+    fn checkpoint_key(&self) -> String {
+        self.rq.key()
+    }
+
+    fn columns(&self) -> BoxFuture<'_, Result<SchemaRef, RunError>> {
+        Box::pin(async move {
+            let (columns, _) = self.columns_and_watermark().await?;
+            Ok(Arc::new(Schema::new(
+                columns
+                    .into_iter()
+                    .map(|(name, t)| Field::new(name, t, true))
+                    .collect::<Vec<_>>(),
+            )))
+        })
+    }
+
+    fn read<'a>(&'a self, after: Option<&'a Value>) -> BoxFuture<'a, Result<SourceRead, RunError>> {
+        Box::pin(self.read_rows(after))
+    }
+
+    fn status<'a>(
+        &'a self,
+        after: Option<&'a Value>,
+    ) -> BoxFuture<'a, Result<SourceStatus, RunError>> {
+        Box::pin(async move {
+            let mut status = SourceStatus {
+                source: self.rq.key(),
+                ..SourceStatus::default()
+            };
+            let high = after
+                .and_then(Position::parse)
+                .and_then(|p| p.watermark)
+                .and_then(|w| watermark::time_micros(&w));
+            if let Some(high) = high {
+                let now = self.now_micros().await.map_err(|e| self.error(e))?;
+                status.lag_seconds = Some((now - high).max(0) as f64 / 1e6);
+            }
+            Ok(status)
+        })
+    }
+}

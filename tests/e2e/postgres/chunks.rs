@@ -1,0 +1,174 @@
+//! Bounded reads of large inputs: a table's initial copy in chunks of its primary key
+//! (`max_changes_per_batch` rows each, one batch each), restartable after a crash at
+//! any chunk while the table changes; and a transaction larger than a batch read over
+//! several batches, resuming inside it, killed in the middle.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::{Db, assert_no_doubles, assert_silver_is_source, pipeline, query, run};
+use crate::{query_csv, stderr, stdout};
+
+/// The pipeline of `pipeline()` with `max_changes_per_batch => n`.
+fn small_batches(dir: &Path, db: &Db, n: u32) {
+    pipeline(dir, db, true);
+    let flows = dir.join("flows.sql");
+    let sql = std::fs::read_to_string(&flows).expect("flows.sql");
+    std::fs::write(
+        &flows,
+        sql.replace(
+            "table => 'public.customers'",
+            &format!("table => 'public.customers', max_changes_per_batch => {n}"),
+        ),
+    )
+    .expect("flows.sql");
+}
+
+/// Runs until `point` aborts the run; `false` when the run ended without reaching it.
+fn run_killed_at(dir: &Path, point: &str) -> bool {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", dir.to_str().expect("utf-8")])
+        .env("CDCFLOW_FAILPOINT", point)
+        .output()
+        .expect("run");
+    match out.status.success() {
+        true => false,
+        false => {
+            assert!(
+                stderr(&out).contains("failpoint"),
+                "{point}: the run failed: {}{}",
+                stdout(&out),
+                stderr(&out)
+            );
+            true
+        }
+    }
+}
+
+/// The Delta commits of `table` that hold a batch.
+fn batches(dir: &Path, table: &str) -> usize {
+    let history = query_csv(dir, &format!("DESCRIBE HISTORY {table}"));
+    let text = stdout(&history);
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let at = header
+        .iter()
+        .position(|h| *h == "batch")
+        .expect("a batch column");
+    let mut committed: Vec<&str> = lines
+        .filter_map(|l| l.split(',').nth(at))
+        .filter(|b| !b.is_empty())
+        .collect();
+    committed.sort_unstable();
+    committed.dedup();
+    committed.len()
+}
+
+#[test]
+fn a_large_table_is_copied_in_chunks_that_survive_a_crash_at_any_chunk() {
+    let db = Db::create("chunks");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+         INSERT INTO customers SELECT i, 'n' || i, 'c' || i FROM generate_series(1, 2500) i;",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    small_batches(dir.path(), &db, 400);
+    // Each killed run commits at most one chunk; the table changes in between, in
+    // ranges copied and not yet copied.
+    let points = [
+        "committed:customers_changes",
+        "before-commit:customers_changes",
+        "committed:customers_changes",
+        "offsets:customers_changes",
+        "committed:customers_changes",
+    ];
+    for (i, point) in points.iter().enumerate() {
+        assert!(run_killed_at(dir.path(), point), "{point}: the run ended");
+        let i = i as i64;
+        db.exec(&format!(
+            "UPDATE customers SET city = 'moved{i}' WHERE id IN ({}, {}, {});
+             DELETE FROM customers WHERE id = {};
+             INSERT INTO customers VALUES ({}, 'new', 'new');
+             UPDATE customers SET id = {} WHERE id = {}",
+            10 + i,
+            1200 + i,
+            2400 + i,
+            500 + i,
+            5000 + i,
+            6000 + i,
+            2000 + i
+        ));
+    }
+    assert!(
+        batches(dir.path(), "customers_changes") >= 2,
+        "the killed runs committed chunks"
+    );
+    run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "after the chunks and the kills");
+    assert_no_doubles(dir.path());
+    // Every row copied once, in chunks read at different points of the WAL.
+    let copied = query(
+        dir.path(),
+        "SELECT count(*), count(DISTINCT id), count(DISTINCT _commit_lsn) FROM customers_changes WHERE _change_type = 'snapshot'",
+    );
+    let parts: Vec<i64> = copied[0]
+        .split(',')
+        .map(|n| n.parse().expect("n"))
+        .collect();
+    assert_eq!(parts[0], parts[1], "a row copied twice: {copied:?}");
+    assert!(parts[0] >= 2480, "{copied:?}");
+    assert!(parts[2] >= 4, "2,500 rows in chunks of 400: {copied:?}");
+
+    db.exec("UPDATE customers SET name = 'after' WHERE id % 7 = 0");
+    run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "after the copy");
+    assert_no_doubles(dir.path());
+}
+
+#[test]
+fn a_transaction_larger_than_a_batch_is_read_over_several_and_survives_a_kill() {
+    let db = Db::create("big_transaction");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+         INSERT INTO customers SELECT i, 'n' || i, 'c' || i FROM generate_series(1, 100) i;",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    small_batches(dir.path(), &db, 300);
+    run(dir.path());
+    // One transaction of 1,000 inserts, 100 updates (10 of them key changes: a
+    // delete and an update each) and 50 deletes.
+    db.exec(
+        "BEGIN;
+         INSERT INTO customers SELECT i, 'big' || i, 'x' FROM generate_series(1000, 1999) i;
+         UPDATE customers SET city = 'y' WHERE id BETWEEN 1000 AND 1089;
+         UPDATE customers SET id = id + 5000 WHERE id BETWEEN 1090 AND 1099;
+         DELETE FROM customers WHERE id BETWEEN 1500 AND 1549;
+         COMMIT;",
+    );
+    assert!(run_killed_at(dir.path(), "committed:customers_changes"));
+    let partial = query(
+        dir.path(),
+        "SELECT count(*) FROM customers_changes WHERE _change_type <> 'snapshot'",
+    );
+    assert_eq!(
+        partial,
+        vec!["300"],
+        "the first batch holds part of the transaction"
+    );
+    run(dir.path());
+    assert_silver_is_source(dir.path(), &db, "after the transaction");
+    assert_no_doubles(dir.path());
+    let changes = query(
+        dir.path(),
+        "SELECT count(*), count(DISTINCT _commit_lsn), min(_change_seq), max(_change_seq) FROM customers_changes WHERE _change_type <> 'snapshot'",
+    );
+    assert_eq!(
+        changes,
+        vec!["1160,1,1,1160"],
+        "every change once, in order"
+    );
+    assert!(
+        batches(dir.path(), "customers_changes") >= 5,
+        "the snapshot and four parts"
+    );
+}

@@ -1,0 +1,190 @@
+//! One replication slot for every table a pipeline reads through a connection: the
+//! slot is acknowledged only up to the lowest position the tables' flows committed
+//! (each bronze table commits on its own), a table added later takes its own snapshot
+//! while the others go on, and a run killed between one table's commit and the slot's
+//! acknowledgement loses and doubles nothing.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::{Db, query, run};
+use crate::{cdcflow, stderr, stdout};
+
+/// A pipeline that reads `tables` of `db` through one connection, each into a bronze
+/// `<t>_changes` table and an SCD type 1 table `<t>`.
+fn pipeline(dir: &Path, db: &Db, tables: &[&str]) {
+    std::fs::write(
+        dir.join("pipeline.yaml"),
+        format!(
+            "name: {}\nconnections:\n  src:\n    kind: postgres\n    host: {}\n    port: {}\n    database: {}\n    user: {}\n",
+            db.name, db.admin.host, db.admin.port, db.name, db.admin.user
+        ),
+    )
+    .expect("pipeline.yaml");
+    let flows: String = tables
+        .iter()
+        .map(|t| {
+            format!(
+                "CREATE OR REFRESH STREAMING TABLE {t}_changes AS
+SELECT * FROM STREAM read_postgres(connection => 'src', table => 'public.{t}', schema => 'id INT NOT NULL, v STRING');
+
+CREATE OR REFRESH STREAMING TABLE {t};
+CREATE FLOW {t}_cdc AS AUTO CDC INTO {t} FROM STREAM({t}_changes)
+  KEYS (id)
+  APPLY AS DELETE WHEN _change_type = 'delete'
+  SEQUENCE BY struct(_commit_lsn, _change_seq)
+  COLUMNS * EXCEPT (_change_type, _commit_lsn, _change_seq, _commit_timestamp, _xid);
+
+"
+            )
+        })
+        .collect();
+    std::fs::write(dir.join("flows.sql"), flows).expect("flows.sql");
+}
+
+/// Each table's SCD type 1 table equals the source table, and no change is in its
+/// bronze table twice.
+fn assert_tables_are_source(dir: &Path, db: &Db, tables: &[&str], when: &str) {
+    for t in tables {
+        assert_eq!(
+            query(dir, &format!("SELECT id, v FROM {t} ORDER BY id")),
+            db.rows(&format!("SELECT id, v FROM {t} ORDER BY id")),
+            "{t}, {when}"
+        );
+        assert_eq!(
+            query(dir, &format!("SELECT count(*) FROM {t}_changes")),
+            query(
+                dir,
+                &format!(
+                    "SELECT count(*) FROM (SELECT DISTINCT _commit_lsn, _change_seq, id FROM {t}_changes)"
+                )
+            ),
+            "{t}, {when}: a change was stored twice"
+        );
+    }
+}
+
+/// The slots of the test's database, with their confirmed positions.
+fn slots(db: &Db) -> Vec<String> {
+    db.rows(&format!(
+        "SELECT slot_name, confirmed_flush_lsn FROM pg_replication_slots WHERE database = '{}' ORDER BY 1",
+        db.name
+    ))
+}
+
+/// The position `flow` committed for `table`, from its bronze table.
+fn committed_lsn(dir: &Path, table: &str) -> i64 {
+    query(
+        dir,
+        &format!("SELECT max(_commit_lsn) FROM {table}_changes"),
+    )[0]
+    .parse()
+    .expect("an LSN")
+}
+
+fn lsn_number(text: &str) -> i64 {
+    let (hi, lo) = text.split_once('/').expect("an LSN");
+    (i64::from_str_radix(hi, 16).expect("hex") << 32) + i64::from_str_radix(lo, 16).expect("hex")
+}
+
+#[test]
+fn tables_of_one_connection_share_a_slot_acknowledged_up_to_the_slowest() {
+    let db = Db::create("shared_slot");
+    db.exec(
+        "CREATE TABLE a (id int PRIMARY KEY, v text);
+         CREATE TABLE b (id int PRIMARY KEY, v text);
+         CREATE TABLE c (id int PRIMARY KEY, v text);
+         INSERT INTO a SELECT i, 'a' || i FROM generate_series(1, 50) i;
+         INSERT INTO b SELECT i, 'b' || i FROM generate_series(1, 40) i;
+         INSERT INTO c SELECT i, 'c' || i FROM generate_series(1, 30) i;",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().to_str().expect("utf-8");
+    pipeline(dir.path(), &db, &["a", "b"]);
+    run(dir.path());
+    assert_tables_are_source(dir.path(), &db, &["a", "b"], "after the snapshots");
+    let slot = format!("cdcflow_{}_src", db.name);
+    let first = slots(&db);
+    assert_eq!(first.len(), 1, "one slot for the connection: {first:?}");
+    assert!(first[0].starts_with(&format!("{slot},")), "{first:?}");
+    assert_eq!(
+        db.rows(&format!(
+            "SELECT tablename FROM pg_publication_tables WHERE pubname = '{slot}' ORDER BY 1"
+        )),
+        vec!["a", "b"]
+    );
+
+    // Only a's flows run: the slot may move up to what b has committed, never past
+    // b's changes made since.
+    let before_changes = lsn_number(&db.rows("SELECT pg_current_wal_lsn()")[0]);
+    db.exec("INSERT INTO a VALUES (100, 'new a'); UPDATE b SET v = 'b changed' WHERE id = 1");
+    db.exec("DELETE FROM a WHERE id = 2; DELETE FROM b WHERE id = 2");
+    let out = cdcflow(&["run", "-p", p, "--flow", "a_changes", "--flow", "a_cdc"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let confirmed = |db: &Db| lsn_number(slots(db)[0].split_once(',').expect("row").1);
+    assert!(
+        confirmed(&db) <= before_changes,
+        "the slot moved past what b has committed: {:?} {first:?}",
+        slots(&db)
+    );
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT count(*) FROM b_changes WHERE _change_type <> 'snapshot'"
+        ),
+        vec!["0"]
+    );
+
+    // Then everything: b's changes were kept for it, and the slot moves on.
+    run(dir.path());
+    assert_tables_are_source(dir.path(), &db, &["a", "b"], "after b caught up");
+    assert!(
+        confirmed(&db) >= committed_lsn(dir.path(), "b") && confirmed(&db) > before_changes,
+        "the slot moves on once both committed: {:?}",
+        slots(&db)
+    );
+
+    // A table added later takes its own snapshot; the others go on from where they were.
+    db.exec("UPDATE c SET v = 'c before' WHERE id = 1; INSERT INTO a VALUES (101, 'a again')");
+    pipeline(dir.path(), &db, &["a", "b", "c"]);
+    db.exec("UPDATE b SET v = 'b again' WHERE id = 3");
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT _change_type, count(*) FROM c_changes GROUP BY 1"
+        ),
+        vec!["snapshot,30"]
+    );
+    assert_tables_are_source(dir.path(), &db, &["a", "b", "c"], "after c was added");
+    assert_eq!(slots(&db).len(), 1, "still one slot: {:?}", slots(&db));
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT count(*) FROM a_changes WHERE _change_type = 'snapshot'"
+        ),
+        vec!["50"],
+        "a was not copied again"
+    );
+
+    // Killed after one table's commit, before the slot is told: nothing lost or doubled.
+    db.exec("UPDATE a SET v = 'a3' WHERE id = 3; UPDATE b SET v = 'b4' WHERE id = 4; UPDATE c SET v = 'c5' WHERE id = 5");
+    db.exec("DELETE FROM c WHERE id = 6; INSERT INTO b VALUES (200, 'b200')");
+    for point in ["committed:b_changes", "before-commit:c_changes"] {
+        let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["run", "-p", p])
+            .env("CDCFLOW_FAILPOINT", point)
+            .output()
+            .expect("run");
+        assert!(
+            !died.status.success() && stderr(&died).contains("failpoint"),
+            "{point}: the run did not reach its failpoint: {}{}",
+            stdout(&died),
+            stderr(&died)
+        );
+        db.exec("UPDATE a SET v = v || '+' WHERE id = 7; UPDATE c SET v = v || '+' WHERE id = 7");
+    }
+    run(dir.path());
+    assert_tables_are_source(dir.path(), &db, &["a", "b", "c"], "after two killed runs");
+}
