@@ -25,7 +25,9 @@ pub fn keep_freed_memory() {
     // SAFETY: mallopt only changes allocator parameters; called before the engine's
     // threads allocate, and glibc serialises it with allocations anyway.
     unsafe {
-        let cores = crate::par::cores();
+        // Not the thread pool's count: asking it starts the pool, whose threads must
+        // find these settings in place.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ok = libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30) == 1
             && libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX) == 1
             && libc::mallopt(libc::M_ARENA_MAX, i32::try_from(cores).unwrap_or(8)) == 1;

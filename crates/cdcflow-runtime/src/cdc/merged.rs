@@ -26,6 +26,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::error::ArrowError;
 use datafusion::parquet::file::metadata::RowGroupMetaData;
 
 use super::kernel::{Op, Rules, filtered};
@@ -185,21 +186,42 @@ async fn apply(
         }
     }
     let deleted_rows = public_deletes.values().map(Vec::len).sum::<usize>();
-    let public_parts = decisions.public().map(|part| {
+    let rows = decisions.public_rows();
+    let visible = |part: Result<RecordBatch, ArrowError>| {
         let part = part?;
         match &stayed {
             Some(stayed) if stayed.len() > 0 => without_keys(&part, stayed, rules),
             _ => Ok(part),
         }
-    });
+    };
+    // A narrow state's inputs carry the members' published values besides the events,
+    // more than the visible rows they give: those are gathered first, and the inputs
+    // let go before they are written. A wide state's new rows are the larger, and are
+    // written as they are gathered.
+    let gathered = match pending.narrow() {
+        true => Some(
+            decisions
+                .public()
+                .map(visible)
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        false => None,
+    };
+    let parts: Parts<'_> = match gathered {
+        Some(rows) => {
+            drop(pending);
+            Box::new(rows.into_iter().map(Ok))
+        }
+        None => Box::new(pending.decisions.public().map(visible)),
+    };
     let public = stage_parts(
         targets.public,
         &public_files,
         public_deletes,
         &public_schema,
         targets.public_commit,
-        decisions.public_rows(),
-        public_parts,
+        rows,
+        parts,
         false,
     )
     .await?;
@@ -211,6 +233,9 @@ async fn apply(
         mode: Mode::Merge,
     })
 }
+
+/// A table's new rows, a part at a time.
+type Parts<'a> = Box<dyn Iterator<Item = Result<RecordBatch, RunError>> + Send + 'a>;
 
 /// One table's merge-on-write, staged.
 struct StagedParts {
