@@ -20,7 +20,11 @@ pub struct RunArgs {
 
 /// The source kinds this binary reads.
 pub fn sources() -> Sources {
-    Sources(std::sync::Arc::new(cdcflow_postgres::PostgresSources))
+    use std::sync::Arc;
+    Sources(Arc::new(cdcflow_runtime::sources::AnyOf(vec![
+        Arc::new(cdcflow_postgres::PostgresSources),
+        Arc::new(cdcflow_kafka::KafkaSources),
+    ])))
 }
 
 /// Loads the pipeline; when a source's columns are known only to its server, asks it

@@ -15,6 +15,7 @@ use crate::autocdc::AutoCdcSpec;
 use crate::config::PipelineConfig;
 use crate::diagnostic::Located;
 use crate::read_files::ReadFiles;
+use crate::read_kafka::ReadKafka;
 use crate::read_postgres::ReadPostgres;
 
 /// Index of a file in [`Pipeline::files`].
@@ -91,6 +92,8 @@ pub enum Input {
     /// A PostgreSQL table's snapshot and changes (`read_postgres`).
     Postgres(ReadPostgres),
     Delta(ExternalDelta),
+    /// The records of Kafka topics (`read_kafka`).
+    Kafka(ReadKafka),
 }
 
 /// A Delta table from outside the pipeline, read from its folder and never written.

@@ -25,6 +25,8 @@ pub enum Relation {
     Files(FilesCall),
     /// A `read_postgres(…)` call.
     Postgres(SourceCall),
+    /// A `read_kafka(…)` call.
+    Kafka(SourceCall),
 }
 
 /// The arguments of a source function that takes named literals only
@@ -234,7 +236,7 @@ impl Rewriter<'_> {
     fn replace(&mut self, factor: &mut TableFactor, relation: Relation, keep_span: Span) {
         let written = match &relation {
             Relation::Dataset { parts, .. } => parts.last().cloned(),
-            Relation::Files(_) | Relation::Postgres(_) => None,
+            Relation::Files(_) | Relation::Postgres(_) | Relation::Kafka(_) => None,
         };
         if let Some(new_name) = (self.resolve)(relation)
             && let TableFactor::Table {
@@ -306,6 +308,15 @@ impl VisitorMut for Rewriter<'_> {
                             Relation::Postgres(source_call(&fargs, true, e.span()))
                         }
                         Expr::Function(f)
+                            if f.name.0.len() == 1 && is_named(&f.name, "read_kafka") =>
+                        {
+                            let fargs = match &f.args {
+                                FunctionArguments::List(l) => l.args.clone(),
+                                _ => vec![],
+                            };
+                            Relation::Kafka(source_call(&fargs, true, e.span()))
+                        }
+                        Expr::Function(f)
                             if f.name.0.len() == 1 && (is_named(&f.name, "cloud_files")) =>
                         {
                             let fargs = match &f.args {
@@ -328,6 +339,9 @@ impl VisitorMut for Rewriter<'_> {
             Some(targs) if is_named(name, "read_postgres") => {
                 Relation::Postgres(source_call(&targs.args, false, span))
             }
+            Some(targs) if is_named(name, "read_kafka") => {
+                Relation::Kafka(source_call(&targs.args, false, span))
+            }
             Some(_) => return ControlFlow::Continue(()),
             None => {
                 let parts: Vec<String> = idents(name).iter().map(|i| i.value.clone()).collect();
@@ -344,7 +358,7 @@ impl VisitorMut for Rewriter<'_> {
         let keep = match &relation {
             Relation::Dataset { span, .. } => *span,
             Relation::Files(f) => f.span,
-            Relation::Postgres(c) => c.span,
+            Relation::Postgres(c) | Relation::Kafka(c) => c.span,
         };
         self.replace(factor, relation, keep);
         ControlFlow::Continue(())

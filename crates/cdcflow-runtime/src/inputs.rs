@@ -181,6 +181,11 @@ impl InputReader<'_> {
                     self.register_source(input, &rp.table, declared, progress, planner, batch)
                         .await?
                 }
+                Input::Kafka(rk) => {
+                    let declared = Some(rk.schema());
+                    self.register_source(input, &rk.table, declared, progress, planner, batch)
+                        .await?
+                }
                 Input::Dataset { name, streaming } => {
                     let d = self.dataset(name)?;
                     if d.kind == DatasetKind::View {
@@ -551,6 +556,7 @@ fn read_whole(input: &Input) -> Input {
         }),
         // A change source is a stream only.
         Input::Postgres(rp) => Input::Postgres(rp.clone()),
+        Input::Kafka(rk) => Input::Kafka(rk.clone()),
     }
 }
 

@@ -658,6 +658,7 @@ impl Resolver<'_> {
                             Input::Files(f) => f.table.clone(),
                             Input::Delta(d) => d.table.clone(),
                             Input::Postgres(p) => p.table.clone(),
+                            Input::Kafka(k) => k.table.clone(),
                         })
                         .unwrap_or_default(),
                     streaming: source.streaming,
@@ -698,6 +699,7 @@ mod external;
 mod file_metadata;
 mod generated_columns;
 mod graph;
+mod kafka;
 mod layout;
 mod library;
 mod lookup;

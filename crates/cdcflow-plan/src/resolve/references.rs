@@ -15,6 +15,8 @@ enum Resolved {
     Direct(crate::config::ExternalTableConfig, String),
     /// A `read_postgres` call and the table name that stands for it.
     Postgres(String),
+    /// A `read_kafka` call and the table name that stands for it.
+    Kafka(String),
 }
 
 impl Resolver<'_> {
@@ -73,6 +75,12 @@ impl Resolver<'_> {
                 found.push((rel, Resolved::Postgres(table.clone())));
                 Some(table)
             }
+            Relation::Kafka(_) => {
+                counter += 1;
+                let table = format!("__kafka_{flow}_{counter}");
+                found.push((rel, Resolved::Kafka(table.clone())));
+                Some(table)
+            }
         });
         let mut inputs = Vec::new();
         for (rel, resolved) in found {
@@ -115,6 +123,11 @@ impl Resolver<'_> {
                 (Relation::Postgres(call), Resolved::Postgres(table)) => {
                     if let Some(rp) = self.read_postgres(&call, table, file) {
                         inputs.push(Input::Postgres(rp));
+                    }
+                }
+                (Relation::Kafka(call), Resolved::Kafka(table)) => {
+                    if let Some(rk) = self.read_kafka(&call, table, file) {
+                        inputs.push(Input::Kafka(rk));
                     }
                 }
                 _ => {}
@@ -252,17 +265,22 @@ impl Resolver<'_> {
             if appends {
                 continue;
             }
-            let spans: Vec<Span> = self.flows[f]
+            let spans: Vec<(Span, &str)> = self.flows[f]
                 .inputs
                 .iter()
                 .filter_map(|i| match i {
-                    Input::Postgres(rp) => Some(rp.span),
+                    Input::Postgres(rp) => Some((rp.span, "read_postgres")),
+                    Input::Kafka(rk) => Some((rk.span, "read_kafka")),
                     _ => None,
                 })
                 .collect();
             let file = self.flows[f].file;
-            for span in spans {
-                self.error(file, span, "cdcflow::read_postgres", "read_postgres feeds a streaming table: read it in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM read_postgres(…)` (or a flow INSERT INTO one)".into(), "not a streaming table's query", Some("land the changes in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
+            for (span, source) in spans {
+                let code = match source {
+                    "read_kafka" => "cdcflow::read_kafka",
+                    _ => "cdcflow::read_postgres",
+                };
+                self.error(file, span, code, format!("{source} feeds a streaming table: read it in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM {source}(…)` (or a flow INSERT INTO one)"), "not a streaming table's query", Some("land the changes in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
             }
         }
     }

@@ -43,6 +43,7 @@ impl Resolver<'_> {
                 Input::Files(rf) if rf.streaming => Some(rf.table.clone()),
                 Input::Delta(d) if d.streaming => Some(d.table.clone()),
                 Input::Postgres(rp) => Some(rp.table.clone()),
+                Input::Kafka(rk) => Some(rk.table.clone()),
                 _ => None,
             })
             .collect()
