@@ -174,7 +174,7 @@ impl Resolver<'_> {
                         .iter()
                         .find(|o| o.0 == "format")
                         .map_or(call.span, |o| o.2);
-                    self.error(file, span, "cdcflow::read_files", format!("unsupported format `{f}`"), "format", Some("cdcflow reads format => 'json' (newline-delimited), 'csv' and 'parquet'".into()));
+                    self.error(file, span, "cdcflow::read_files", format!("unsupported format `{f}`"), "format", Some("cdcflow reads format => 'json' (newline-delimited), 'csv', 'parquet' and 'text' (a `value` column per line)".into()));
                     return None;
                 }
             },
