@@ -380,3 +380,218 @@ fn offsets_the_broker_no_longer_has_fail_loudly_unless_data_loss_is_allowed() {
     assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["13"]);
 }
 
+/// Key and partition (of 3) for a Debezium event line: the row's `id`, as Debezium keys
+/// a table's events by its primary key; tombstones (no id) go to partition 0.
+fn keyed(line: &str) -> (i32, Option<String>) {
+    let v: serde_json::Value = serde_json::from_str(line).expect("json");
+    let v = match v.get("payload") {
+        Some(p) => p.clone(),
+        None => v,
+    };
+    let id = ["after", "before"].iter().find_map(|side| {
+        v.get(side)
+            .and_then(|r| r.get("id"))
+            .and_then(|i| i.as_i64())
+    });
+    match id {
+        Some(id) => ((id % 3) as i32, Some(format!(r#"{{"id":{id}}}"#))),
+        None => (0, None),
+    }
+}
+
+fn sorted(mut lines: Vec<String>) -> Vec<String> {
+    let header = lines.remove(0);
+    lines.sort();
+    lines.insert(0, header);
+    lines
+}
+
+#[test]
+fn the_example_pipeline_gives_the_tables_the_same_events_landed_as_files_give() {
+    let broker = Broker::start();
+    let topic = "crm.public.customers";
+    broker.create_topic(topic, 3);
+    let dir = crate::example_copy("crm_kafka");
+    let conf = format!("kafka_servers={}", broker.address);
+    let steps = crate::repo().join("tests/run/debezium_envelopes/steps");
+    for step in ["1", "2", "3"] {
+        let landing = steps.join(step).join("files/landing/customers");
+        for file in std::fs::read_dir(&landing).expect("landing") {
+            let text = std::fs::read_to_string(file.expect("file").path()).expect("read");
+            for line in text.lines() {
+                let (partition, key) = keyed(line);
+                let value = (line != "null" && !line.contains(r#""payload":null"#))
+                    .then(|| line.to_string());
+                let key = key.unwrap_or_default();
+                broker.produce(topic, partition, &[(key, value)]);
+            }
+        }
+        let out = cdcflow(&[
+            "run",
+            "-p",
+            dir.path().to_str().expect("utf-8"),
+            "--conf",
+            &conf,
+        ]);
+        assert!(
+            out.status.success(),
+            "step {step}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        for table in ["customers", "customers_history"] {
+            let expected =
+                std::fs::read_to_string(steps.join(step).join(format!("expect/{table}.csv")))
+                    .expect("expected table");
+            let got = query_csv(dir.path(), &format!("SELECT * FROM {table}"));
+            assert_eq!(
+                sorted(stdout(&got).lines().map(String::from).collect()),
+                sorted(expected.lines().map(String::from).collect()),
+                "step {step}: {table}"
+            );
+        }
+    }
+}
+
+/// Debezium events (PostgreSQL-shaped, no wrapper) for `keys` customers: each created,
+/// then updated, some deleted and created again; keyed by id into 3 partitions, so a
+/// key's events are in one partition and keys interleave across partitions.
+fn debezium_events(n: u64, keys: u64) -> Vec<Vec<(String, Option<String>)>> {
+    let mut out = vec![Vec::new(); 3];
+    let mut alive = vec![false; keys as usize];
+    let mut lsn = 1000u64;
+    for i in 0..n {
+        let id = (i * 7 + i / keys) % keys;
+        let prev = lsn;
+        lsn += 10;
+        let row = |v: u64| format!(r#"{{"id":{id},"name":"n{v}","city":"c{}"}}"#, v % 5);
+        let (op, before, after) = match (alive[id as usize], i % 11 == 5) {
+            (false, _) => ("c", "null".to_string(), row(i)),
+            (true, true) => ("d", row(i), "null".to_string()),
+            (true, false) => ("u", "null".to_string(), row(i)),
+        };
+        alive[id as usize] = op != "d";
+        let value = format!(
+            r#"{{"before":{before},"after":{after},"op":"{op}","ts_ms":{},"source":{{"ts_ms":{},"sequence":"[\"{prev}\",\"{lsn}\"]","lsn":{lsn}}}}}"#,
+            1_700_000_000_000u64 + i,
+            1_700_000_000_000u64 + i
+        );
+        let key = format!(r#"{{"id":{id}}}"#);
+        let p = (id % 3) as usize;
+        out[p].push((key.clone(), Some(value)));
+        if op == "d" {
+            out[p].push((key, None));
+        }
+    }
+    out
+}
+
+/// The number of commits in a table's Delta log.
+fn commits(dir: &Path, table: &str) -> usize {
+    std::fs::read_dir(dir.join("_storage/tables").join(table).join("_delta_log"))
+        .map(|r| {
+            r.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Starts `cdcflow run` and kills it (SIGKILL) once `table` has more than `after`
+/// commits; false when the run ended before that.
+fn kill_when(dir: &Path, conf: &str, table: &str, after: usize) -> bool {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", dir.to_str().expect("utf-8"), "--conf", conf])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run");
+    loop {
+        if commits(dir, table) > after {
+            let _ = child.kill();
+            let _ = child.wait();
+            return true;
+        }
+        if child.try_wait().expect("wait").is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn three_partitions_and_two_kills_mid_run_give_the_tables_of_an_uninterrupted_run() {
+    let broker = Broker::start();
+    let topic = "crm.public.customers";
+    broker.create_topic(topic, 3);
+    let events = debezium_events(3000, 40);
+    let total: usize = events.iter().map(Vec::len).sum();
+    for (p, records) in events.iter().enumerate() {
+        broker.produce(topic, p as i32, records);
+    }
+    let conf = format!("kafka_servers={}", broker.address);
+    let limited = |dir: &Path| {
+        let sql = dir.join("customers.sql");
+        let text = std::fs::read_to_string(&sql).expect("sql");
+        let text = text.replace(
+            "startingOffsets => 'earliest'",
+            "startingOffsets => 'earliest', maxOffsetsPerTrigger => 250",
+        );
+        std::fs::write(&sql, text).expect("sql");
+    };
+    let whole = crate::example_copy("crm_kafka");
+    limited(whole.path());
+    let out = cdcflow(&[
+        "run",
+        "-p",
+        whole.path().to_str().expect("utf-8"),
+        "--conf",
+        &conf,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+
+    let killed = crate::example_copy("crm_kafka");
+    limited(killed.path());
+    // Killed (SIGKILL) twice mid-way through bronze's batches, then aborted between the
+    // SCD type 1 commit and the SCD type 2 flow.
+    assert!(
+        kill_when(killed.path(), &conf, "customer_events", 3),
+        "bronze finished before the kill"
+    );
+    let bronze = commits(killed.path(), "customer_events");
+    assert!(
+        kill_when(killed.path(), &conf, "customer_events", bronze + 2),
+        "bronze finished before the second kill"
+    );
+    let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args([
+            "run",
+            "-p",
+            killed.path().to_str().expect("utf-8"),
+            "--conf",
+            &conf,
+        ])
+        .env("CDCFLOW_FAILPOINT", "committed:customers")
+        .output()
+        .expect("run");
+    assert!(stderr(&died).contains("failpoint"), "{}", stderr(&died));
+    let out = cdcflow(&[
+        "run",
+        "-p",
+        killed.path().to_str().expect("utf-8"),
+        "--conf",
+        &conf,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+
+    let tables = [
+        "SELECT count(*), count(DISTINCT concat(partition, '/', offset)) FROM customer_events",
+        "SELECT * FROM customers ORDER BY id",
+        "SELECT * FROM customers_history ORDER BY id, __START_AT",
+    ];
+    let a = crate::snapshot(whole.path(), &tables);
+    let b = crate::snapshot(killed.path(), &tables);
+    assert_eq!(a, b);
+    assert!(a[0].contains(&format!("{total},{total}")), "{}", a[0]);
+    assert!(a[1].lines().count() > 20, "{}", a[1]);
+}
