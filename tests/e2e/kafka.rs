@@ -380,6 +380,55 @@ fn offsets_the_broker_no_longer_has_fail_loudly_unless_data_loss_is_allowed() {
     assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["13"]);
 }
 
+/// Waits until `current` holds each key's latest of the first `upto` events.
+fn wait_for_events(dir: &Path, upto: u64, keys: u64) -> bool {
+    let want = expected_current(upto, keys);
+    for _ in 0..300 {
+        let out = query_csv(dir, "SELECT id, name FROM current ORDER BY id");
+        let got: Vec<String> = stdout(&out).lines().skip(1).map(String::from).collect();
+        if out.status.success() && got == want {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+#[test]
+fn continuous_mode_follows_records_as_they_are_produced() {
+    let broker = Broker::start();
+    broker.create_topic("orders", 3);
+    produce_events(&broker, "orders", 0, 30, 5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &broker, "orders", "");
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("yaml");
+    std::fs::write(&yaml, format!("{text}trigger_interval_seconds: 0.5\n")).expect("yaml");
+    let child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args([
+            "run",
+            "-p",
+            dir.path().to_str().expect("utf-8"),
+            "--continuous",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let first = wait_for_events(dir.path(), 30, 5);
+    produce_events(&broker, "orders", 30, 12, 5);
+    let later = wait_for_events(dir.path(), 42, 5);
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let out = child.wait_with_output().expect("wait");
+    assert!(first, "the first records did not arrive: {}", stderr(&out));
+    assert!(later, "the later records did not arrive: {}", stderr(&out));
+    assert!(term.success() && out.status.success(), "{}", stderr(&out));
+    assert_no_doubles(dir.path());
+}
+
 /// Key and partition (of 3) for a Debezium event line: the row's `id`, as Debezium keys
 /// a table's events by its primary key; tombstones (no id) go to partition 0.
 fn keyed(line: &str) -> (i32, Option<String>) {
