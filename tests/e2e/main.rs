@@ -9,6 +9,7 @@ mod damaged;
 mod diagnostics;
 mod escape_attempt;
 mod initial_load;
+mod kafka;
 mod landing;
 mod landing_columns;
 mod log_format;

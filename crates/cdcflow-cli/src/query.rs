@@ -272,6 +272,26 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             outln!("{:width$}  last error: {e}", "");
         }
         for source in &f.sources {
+            // A broker's topics: how far behind each partition is, in records and time.
+            if !source.partitions.is_empty() {
+                outln!("{:width$}  source {}:", "", source.source);
+                for p in &source.partitions {
+                    let seconds = p
+                        .behind_seconds
+                        .map(|s| format!(", {s:.1} s"))
+                        .unwrap_or_default();
+                    outln!(
+                        "{:width$}    {}: {} behind{seconds}",
+                        "",
+                        p.partition,
+                        p.behind_messages
+                    );
+                }
+                if let Some(w) = &source.warning {
+                    outln!("{:width$}  warning: {w}", "");
+                }
+                continue;
+            }
             let bytes =
                 |b: Option<i64>| b.map_or_else(dash, |b| crate::optimize::bytes(b.max(0) as u64));
             let seconds = |s: Option<f64>| s.map_or_else(dash, |s| format!("{s:.1} s"));

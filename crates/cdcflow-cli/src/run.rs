@@ -25,11 +25,12 @@ pub fn sources() -> Sources {
 
 /// Every source kind of this build, the PostgreSQL source as given.
 fn with_sources(postgres: cdcflow_postgres::PostgresSources) -> Sources {
-    let kinds: Vec<std::sync::Arc<dyn cdcflow_runtime::sources::SourceFactory>> = vec![
-        std::sync::Arc::new(postgres),
-        std::sync::Arc::new(cdcflow_query::QuerySources),
-    ];
-    Sources(std::sync::Arc::new(kinds))
+    use std::sync::Arc;
+    Sources(Arc::new(cdcflow_runtime::sources::AnyOf(vec![
+        Arc::new(postgres),
+        Arc::new(cdcflow_query::QuerySources),
+        Arc::new(cdcflow_kafka::KafkaSources),
+    ])))
 }
 
 /// Loads the pipeline; when a source's columns are known only to its server, asks it

@@ -15,6 +15,7 @@ use crate::autocdc::AutoCdcSpec;
 use crate::config::PipelineConfig;
 use crate::diagnostic::Located;
 use crate::read_files::ReadFiles;
+use crate::read_kafka::ReadKafka;
 use crate::read_postgres::ReadPostgres;
 use crate::read_query::ReadQuery;
 
@@ -94,6 +95,8 @@ pub enum Input {
     /// A query's rows above a high watermark (`read_query`).
     Query(ReadQuery),
     Delta(ExternalDelta),
+    /// The records of Kafka topics (`read_kafka`).
+    Kafka(ReadKafka),
 }
 
 /// A Delta table from outside the pipeline, read from its folder and never written.

@@ -21,6 +21,9 @@ pub enum FileFormat {
     Json,
     Csv,
     Parquet,
+    /// Lines of text, each a row of one `value STRING` column (Spark's `text`), for
+    /// records a function decodes (`debezium(value, …)`, `from_json(value, …)`).
+    Text,
 }
 
 impl FileFormat {
@@ -29,6 +32,7 @@ impl FileFormat {
             "json" | "ndjson" | "jsonl" => Some(Self::Json),
             "csv" => Some(Self::Csv),
             "parquet" => Some(Self::Parquet),
+            "text" | "txt" => Some(Self::Text),
             _ => None,
         }
     }
@@ -42,6 +46,7 @@ impl FileFormat {
             Self::Json => "json",
             Self::Csv => "csv",
             Self::Parquet => "parquet",
+            Self::Text => "text",
         }
     }
 }
@@ -265,6 +270,7 @@ impl ReadFiles {
                     .map_err(|e| e.to_string())?;
                 schema
             }
+            FileFormat::Text => Schema::new(vec![Field::new("value", DataType::Utf8, true)]),
             FileFormat::Parquet => {
                 let file = File::open(path).map_err(|e| e.to_string())?;
                 let builder =

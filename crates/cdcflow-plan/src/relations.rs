@@ -27,6 +27,8 @@ pub enum Relation {
     Postgres(SourceCall),
     /// A `read_query(…)` call.
     Query(SourceCall),
+    /// A `read_kafka(…)` call.
+    Kafka(SourceCall),
 }
 
 /// The arguments of a source function that takes named literals only
@@ -236,7 +238,10 @@ impl Rewriter<'_> {
     fn replace(&mut self, factor: &mut TableFactor, relation: Relation, keep_span: Span) {
         let written = match &relation {
             Relation::Dataset { parts, .. } => parts.last().cloned(),
-            Relation::Files(_) | Relation::Postgres(_) | Relation::Query(_) => None,
+            Relation::Files(_)
+            | Relation::Postgres(_)
+            | Relation::Query(_)
+            | Relation::Kafka(_) => None,
         };
         if let Some(new_name) = (self.resolve)(relation)
             && let TableFactor::Table {
@@ -317,6 +322,15 @@ impl VisitorMut for Rewriter<'_> {
                             Relation::Query(source_call(&fargs, true, e.span()))
                         }
                         Expr::Function(f)
+                            if f.name.0.len() == 1 && is_named(&f.name, "read_kafka") =>
+                        {
+                            let fargs = match &f.args {
+                                FunctionArguments::List(l) => l.args.clone(),
+                                _ => vec![],
+                            };
+                            Relation::Kafka(source_call(&fargs, true, e.span()))
+                        }
+                        Expr::Function(f)
                             if f.name.0.len() == 1 && (is_named(&f.name, "cloud_files")) =>
                         {
                             let fargs = match &f.args {
@@ -342,6 +356,9 @@ impl VisitorMut for Rewriter<'_> {
             Some(targs) if is_named(name, "read_query") => {
                 Relation::Query(source_call(&targs.args, false, span))
             }
+            Some(targs) if is_named(name, "read_kafka") => {
+                Relation::Kafka(source_call(&targs.args, false, span))
+            }
             Some(_) => return ControlFlow::Continue(()),
             None => {
                 let parts: Vec<String> = idents(name).iter().map(|i| i.value.clone()).collect();
@@ -358,7 +375,7 @@ impl VisitorMut for Rewriter<'_> {
         let keep = match &relation {
             Relation::Dataset { span, .. } => *span,
             Relation::Files(f) => f.span,
-            Relation::Postgres(c) | Relation::Query(c) => c.span,
+            Relation::Postgres(c) | Relation::Query(c) | Relation::Kafka(c) => c.span,
         };
         self.replace(factor, relation, keep);
         ControlFlow::Continue(())

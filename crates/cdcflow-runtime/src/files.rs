@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cdcflow_plan::read_files::{FileFormat, ReadFiles};
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::csv::ReaderBuilder as CsvReaderBuilder;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::json::ReaderBuilder as JsonReaderBuilder;
 
 use crate::RunError;
@@ -161,6 +161,19 @@ fn decode(
             .map_err(|e| e.to_string())?
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?,
+        FileFormat::Text => {
+            let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+            let lines: StringArray = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(Some)
+                .collect();
+            let field = Field::new("value", DataType::Utf8, true);
+            vec![
+                RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![Arc::new(lines)])
+                    .map_err(|e| e.to_string())?,
+            ]
+        }
         FileFormat::Parquet => return Err("not a text format".into()),
     };
     batches

@@ -192,6 +192,11 @@ impl InputReader<'_> {
                     )
                     .await?
                 }
+                Input::Kafka(rk) => {
+                    let declared = Some(rk.schema());
+                    self.register_source(input, &rk.table, declared, progress, planner, batch)
+                        .await?
+                }
                 Input::Dataset { name, streaming } => {
                     let d = self.dataset(name)?;
                     if d.kind == DatasetKind::View {
@@ -563,6 +568,7 @@ fn read_whole(input: &Input) -> Input {
         // A change source is a stream only.
         Input::Postgres(rp) => Input::Postgres(rp.clone()),
         Input::Query(rq) => Input::Query(rq.clone()),
+        Input::Kafka(rk) => Input::Kafka(rk.clone()),
     }
 }
 

@@ -149,9 +149,11 @@ pub(crate) async fn run_locked(
                     Input::Dataset { name, .. } => blocked
                         .get(&name.to_lowercase())
                         .map(|why| format!("input `{name}` {why}")),
-                    Input::Files(_) | Input::Delta(_) | Input::Postgres(_) | Input::Query(_) => {
-                        None
-                    }
+                    Input::Files(_)
+                    | Input::Delta(_)
+                    | Input::Postgres(_)
+                    | Input::Query(_)
+                    | Input::Kafka(_) => None,
                 });
                 if let Some(reason) = upstream {
                     let kind = kind_of(flow, dataset_kind(pipeline, flow));
@@ -285,7 +287,11 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
         // disagree on a column's type or none of which can be read, which is an error.
         let unusable = flow.inputs.iter().find_map(|i| match i {
             Input::Files(rf) => rf.schema().err(),
-            Input::Dataset { .. } | Input::Delta(_) | Input::Postgres(_) | Input::Query(_) => None,
+            Input::Dataset { .. }
+            | Input::Delta(_)
+            | Input::Postgres(_)
+            | Input::Query(_)
+            | Input::Kafka(_) => None,
         });
         if let Some(error) = unusable {
             report.outcome = FlowOutcome::Failed {

@@ -113,6 +113,21 @@ pub struct SourceStatus {
     /// Something to act on: a log kept past the warning threshold, a slot that is gone
     /// or about to be.
     pub warning: Option<String>,
+    /// Per partition of a topic, how far the flow is behind (`read_kafka`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<PartitionLag>,
+}
+
+/// How far a flow is behind one partition of a broker's topic.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PartitionLag {
+    /// `topic-partition`, as Kafka tools write it.
+    pub partition: String,
+    /// Records after the flow's committed offset.
+    pub behind_messages: i64,
+    /// From the timestamp of the oldest record not committed yet to now; `None` when
+    /// nothing is behind.
+    pub behind_seconds: Option<f64>,
 }
 
 /// Opens the source behind an input.
@@ -125,6 +140,19 @@ pub trait SourceFactory: Send + Sync {
     ) -> Option<Result<Box<dyn ExternalSource>, RunError>>;
 }
 
+/// Several kinds of source: the first factory that serves an input opens it.
+pub struct AnyOf(pub Vec<Arc<dyn SourceFactory>>);
+
+impl SourceFactory for AnyOf {
+    fn open(
+        &self,
+        pipeline: &Pipeline,
+        input: &Input,
+    ) -> Option<Result<Box<dyn ExternalSource>, RunError>> {
+        self.0.iter().find_map(|f| f.open(pipeline, input))
+    }
+}
+
 /// The source kinds a run can open.
 #[derive(Clone)]
 pub struct Sources(pub Arc<dyn SourceFactory>);
@@ -132,17 +160,6 @@ pub struct Sources(pub Arc<dyn SourceFactory>);
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Sources")
-    }
-}
-
-/// Several factories, each serving its kinds: the first that serves an input opens it.
-impl SourceFactory for Vec<Arc<dyn SourceFactory>> {
-    fn open(
-        &self,
-        pipeline: &Pipeline,
-        input: &Input,
-    ) -> Option<Result<Box<dyn ExternalSource>, RunError>> {
-        self.iter().find_map(|f| f.open(pipeline, input))
     }
 }
 
@@ -164,6 +181,7 @@ pub fn missing_kind(input: &Input) -> RunError {
     let what = match input {
         Input::Postgres(_) => "read_postgres",
         Input::Query(_) => "read_query",
+        Input::Kafka(_) => "read_kafka",
         Input::Files(_) | Input::Dataset { .. } | Input::Delta(_) => "this input",
     };
     RunError::input(format!(

@@ -65,7 +65,7 @@ pub struct FlowStatus {
     pub last_error: Option<String>,
     /// Why the flow's table cannot be read now (a damaged Delta log), when it cannot.
     pub unreadable: Option<String>,
-    /// Sources outside the storage that the flow reads (`read_postgres`).
+    /// Sources outside the storage that the flow reads (`read_postgres`, `read_kafka`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceStatus>,
 }
@@ -110,7 +110,9 @@ pub async fn status_with_sources(
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         for input in &flow.inputs {
-            if let (Input::Postgres(_) | Input::Query(_), Some(sources)) = (input, sources) {
+            if let (Input::Postgres(_) | Input::Query(_) | Input::Kafka(_), Some(sources)) =
+                (input, sources)
+            {
                 s.sources
                     .push(source_status(pipeline, input, sources, &progress).await);
                 continue;

@@ -15,6 +15,8 @@ mod by;
 mod casts;
 mod coerced;
 mod date_parts;
+pub mod debezium;
+pub mod from_json;
 mod json;
 mod mode;
 mod nulls;
@@ -68,6 +70,8 @@ fn scalar_functions() -> Vec<Arc<ScalarUDF>> {
     all.extend(date_parts::functions());
     all.extend(nulls::functions());
     all.extend(json::functions());
+    all.push(from_json::function());
+    all.push(debezium::function());
     all.extend(regex_fns::functions());
     all.extend(unix_timestamp::functions());
     all.extend(aliases::scalar());

@@ -660,6 +660,7 @@ impl Resolver<'_> {
                             Input::Delta(d) => d.table.clone(),
                             Input::Postgres(p) => p.table.clone(),
                             Input::Query(q) => q.table.clone(),
+                            Input::Kafka(k) => k.table.clone(),
                         })
                         .unwrap_or_default(),
                     streaming: source.streaming,
@@ -700,6 +701,7 @@ mod external;
 mod file_metadata;
 mod generated_columns;
 mod graph;
+mod kafka;
 mod layout;
 mod library;
 mod lookup;

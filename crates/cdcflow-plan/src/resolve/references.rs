@@ -17,6 +17,8 @@ enum Resolved {
     Postgres(String),
     /// A `read_query` call and the table name that stands for it.
     Query(String),
+    /// A `read_kafka` call and the table name that stands for it.
+    Kafka(String),
 }
 
 impl Resolver<'_> {
@@ -81,6 +83,12 @@ impl Resolver<'_> {
                 found.push((rel, Resolved::Query(table.clone())));
                 Some(table)
             }
+            Relation::Kafka(_) => {
+                counter += 1;
+                let table = format!("__kafka_{flow}_{counter}");
+                found.push((rel, Resolved::Kafka(table.clone())));
+                Some(table)
+            }
         });
         let mut inputs = Vec::new();
         for (rel, resolved) in found {
@@ -130,6 +138,11 @@ impl Resolver<'_> {
                         inputs.push(Input::Query(rq));
                     }
                 }
+                (Relation::Kafka(call), Resolved::Kafka(table)) => {
+                    if let Some(rk) = self.read_kafka(&call, table, file) {
+                        inputs.push(Input::Kafka(rk));
+                    }
+                }
                 _ => {}
             }
         }
@@ -174,7 +187,7 @@ impl Resolver<'_> {
                         .iter()
                         .find(|o| o.0 == "format")
                         .map_or(call.span, |o| o.2);
-                    self.error(file, span, "cdcflow::read_files", format!("unsupported format `{f}`"), "format", Some("cdcflow reads format => 'json' (newline-delimited), 'csv' and 'parquet'".into()));
+                    self.error(file, span, "cdcflow::read_files", format!("unsupported format `{f}`"), "format", Some("cdcflow reads format => 'json' (newline-delimited), 'csv', 'parquet' and 'text' (a `value` column per line)".into()));
                     return None;
                 }
             },
@@ -265,18 +278,23 @@ impl Resolver<'_> {
             if appends {
                 continue;
             }
-            let spans: Vec<Span> = self.flows[f]
+            let spans: Vec<(Span, &str)> = self.flows[f]
                 .inputs
                 .iter()
                 .filter_map(|i| match i {
-                    Input::Postgres(rp) => Some(rp.span),
-                    Input::Query(rq) => Some(rq.span),
+                    Input::Postgres(rp) => Some((rp.span, "read_postgres")),
+                    Input::Query(rq) => Some((rq.span, "read_query")),
+                    Input::Kafka(rk) => Some((rk.span, "read_kafka")),
                     _ => None,
                 })
                 .collect();
             let file = self.flows[f].file;
-            for span in spans {
-                self.error(file, span, "cdcflow::read_postgres", "read_postgres and read_query feed a streaming table: read them in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM read_postgres(…)` (or a flow INSERT INTO one)".into(), "not a streaming table's query", Some("land the rows in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
+            for (span, source) in spans {
+                let code = match source {
+                    "read_kafka" => "cdcflow::read_kafka",
+                    _ => "cdcflow::read_postgres",
+                };
+                self.error(file, span, code, format!("{source} feeds a streaming table: read it in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM {source}(…)` (or a flow INSERT INTO one)"), "not a streaming table's query", Some("land the changes in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
             }
         }
     }

@@ -154,6 +154,11 @@ impl Resolver<'_> {
                 self.planner.register_schema(&rq.table, Arc::clone(&s));
                 Ok(s)
             }
+            Input::Kafka(rk) => {
+                let s = rk.schema();
+                self.planner.register_schema(&rk.table, Arc::clone(&s));
+                Ok(s)
+            }
         }
     }
 

@@ -44,6 +44,7 @@ impl Resolver<'_> {
                 Input::Delta(d) if d.streaming => Some(d.table.clone()),
                 Input::Postgres(rp) => Some(rp.table.clone()),
                 Input::Query(rq) => Some(rq.table.clone()),
+                Input::Kafka(rk) => Some(rk.table.clone()),
                 _ => None,
             })
             .collect()

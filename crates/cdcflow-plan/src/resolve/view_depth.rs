@@ -27,9 +27,11 @@ impl Resolver<'_> {
                 .flat_map(|f| &f.inputs)
                 .filter_map(|i| match i {
                     Input::Dataset { name, .. } => self.dataset_index(name),
-                    Input::Files(_) | Input::Delta(_) | Input::Postgres(_) | Input::Query(_) => {
-                        None
-                    }
+                    Input::Files(_)
+                    | Input::Delta(_)
+                    | Input::Postgres(_)
+                    | Input::Query(_)
+                    | Input::Kafka(_) => None,
                 })
                 .map(|i| depth[i])
                 .max()

@@ -47,6 +47,7 @@ fn good(format: FileFormat) -> Vec<u8> {
     match format {
         FileFormat::Json => b"{\"id\": 1, \"name\": \"a\", \"ts\": \"2024-01-01T00:00:00Z\"}\n{\"id\": 2, \"name\": null, \"ts\": null}\n".to_vec(),
         FileFormat::Csv => b"id,name,ts\n1,a,2024-01-01T00:00:00Z\n2,,\n".to_vec(),
+        FileFormat::Text => b"{\"op\":\"c\"}\nnull\n\xc3\xa9t\xc3\xa9\n".to_vec(),
         FileFormat::Parquet => {
             let s = Arc::new(Schema::new(vec![
                 Field::new("id", DataType::Int64, true),
@@ -70,7 +71,8 @@ fn format() -> impl Strategy<Value = FileFormat> {
     prop_oneof![
         Just(FileFormat::Json),
         Just(FileFormat::Csv),
-        Just(FileFormat::Parquet)
+        Just(FileFormat::Parquet),
+        Just(FileFormat::Text)
     ]
 }
 

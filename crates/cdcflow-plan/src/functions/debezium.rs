@@ -1,0 +1,363 @@
+//! `debezium(value, 'id INT, name STRING' [, key])`: a Debezium change event (JSON, with
+//! or without the `schema`/`payload` wrapper) as a struct of flat columns: the row's
+//! columns (from `after`; from `before` for a delete; none for a truncate), then
+//! `_op` (`c`, `u`, `d`, `r` for a snapshot read, `t` for a truncate), `_position`
+//! (the source's log position as text that sorts as the log does) and
+//! `_commit_timestamp` (`source.ts_ms`). docs/sources.md, "Debezium", has the recipe.
+//!
+//! A tombstone (a null value, Kafka's compaction marker after a delete) gives a null
+//! struct, so `WHERE value IS NOT NULL` or `WHERE e IS NOT NULL` leaves it out. Text that
+//! is no change event, or a row that does not fit the schema, fails the query naming it:
+//! bad data is never silently dropped. `key`, the message key, fills the key columns of
+//! a delete whose `before` is null (a table without a replica identity sends only the
+//! key in the key).
+//!
+//! The position: PostgreSQL's `source.sequence` (`[last commit LSN, LSN]`, so changes
+//! sort in commit order and then within their transaction) or `source.lsn`; MySQL's
+//! binlog `source.file`, `source.pos` and `source.row`; otherwise `source.ts_ms`. Each
+//! number is zero-padded to 20 digits so that text order is log order.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, StringArray, StructArray, TimestampMicrosecondArray,
+};
+use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, TimeUnit};
+use datafusion::common::cast::as_string_array;
+use datafusion::common::{DataFusionError, Result, exec_err, plan_err};
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
+use serde_json::{Map, Value};
+
+use super::columnar;
+use super::from_json::{decode_values, schema_argument, text_args};
+
+/// The change metadata columns after the row's.
+pub const OP: &str = "_op";
+pub const POSITION: &str = "_position";
+pub const COMMIT_TIMESTAMP: &str = "_commit_timestamp";
+
+pub(super) fn function() -> Arc<ScalarUDF> {
+    Arc::new(ScalarUDF::new_from_impl(Debezium {
+        signature: Signature::user_defined(Volatility::Immutable),
+    }))
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Debezium {
+    signature: Signature,
+}
+
+/// The metadata fields.
+pub fn metadata_fields() -> Vec<Field> {
+    vec![
+        Field::new(OP, DataType::Utf8, true),
+        Field::new(POSITION, DataType::Utf8, true),
+        Field::new(
+            COMMIT_TIMESTAMP,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+    ]
+}
+
+impl ScalarUDFImpl for Debezium {
+    fn name(&self) -> &str {
+        "debezium"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        text_args(self.name(), args, 2, 3)
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        plan_err!("debezium() needs its schema argument to know its type")
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        let row = schema_argument(self.name(), args.scalar_arguments.get(1).copied().flatten())?;
+        if let Some(clash) = row
+            .iter()
+            .find(|f| f.name() == OP || f.name() == POSITION || f.name() == COMMIT_TIMESTAMP)
+        {
+            return plan_err!(
+                "debezium(): column `{}` has the name of a change metadata column (_op, _position, _commit_timestamp)",
+                clash.name()
+            );
+        }
+        let mut fields: Vec<Field> = row.iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(metadata_fields());
+        Ok(Arc::new(Field::new(
+            self.name(),
+            DataType::Struct(fields.into()),
+            true,
+        )))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let DataType::Struct(fields) = args.return_field.data_type().clone() else {
+            return exec_err!("debezium() returns a struct");
+        };
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let values = as_string_array(&arrays[0])?;
+        let keys = match arrays.get(2) {
+            Some(k) => Some(as_string_array(k)?),
+            None => None,
+        };
+        let mut events = Vec::with_capacity(values.len());
+        for i in 0..values.len() {
+            let key = keys.and_then(|k| k.is_valid(i).then(|| k.value(i)));
+            let value = values.is_valid(i).then(|| values.value(i));
+            events.push(value.map(|v| event(v, key)).transpose()?.flatten());
+        }
+        let out = to_struct(&events, &fields)?;
+        columnar(Arc::new(out), &args.args)
+    }
+}
+
+/// One change event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub op: String,
+    /// The row's columns (`None` for a truncate).
+    pub row: Option<Map<String, Value>>,
+    pub position: Option<String>,
+    pub commit_micros: Option<i64>,
+}
+
+fn unwrap_payload(v: Value) -> Value {
+    match v {
+        Value::Object(mut m)
+            if m.contains_key("payload") && (m.contains_key("schema") || m.len() == 1) =>
+        {
+            m.remove("payload").unwrap_or(Value::Null)
+        }
+        v => v,
+    }
+}
+
+fn bad(text: &str, why: &str) -> DataFusionError {
+    let shown: String = text.chars().take(120).collect();
+    DataFusionError::Execution(format!("debezium(): {why}: {shown}"))
+}
+
+/// The event in `text`; `None` for a tombstone (`null`, or a wrapper whose payload is
+/// null).
+pub fn event(text: &str, key: Option<&str>) -> Result<Option<Event>> {
+    let v: Value = serde_json::from_str(text).map_err(|_| bad(text, "not JSON"))?;
+    let v = unwrap_payload(v);
+    let Value::Object(mut m) = v else {
+        return match v {
+            Value::Null => Ok(None),
+            _ => Err(bad(text, "not a change event (an object with `op`)")),
+        };
+    };
+    let op = match m.get("op").and_then(Value::as_str) {
+        Some(op @ ("c" | "u" | "d" | "r" | "t")) => op.to_string(),
+        Some(other) => return Err(bad(text, &format!("unknown op `{other}`"))),
+        None => return Err(bad(text, "not a change event (no `op`)")),
+    };
+    let image = match op.as_str() {
+        "d" => m.remove("before"),
+        "t" => None,
+        _ => m.remove("after"),
+    };
+    let mut row = match image {
+        Some(Value::Object(r)) => Some(r),
+        Some(Value::Null) | None if op != "t" && op != "d" => {
+            return Err(bad(text, &format!("a `{op}` event without `after`")));
+        }
+        _ => None,
+    };
+    if op != "t"
+        && let Some(key) = key
+        && let Ok(Value::Object(k)) = serde_json::from_str::<Value>(key).map(unwrap_payload)
+    {
+        let r = row.get_or_insert_with(Map::new);
+        for (name, value) in k {
+            if r.get(&name).is_none_or(Value::is_null) {
+                r.insert(name, value);
+            }
+        }
+    }
+    if op == "d" && row.is_none() {
+        return Err(bad(
+            text,
+            "a delete without `before` and without a message key: its key is unknown",
+        ));
+    }
+    let source = m.get("source").and_then(Value::as_object);
+    let commit_micros = source
+        .and_then(|s| s.get("ts_ms"))
+        .or(m.get("ts_ms"))
+        .and_then(Value::as_i64)
+        .map(|ms| ms * 1000);
+    Ok(Some(Event {
+        op,
+        row,
+        position: source.and_then(position),
+        commit_micros,
+    }))
+}
+
+fn number(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The source's log position as text in log order.
+fn position(source: &Map<String, Value>) -> Option<String> {
+    let sequence = match source.get("sequence") {
+        Some(Value::String(s)) => serde_json::from_str::<Value>(s).ok(),
+        Some(v @ Value::Array(_)) => Some(v.clone()),
+        _ => None,
+    };
+    if let Some(Value::Array(parts)) = sequence
+        && let Some(lsn) = number(parts.get(1)).or(number(source.get("lsn")))
+    {
+        let committed = number(parts.first()).unwrap_or(0);
+        return Some(format!("{committed:020}/{lsn:020}"));
+    }
+    if let Some(lsn) = number(source.get("lsn")) {
+        return Some(format!("{:020}/{lsn:020}", 0));
+    }
+    if let (Some(file), Some(pos)) = (
+        source.get("file").and_then(Value::as_str),
+        number(source.get("pos")),
+    ) {
+        let row = number(source.get("row")).unwrap_or(0);
+        return Some(format!("{file}/{pos:020}/{row:020}"));
+    }
+    number(source.get("ts_ms")).map(|ts| format!("{ts:020}"))
+}
+
+/// The events as a struct of `fields` (the row's, then the metadata); a null struct for
+/// a tombstone.
+pub fn to_struct(events: &[Option<Event>], fields: &Fields) -> Result<StructArray> {
+    let row_count = fields.len() - metadata_fields().len();
+    let row_fields: Fields = fields.iter().take(row_count).cloned().collect();
+    let objects: Vec<Option<String>> = events
+        .iter()
+        .map(|e| {
+            let row = e.as_ref()?.row.as_ref()?;
+            Some(Value::Object(row.clone()).to_string())
+        })
+        .collect();
+    let rows = decode_values(&objects, &row_fields)?;
+    for (i, o) in objects.iter().enumerate() {
+        if let Some(o) = o
+            && rows.is_null(i)
+        {
+            return exec_err!("debezium(): a row does not fit the schema: {o}");
+        }
+    }
+    let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
+    let ops: StringArray = events
+        .iter()
+        .map(|e| e.as_ref().map(|e| e.op.as_str()))
+        .collect();
+    let positions: StringArray = events
+        .iter()
+        .map(|e| e.as_ref().and_then(|e| e.position.as_deref()))
+        .collect();
+    let times: TimestampMicrosecondArray = events
+        .iter()
+        .map(|e| e.as_ref().and_then(|e| e.commit_micros))
+        .collect();
+    columns.push(Arc::new(ops));
+    columns.push(Arc::new(positions));
+    columns.push(Arc::new(times.with_timezone("UTC")));
+    let nulls = NullBuffer::from(events.iter().map(Option::is_some).collect::<Vec<_>>());
+    Ok(StructArray::try_new(fields.clone(), columns, Some(nulls))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Int32Type;
+    use datafusion::common::ScalarValue;
+
+    fn fields() -> Fields {
+        let row = schema_argument(
+            "debezium",
+            Some(&ScalarValue::Utf8(Some("id INT, name STRING".into()))),
+        )
+        .unwrap();
+        let mut all: Vec<Field> = row.iter().map(|f| f.as_ref().clone()).collect();
+        all.extend(metadata_fields());
+        all.into()
+    }
+
+    #[test]
+    fn each_op_gives_its_row_and_a_sortable_position() {
+        let pg = |op: &str, before: &str, after: &str, seq: &str| {
+            format!(
+                r#"{{"before":{before},"after":{after},"op":"{op}","source":{{"ts_ms":1700000000000,"sequence":"{seq}","lsn":1}}}}"#
+            )
+        };
+        let texts = [
+            pg("r", "null", r#"{"id":1,"name":"a"}"#, r#"[null,\"100\"]"#),
+            pg("u", r#"{"id":1,"name":"a"}"#, r#"{"id":1,"name":"b"}"#, r#"[\"100\",\"250\"]"#),
+            pg("d", r#"{"id":1,"name":null}"#, "null", r#"[\"250\",\"300\"]"#),
+            // Wrapped in schema/payload, MySQL's binlog position.
+            r#"{"schema":{},"payload":{"op":"c","after":{"id":2,"name":"m"},"source":{"file":"bin.000002","pos":77,"row":1,"ts_ms":5}}}"#.to_string(),
+            r#"{"op":"t","source":{"lsn":400,"ts_ms":6}}"#.to_string(),
+        ];
+        let events: Vec<Option<Event>> = texts.iter().map(|t| event(t, None).unwrap()).collect();
+        let s = to_struct(&events, &fields()).unwrap();
+        let ids = s.column(0).as_primitive::<Int32Type>();
+        assert_eq!(
+            (ids.value(0), ids.value(1), ids.value(2), ids.value(3)),
+            (1, 1, 1, 2)
+        );
+        assert!(ids.is_null(4));
+        let ops = s.column(2).as_string::<i32>();
+        assert_eq!(
+            (0..5).map(|i| ops.value(i)).collect::<Vec<_>>(),
+            ["r", "u", "d", "c", "t"]
+        );
+        let pos = s.column(3).as_string::<i32>();
+        assert_eq!(pos.value(0), format!("{:020}/{:020}", 0, 100));
+        assert!(pos.value(0) < pos.value(1) && pos.value(1) < pos.value(2));
+        assert_eq!(pos.value(3), format!("bin.000002/{:020}/{:020}", 77, 1));
+        let times = s
+            .column(4)
+            .as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>();
+        assert_eq!(times.value(0), 1_700_000_000_000_000);
+    }
+
+    #[test]
+    fn tombstones_are_null_and_bad_events_fail() {
+        assert_eq!(event("null", None).unwrap(), None);
+        assert_eq!(
+            event(r#"{"schema":{},"payload":null}"#, None).unwrap(),
+            None
+        );
+        assert!(event("{\"id\":1}", None).is_err());
+        assert!(event("{\"op\":\"x\"}", None).is_err());
+        assert!(event("{\"op\":\"d\",\"before\":null}", None).is_err());
+        // The message key gives a delete without `before` its key.
+        let e = event(
+            r#"{"op":"d","before":null}"#,
+            Some(r#"{"schema":{},"payload":{"id":7}}"#),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(e.row.unwrap()["id"], 7);
+        let s = to_struct(&[None], &fields()).unwrap();
+        assert!(s.is_null(0));
+        let wrong = event(r#"{"op":"c","after":{"id":"x"}}"#, None).unwrap();
+        assert!(to_struct(&[wrong], &fields()).is_err());
+    }
+}

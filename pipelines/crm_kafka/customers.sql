@@ -1,0 +1,29 @@
+-- Bronze: the topic's records as they are (key and value as text), with their offsets.
+CREATE OR REFRESH STREAMING TABLE customer_events AS
+SELECT CAST(key AS STRING) AS key, CAST(value AS STRING) AS value, topic, partition, offset
+FROM STREAM read_kafka(bootstrapServers => '${kafka_servers}', subscribe => '${topic}',
+                       startingOffsets => 'earliest');
+
+-- Flat columns from each Debezium event; tombstones (null values) are left out.
+CREATE TEMPORARY VIEW customer_changes AS
+SELECT e.id AS id, e.name AS name, e.city AS city, e._op AS op, e._position AS position, e._commit_timestamp AS committed_at
+FROM (SELECT debezium(value, 'id INT, name STRING, city STRING', key) AS e FROM STREAM(customer_events))
+WHERE e IS NOT NULL;
+
+CREATE OR REFRESH STREAMING TABLE customers;
+CREATE FLOW customers_cdc AS AUTO CDC INTO customers FROM STREAM(customer_changes)
+  KEYS (id)
+  APPLY AS DELETE WHEN op = 'd'
+  APPLY AS TRUNCATE WHEN op = 't'
+  SEQUENCE BY position
+  COLUMNS * EXCEPT (op, position, committed_at)
+  STORED AS SCD TYPE 1;
+
+CREATE OR REFRESH STREAMING TABLE customers_history;
+CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history
+  FROM (SELECT * FROM STREAM(customer_changes) WHERE op <> 't')
+  KEYS (id)
+  APPLY AS DELETE WHEN op = 'd'
+  SEQUENCE BY position
+  COLUMNS * EXCEPT (op, position, committed_at)
+  STORED AS SCD TYPE 2;

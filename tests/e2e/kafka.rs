@@ -1,0 +1,646 @@
+//! The Kafka source end to end, against a real Kafka-protocol broker (tansu, installed
+//! by `.ci/kafka`; README, "Tests") that each test starts on a free loopback port and
+//! stops: records land in a bronze streaming table through `read_kafka`, an AUTO CDC
+//! flow folds them into SCD type 1; runs killed at any point lose and double nothing.
+//! Without the broker binary the tests fail, naming the script that installs it.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cdcflow_kafka::rskafka::chrono::Utc;
+use cdcflow_kafka::rskafka::client::partition::{Compression, UnknownTopicHandling};
+use cdcflow_kafka::rskafka::client::{Client, ClientBuilder};
+use cdcflow_kafka::rskafka::record::Record;
+
+use crate::{cdcflow, query_csv, stderr, stdout};
+
+/// A tansu broker on loopback, with its storage in memory; stopped when dropped.
+pub struct Broker {
+    child: Child,
+    pub address: String,
+    rt: tokio::runtime::Runtime,
+    client: Client,
+}
+
+/// The broker binary: `CDCFLOW_TANSU`, else where `.ci/kafka` installs it.
+fn tansu() -> PathBuf {
+    if let Some(p) = std::env::var_os("CDCFLOW_TANSU") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let path = home.join(".cache/cdcflow/tools/tansu-0.6.0/bin/tansu");
+    assert!(
+        path.exists(),
+        "these tests need the tansu broker at {} (or CDCFLOW_TANSU): run `bash .ci/kafka`",
+        path.display()
+    );
+    path
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let url = format!("tcp://{address}");
+        let child = Command::new(tansu())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tansu");
+        let started = Instant::now();
+        while TcpStream::connect(&address).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "tansu did not listen on {address}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let client = rt
+            .block_on(ClientBuilder::new(vec![address.clone()]).build())
+            .expect("connect to tansu");
+        Broker {
+            child,
+            address,
+            rt,
+            client,
+        }
+    }
+
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        self.rt.block_on(async {
+            let controller = self.client.controller_client().expect("controller");
+            controller
+                .create_topic(topic, partitions, 1, 5_000)
+                .await
+                .expect("create topic");
+        });
+    }
+
+    pub fn delete_topic(&self, topic: &str) {
+        self.rt.block_on(async {
+            let controller = self.client.controller_client().expect("controller");
+            controller
+                .delete_topic(topic, 5_000)
+                .await
+                .expect("delete topic");
+        });
+    }
+
+    /// Appends `(key, value)` records to one partition, in order, each in a record batch
+    /// of its own: tansu 0.6 finds no record when a fetch starts inside a batch (Kafka
+    /// returns the batch), which a read cut by maxOffsetsPerTrigger does.
+    pub fn produce(&self, topic: &str, partition: i32, records: &[(String, Option<String>)]) {
+        self.rt.block_on(async {
+            let pc = self
+                .client
+                .partition_client(topic, partition, UnknownTopicHandling::Retry)
+                .await
+                .expect("partition client");
+            for chunk in records.chunks(1) {
+                let batch: Vec<Record> = chunk
+                    .iter()
+                    .map(|(k, v)| Record {
+                        key: Some(k.clone().into_bytes()),
+                        value: v.clone().map(String::into_bytes),
+                        headers: [("source".to_string(), b"test".to_vec())].into(),
+                        timestamp: Utc::now(),
+                    })
+                    .collect();
+                pc.produce(batch, Compression::NoCompression)
+                    .await
+                    .expect("produce");
+            }
+        });
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A pipeline reading `topic` into `bronze` (the records as Databricks gives them)
+/// and folding the JSON values `{"id":…,"name":…,"seq":…}` into SCD type 1 `current`.
+fn pipeline(dir: &Path, broker: &Broker, topic: &str, extra: &str) {
+    std::fs::write(dir.join("pipeline.yaml"), "name: kafka_e2e\n").expect("pipeline.yaml");
+    std::fs::write(
+        dir.join("flows.sql"),
+        format!(
+            "CREATE OR REFRESH STREAMING TABLE bronze AS
+SELECT topic, partition, offset, CAST(key AS STRING) AS k, CAST(value AS STRING) AS v, headers
+FROM STREAM read_kafka(bootstrapServers => '{}', subscribe => '{topic}', startingOffsets => 'earliest', includeHeaders => 'true'{extra});
+
+CREATE OR REFRESH STREAMING TABLE current;
+CREATE FLOW current_cdc AS AUTO CDC INTO current
+FROM (SELECT CAST(get_json_object(v, '$.id') AS INT) AS id, get_json_object(v, '$.name') AS name,
+             CAST(get_json_object(v, '$.seq') AS BIGINT) AS seq FROM STREAM(bronze) WHERE v IS NOT NULL)
+  KEYS (id)
+  SEQUENCE BY seq
+  STORED AS SCD TYPE 1;
+",
+            broker.address
+        ),
+    )
+    .expect("flows.sql");
+}
+
+fn run(dir: &Path) -> String {
+    let out = cdcflow(&["run", "-p", dir.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    // Shown with a failing test's output (RUST_LOG=cdcflow_kafka=debug shows the reads).
+    eprint!("{}", stderr(&out));
+    stdout(&out)
+}
+
+fn query(dir: &Path, sql: &str) -> Vec<String> {
+    let out = query_csv(dir, sql);
+    assert!(out.status.success(), "{sql}: {}", stderr(&out));
+    stdout(&out).lines().skip(1).map(String::from).collect()
+}
+
+/// `n` events for keys `0..keys`, key `k`'s events all in partition `k % partitions`
+/// (keys interleave across partitions), each event `{"id","name","seq"}`.
+fn events(from: u64, n: u64, keys: u64, partitions: i32) -> Vec<Vec<(String, Option<String>)>> {
+    let mut out = vec![Vec::new(); partitions as usize];
+    for seq in from..from + n {
+        let id = seq % keys;
+        let value = format!(r#"{{"id":{id},"name":"n{seq}","seq":{seq}}}"#);
+        out[(id % partitions as u64) as usize].push((id.to_string(), Some(value)));
+    }
+    out
+}
+
+fn produce_events(broker: &Broker, topic: &str, from: u64, n: u64, keys: u64) {
+    for (p, records) in events(from, n, keys, 3).iter().enumerate() {
+        broker.produce(topic, p as i32, records);
+    }
+}
+
+/// Each key's latest event, as `id,name` lines in key order.
+fn expected_current(upto: u64, keys: u64) -> Vec<String> {
+    let mut latest = std::collections::BTreeMap::new();
+    for seq in 0..upto {
+        latest.insert(seq % keys, seq);
+    }
+    latest
+        .iter()
+        .map(|(id, seq)| format!("{id},n{seq}"))
+        .collect()
+}
+
+/// No record is in bronze twice.
+fn assert_no_doubles(dir: &Path) {
+    let all = query(dir, "SELECT count(*) FROM bronze");
+    let distinct = query(
+        dir,
+        "SELECT count(*) FROM (SELECT DISTINCT topic, partition, offset FROM bronze)",
+    );
+    assert_eq!(all, distinct, "a record was stored twice");
+}
+
+#[test]
+fn records_of_three_partitions_land_in_bronze_and_fold_into_scd1() {
+    let broker = Broker::start();
+    broker.create_topic("orders", 3);
+    produce_events(&broker, "orders", 0, 60, 10);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &broker, "orders", "");
+
+    let out = run(dir.path());
+    assert!(out.contains("read 60"), "{out}");
+    assert_eq!(
+        query(dir.path(), "SELECT id, name FROM current ORDER BY id"),
+        expected_current(60, 10)
+    );
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT partition, count(*), min(offset), max(offset) FROM bronze GROUP BY partition ORDER BY partition"
+        ),
+        ["0,24,0,23", "1,18,0,17", "2,18,0,17"]
+    );
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT headers[1]['key'], CAST(headers[1]['value'] AS STRING) FROM bronze LIMIT 1"
+        ),
+        ["source,test"]
+    );
+
+    // Nothing new: nothing read. Then only the new records.
+    let again = run(dir.path());
+    assert!(!again.contains("read 60"), "{again}");
+    produce_events(&broker, "orders", 60, 30, 10);
+    let out = run(dir.path());
+    assert!(out.contains("read 30"), "{out}");
+    assert_no_doubles(dir.path());
+    assert_eq!(
+        query(dir.path(), "SELECT id, name FROM current ORDER BY id"),
+        expected_current(90, 10)
+    );
+
+    // status: per partition, nothing behind; then 5 records behind on partition 1.
+    let late = (
+        "1".to_string(),
+        Some(r#"{"id":1,"name":"late","seq":1000}"#.to_string()),
+    );
+    broker.produce("orders", 1, &vec![late; 5]);
+    let status = cdcflow(&["status", "-p", dir.path().to_str().expect("utf-8")]);
+    let text = stdout(&status);
+    assert!(text.contains("orders-0: 0 behind"), "{text}");
+    assert!(text.contains("orders-1: 5 behind"), "{text}");
+}
+
+#[test]
+fn a_run_killed_at_any_point_reads_exactly_the_uncommitted_offsets_again() {
+    for point in ["offsets:bronze", "before-commit:bronze", "committed:bronze"] {
+        let broker = Broker::start();
+        broker.create_topic("orders", 3);
+        produce_events(&broker, "orders", 0, 30, 7);
+        let dir = tempfile::tempdir().expect("tempdir");
+        pipeline(dir.path(), &broker, "orders", "");
+        run(dir.path());
+
+        produce_events(&broker, "orders", 30, 30, 7);
+        let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["run", "-p", dir.path().to_str().expect("utf-8")])
+            .env("CDCFLOW_FAILPOINT", point)
+            .output()
+            .expect("run");
+        assert!(
+            !died.status.success() && stderr(&died).contains("failpoint"),
+            "{point}: the run did not reach its failpoint: {}{}",
+            stdout(&died),
+            stderr(&died)
+        );
+        produce_events(&broker, "orders", 60, 10, 7);
+        run(dir.path());
+        assert_no_doubles(dir.path());
+        assert_eq!(
+            query(dir.path(), "SELECT count(*) FROM bronze"),
+            ["70"],
+            "{point}"
+        );
+        assert_eq!(
+            query(dir.path(), "SELECT id, name FROM current ORDER BY id"),
+            expected_current(70, 7),
+            "{point}"
+        );
+    }
+}
+
+#[test]
+fn a_backlog_is_read_in_batches_of_max_offsets_per_trigger_and_new_partitions_are_read() {
+    let broker = Broker::start();
+    broker.create_topic("a", 3);
+    produce_events(&broker, "a", 0, 90, 9);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("pipeline.yaml"), "name: kafka_batches\n").expect("yaml");
+    std::fs::write(
+        dir.path().join("flows.sql"),
+        format!(
+            "CREATE OR REFRESH STREAMING TABLE bronze AS SELECT topic, partition, offset FROM STREAM read_kafka(bootstrapServers => '{}', subscribePattern => '[ab]', startingOffsets => 'earliest', maxOffsetsPerTrigger => '25');\n",
+            broker.address
+        ),
+    )
+    .expect("flows.sql");
+    let out = run(dir.path());
+    assert!(out.contains("batch 3"), "four batches of at most 25: {out}");
+    assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["90"]);
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT count(*) FROM (SELECT DISTINCT partition, offset FROM bronze)"
+        ),
+        ["90"]
+    );
+    // A topic that appears later and matches the pattern is read from its start.
+    broker.create_topic("b", 1);
+    broker.produce(
+        "b",
+        0,
+        &[("x".into(), Some("1".into())), ("y".into(), None)],
+    );
+    run(dir.path());
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT topic, count(*) FROM bronze GROUP BY topic ORDER BY topic"
+        ),
+        ["a,90", "b,2"]
+    );
+}
+
+#[test]
+fn offsets_the_broker_no_longer_has_fail_loudly_unless_data_loss_is_allowed() {
+    let broker = Broker::start();
+    broker.create_topic("t", 1);
+    broker.produce("t", 0, &events(0, 10, 5, 1)[0]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &broker, "t", "");
+    run(dir.path());
+    // The topic is deleted and made again: the committed offset 10 is past its end.
+    broker.delete_topic("t");
+    broker.create_topic("t", 1);
+    broker.produce("t", 0, &events(10, 3, 5, 1)[0]);
+    let out = cdcflow(&["run", "-p", dir.path().to_str().expect("utf-8")]);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("t-0: the committed offset 10 is past the partition's end 3"),
+        "{text}"
+    );
+    assert!(text.contains("failOnDataLoss"), "{text}");
+    assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["10"]);
+
+    pipeline(dir.path(), &broker, "t", ", failOnDataLoss => 'false'");
+    run(dir.path());
+    assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["13"]);
+}
+
+/// Waits until `current` holds each key's latest of the first `upto` events.
+fn wait_for_events(dir: &Path, upto: u64, keys: u64) -> bool {
+    let want = expected_current(upto, keys);
+    for _ in 0..300 {
+        let out = query_csv(dir, "SELECT id, name FROM current ORDER BY id");
+        let got: Vec<String> = stdout(&out).lines().skip(1).map(String::from).collect();
+        if out.status.success() && got == want {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+#[test]
+fn continuous_mode_follows_records_as_they_are_produced() {
+    let broker = Broker::start();
+    broker.create_topic("orders", 3);
+    produce_events(&broker, "orders", 0, 30, 5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &broker, "orders", "");
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("yaml");
+    std::fs::write(&yaml, format!("{text}trigger_interval_seconds: 0.5\n")).expect("yaml");
+    let child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args([
+            "run",
+            "-p",
+            dir.path().to_str().expect("utf-8"),
+            "--continuous",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let first = wait_for_events(dir.path(), 30, 5);
+    produce_events(&broker, "orders", 30, 12, 5);
+    let later = wait_for_events(dir.path(), 42, 5);
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let out = child.wait_with_output().expect("wait");
+    assert!(first, "the first records did not arrive: {}", stderr(&out));
+    assert!(later, "the later records did not arrive: {}", stderr(&out));
+    assert!(term.success() && out.status.success(), "{}", stderr(&out));
+    assert_no_doubles(dir.path());
+}
+
+/// Key and partition (of 3) for a Debezium event line: the row's `id`, as Debezium keys
+/// a table's events by its primary key; tombstones (no id) go to partition 0.
+fn keyed(line: &str) -> (i32, Option<String>) {
+    let v: serde_json::Value = serde_json::from_str(line).expect("json");
+    let v = match v.get("payload") {
+        Some(p) => p.clone(),
+        None => v,
+    };
+    let id = ["after", "before"].iter().find_map(|side| {
+        v.get(side)
+            .and_then(|r| r.get("id"))
+            .and_then(|i| i.as_i64())
+    });
+    match id {
+        Some(id) => ((id % 3) as i32, Some(format!(r#"{{"id":{id}}}"#))),
+        None => (0, None),
+    }
+}
+
+fn sorted(mut lines: Vec<String>) -> Vec<String> {
+    let header = lines.remove(0);
+    lines.sort();
+    lines.insert(0, header);
+    lines
+}
+
+#[test]
+fn the_example_pipeline_gives_the_tables_the_same_events_landed_as_files_give() {
+    let broker = Broker::start();
+    let topic = "crm.public.customers";
+    broker.create_topic(topic, 3);
+    let dir = crate::example_copy("crm_kafka");
+    let conf = format!("kafka_servers={}", broker.address);
+    let steps = crate::repo().join("tests/run/debezium_envelopes/steps");
+    for step in ["1", "2", "3"] {
+        let landing = steps.join(step).join("files/landing/customers");
+        for file in std::fs::read_dir(&landing).expect("landing") {
+            let text = std::fs::read_to_string(file.expect("file").path()).expect("read");
+            for line in text.lines() {
+                let (partition, key) = keyed(line);
+                let value = (line != "null" && !line.contains(r#""payload":null"#))
+                    .then(|| line.to_string());
+                let key = key.unwrap_or_default();
+                broker.produce(topic, partition, &[(key, value)]);
+            }
+        }
+        let out = cdcflow(&[
+            "run",
+            "-p",
+            dir.path().to_str().expect("utf-8"),
+            "--conf",
+            &conf,
+        ]);
+        assert!(
+            out.status.success(),
+            "step {step}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        for table in ["customers", "customers_history"] {
+            let expected =
+                std::fs::read_to_string(steps.join(step).join(format!("expect/{table}.csv")))
+                    .expect("expected table");
+            let got = query_csv(dir.path(), &format!("SELECT * FROM {table}"));
+            assert_eq!(
+                sorted(stdout(&got).lines().map(String::from).collect()),
+                sorted(expected.lines().map(String::from).collect()),
+                "step {step}: {table}"
+            );
+        }
+    }
+}
+
+/// Debezium events (PostgreSQL-shaped, no wrapper) for `keys` customers: each created,
+/// then updated, some deleted and created again; keyed by id into 3 partitions, so a
+/// key's events are in one partition and keys interleave across partitions.
+fn debezium_events(n: u64, keys: u64) -> Vec<Vec<(String, Option<String>)>> {
+    let mut out = vec![Vec::new(); 3];
+    let mut alive = vec![false; keys as usize];
+    let mut lsn = 1000u64;
+    for i in 0..n {
+        let id = (i * 7 + i / keys) % keys;
+        let prev = lsn;
+        lsn += 10;
+        let row = |v: u64| format!(r#"{{"id":{id},"name":"n{v}","city":"c{}"}}"#, v % 5);
+        let (op, before, after) = match (alive[id as usize], i % 11 == 5) {
+            (false, _) => ("c", "null".to_string(), row(i)),
+            (true, true) => ("d", row(i), "null".to_string()),
+            (true, false) => ("u", "null".to_string(), row(i)),
+        };
+        alive[id as usize] = op != "d";
+        let value = format!(
+            r#"{{"before":{before},"after":{after},"op":"{op}","ts_ms":{},"source":{{"ts_ms":{},"sequence":"[\"{prev}\",\"{lsn}\"]","lsn":{lsn}}}}}"#,
+            1_700_000_000_000u64 + i,
+            1_700_000_000_000u64 + i
+        );
+        let key = format!(r#"{{"id":{id}}}"#);
+        let p = (id % 3) as usize;
+        out[p].push((key.clone(), Some(value)));
+        if op == "d" {
+            out[p].push((key, None));
+        }
+    }
+    out
+}
+
+/// The number of commits in a table's Delta log.
+fn commits(dir: &Path, table: &str) -> usize {
+    std::fs::read_dir(dir.join("_storage/tables").join(table).join("_delta_log"))
+        .map(|r| {
+            r.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Starts `cdcflow run` and kills it (SIGKILL) once `table` has more than `after`
+/// commits; false when the run ended before that.
+fn kill_when(dir: &Path, conf: &str, table: &str, after: usize) -> bool {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", dir.to_str().expect("utf-8"), "--conf", conf])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run");
+    loop {
+        if commits(dir, table) > after {
+            let _ = child.kill();
+            let _ = child.wait();
+            return true;
+        }
+        if child.try_wait().expect("wait").is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn three_partitions_and_two_kills_mid_run_give_the_tables_of_an_uninterrupted_run() {
+    let broker = Broker::start();
+    let topic = "crm.public.customers";
+    broker.create_topic(topic, 3);
+    let events = debezium_events(3000, 40);
+    let total: usize = events.iter().map(Vec::len).sum();
+    for (p, records) in events.iter().enumerate() {
+        broker.produce(topic, p as i32, records);
+    }
+    let conf = format!("kafka_servers={}", broker.address);
+    let limited = |dir: &Path| {
+        let sql = dir.join("customers.sql");
+        let text = std::fs::read_to_string(&sql).expect("sql");
+        let text = text.replace(
+            "startingOffsets => 'earliest'",
+            "startingOffsets => 'earliest', maxOffsetsPerTrigger => 250",
+        );
+        std::fs::write(&sql, text).expect("sql");
+    };
+    let whole = crate::example_copy("crm_kafka");
+    limited(whole.path());
+    let out = cdcflow(&[
+        "run",
+        "-p",
+        whole.path().to_str().expect("utf-8"),
+        "--conf",
+        &conf,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+
+    let killed = crate::example_copy("crm_kafka");
+    limited(killed.path());
+    // Killed (SIGKILL) twice mid-way through bronze's batches, then aborted between the
+    // SCD type 1 commit and the SCD type 2 flow.
+    assert!(
+        kill_when(killed.path(), &conf, "customer_events", 3),
+        "bronze finished before the kill"
+    );
+    let bronze = commits(killed.path(), "customer_events");
+    assert!(
+        kill_when(killed.path(), &conf, "customer_events", bronze + 2),
+        "bronze finished before the second kill"
+    );
+    let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args([
+            "run",
+            "-p",
+            killed.path().to_str().expect("utf-8"),
+            "--conf",
+            &conf,
+        ])
+        .env("CDCFLOW_FAILPOINT", "committed:customers")
+        .output()
+        .expect("run");
+    assert!(stderr(&died).contains("failpoint"), "{}", stderr(&died));
+    let out = cdcflow(&[
+        "run",
+        "-p",
+        killed.path().to_str().expect("utf-8"),
+        "--conf",
+        &conf,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+
+    let tables = [
+        "SELECT count(*), count(DISTINCT concat(partition, '/', offset)) FROM customer_events",
+        "SELECT * FROM customers ORDER BY id",
+        "SELECT * FROM customers_history ORDER BY id, __START_AT",
+    ];
+    let a = crate::snapshot(whole.path(), &tables);
+    let b = crate::snapshot(killed.path(), &tables);
+    assert_eq!(a, b);
+    assert!(a[0].contains(&format!("{total},{total}")), "{}", a[0]);
+    assert!(a[1].lines().count() > 20, "{}", a[1]);
+}

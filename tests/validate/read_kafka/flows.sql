@@ -1,0 +1,27 @@
+-- A valid read: the columns are Databricks' (key, value, topic, partition, offset, …).
+CREATE OR REFRESH STREAMING TABLE events AS
+SELECT CAST(value AS STRING) AS v, topic, partition, offset, timestamp
+FROM STREAM read_kafka(bootstrapServers => 'broker:9092', subscribe => 'orders', startingOffsets => 'earliest');
+CREATE OR REFRESH STREAMING TABLE ok_flow AS SELECT v, offst FROM STREAM(events);
+
+-- An unknown option (the nearest is named), and a client option not supported.
+CREATE OR REFRESH STREAMING TABLE a AS
+SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:9092', subscribe => 't', startingOffset => 'earliest', `kafka.fetch.max.bytes` => '1');
+
+-- No topics; a server without a port; both subscriptions.
+CREATE OR REFRESH STREAMING TABLE b AS SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:9092');
+CREATE OR REFRESH STREAMING TABLE c AS SELECT * FROM STREAM read_kafka(bootstrapServers => 'broker', subscribe => 't');
+CREATE OR REFRESH STREAMING TABLE d AS
+SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribe => 't', subscribePattern => 't.*');
+
+-- Bad values: offsets, a limit, a flag, a pattern, a topic name.
+CREATE OR REFRESH STREAMING TABLE e AS
+SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribe => 't', startingOffsets => 'first', maxOffsetsPerTrigger => 0, failOnDataLoss => 'maybe');
+CREATE OR REFRESH STREAMING TABLE f AS SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribePattern => '(');
+CREATE OR REFRESH STREAMING TABLE g AS SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribe => 'a b');
+
+-- TLS is not built in yet; not a stream; a materialized view reading the topic itself.
+CREATE OR REFRESH STREAMING TABLE h AS
+SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribe => 't', `kafka.security.protocol` => 'SSL');
+CREATE MATERIALIZED VIEW i AS SELECT * FROM read_kafka(bootstrapServers => 'b:1', subscribe => 't');
+CREATE MATERIALIZED VIEW j AS SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribe => 't');
