@@ -1,7 +1,9 @@
 //! Which flows of a run wait for which. A flow waits for every flow of the run that
 //! writes a dataset it reads (through the views it reads: a view is not run, its query
-//! reads what its own inputs hold) and for the flows before it into its own target (a
-//! table takes one commit at a time, in the pipeline's order). Flows that wait for
+//! reads what its own inputs hold), for the flows before it into its own target (a
+//! table takes one commit at a time, in the pipeline's order), and for the flows before
+//! it that read the same PostgreSQL connection (its tables share one replication slot,
+//! which the first of them creates and each acknowledges in turn). Flows that wait for
 //! none of each other run at the same time (docs/runtime.md, "Flows").
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -38,8 +40,12 @@ pub fn waits(pipeline: &Pipeline, run: &[usize]) -> Vec<Vec<usize>> {
                     writers_of(pipeline, name, &mut seen, &mut writers);
                 }
             }
+            let slots = postgres_connections(&flow.inputs);
             for &g in &run[..i] {
-                if pipeline.flows[g].target.eq_ignore_ascii_case(&flow.target) {
+                let other = &pipeline.flows[g];
+                if other.target.eq_ignore_ascii_case(&flow.target)
+                    || !postgres_connections(&other.inputs).is_disjoint(&slots)
+                {
                     writers.insert(g);
                 }
             }
@@ -80,4 +86,15 @@ fn writers_of(
             }
         }
     }
+}
+
+/// The PostgreSQL connections `inputs` read by logical replication, lower-cased.
+fn postgres_connections(inputs: &[Input]) -> BTreeSet<String> {
+    inputs
+        .iter()
+        .filter_map(|input| match input {
+            Input::Postgres(rp) => Some(rp.connection.to_lowercase()),
+            _ => None,
+        })
+        .collect()
 }
