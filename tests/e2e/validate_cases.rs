@@ -1,8 +1,9 @@
 //! Table-driven diagnostics: every folder under `tests/validate/` is a pipeline, and its
 //! `expected` file lists the errors `cdcflow validate --format json` must report, one
-//! `file:line:col code` per line (empty: the pipeline is valid); an optional `warnings`
-//! file lists its warnings the same way (without it, warnings are not compared). Add a
-//! case by adding a folder; no Rust needed.
+//! `file:line:col code message` per line (empty: the pipeline is valid); an optional
+//! `warnings` file lists its warnings the same way (without it, warnings are not
+//! compared). The message is compared whole: a diagnostic's wording is what the user
+//! reads. Add a case by adding a folder; no Rust needed.
 
 use std::fs;
 
@@ -51,11 +52,12 @@ fn every_validate_case_reports_exactly_its_expected_errors() {
                 );
             }
             let at = format!(
-                "{}:{}:{} {}",
+                "{}:{}:{} {} {}",
                 v["file"].as_str().unwrap_or("?"),
                 v["line"],
                 v["column"],
-                v["code"].as_str().unwrap_or("?")
+                v["code"].as_str().unwrap_or("?"),
+                v["message"].as_str().unwrap_or("?").replace('\n', "\\n")
             );
             match v["severity"].as_str() {
                 Some("error") => actual.push(at),

@@ -98,7 +98,7 @@ fn trigger_interval<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Er
                 Ok(seconds)
             } else {
                 Err(E::custom(format!(
-                    "trigger_interval_seconds must be from 0 to {MAX_TRIGGER_INTERVAL_SECONDS} seconds, not {seconds}"
+                    "must be from 0 to {MAX_TRIGGER_INTERVAL_SECONDS} seconds, not {seconds}"
                 )))
             }
         }
@@ -265,7 +265,7 @@ mod tests {
                 .unwrap_err();
             assert!(
                 e.message
-                    .contains("trigger_interval_seconds must be from 0 to 86400"),
+                    .contains("trigger_interval_seconds: must be from 0 to 86400"),
                 "{value}: {}",
                 e.message
             );

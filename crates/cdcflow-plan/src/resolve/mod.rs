@@ -157,6 +157,8 @@ pub fn load_with_columns(
     r.check_layouts();
     r.check_generated_columns();
     r.check_declared_columns();
+    r.check_expectations();
+    r.check_table_properties();
     // Landing-file schemas were inferred once here; the run reuses them.
     for flow in &mut r.flows {
         for input in &mut flow.inputs {
@@ -697,6 +699,7 @@ impl Resolver<'_> {
 
 mod cdc;
 mod declared;
+mod expectations;
 mod external;
 mod file_metadata;
 mod generated_columns;
@@ -710,6 +713,7 @@ mod references;
 mod schemas;
 mod source_query;
 mod streams;
+mod table_properties;
 mod view_depth;
 
 #[cfg(test)]
