@@ -1,5 +1,13 @@
 //! End-to-end tests: they drive the `cdcflow` binary as a user would.
 
+// Tests may unwrap and panic: a failure is their report.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::cast_possible_truncation
+)]
+
 mod cli;
 mod closed_stdout;
 mod conf_values;

@@ -56,3 +56,28 @@ fn query_errors_name_the_pipeline_s_tables_and_say_what_to_do() {
     let err = query_error(p, "SELEC 1");
     assert!(err.starts_with("error: syntax error: "), "{err}");
 }
+
+#[test]
+fn a_commands_error_is_printed_as_a_diagnostic_with_its_code_and_help() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&repo().join("pipelines/orders"), dir.path());
+    let p = dir.path().to_str().expect("utf-8");
+    let err = query_error(p, "SELECT * FROM silver_order_history");
+    let mut lines = err.lines();
+    assert_eq!(
+        lines.next(),
+        Some("error: unknown table `silver_order_history`"),
+        "{err}"
+    );
+    // Then miette's report, as `cdcflow validate` prints: the stable code, the
+    // message, the help.
+    assert!(err.contains("cdcflow::run::input"), "{err}");
+    assert!(
+        err.contains("× unknown table `silver_order_history`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("help: did you mean `silver_orders_history`?"),
+        "{err}"
+    );
+}

@@ -9,6 +9,14 @@
 //! CDCFLOW_KAFKA_BENCH_EVENTS=100000 cargo bench --locked -p cdcflow-cli --bench kafka_debezium
 //! ```
 
+// A benchmark may unwrap and panic: a failure is their report.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::cast_possible_truncation
+)]
+
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

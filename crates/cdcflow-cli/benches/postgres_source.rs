@@ -19,6 +19,14 @@
 //! cargo bench --locked -p cdcflow-cli --bench postgres_source
 //! ```
 
+// A benchmark may unwrap and panic: a failure is their report.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::cast_possible_truncation
+)]
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

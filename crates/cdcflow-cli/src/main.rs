@@ -26,6 +26,7 @@ mod query;
 mod query_errors;
 mod read_only;
 mod run;
+mod run_error;
 mod usage;
 mod vacuum;
 mod validate;

@@ -18,10 +18,7 @@ pub fn optimize(args: &PipelineArgs, tables: &[String], json: bool) -> ExitCode 
     let done = match result {
         Ok(done) => done,
         Err(e) => {
-            errln!("error: {e}");
-            if let Some(h) = e.help() {
-                errln!("  help: {h}");
-            }
+            crate::run_error::print(&e);
             return ExitCode::from(1);
         }
     };

@@ -69,10 +69,7 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            errln!("error: {}", crate::query_errors::message(&e));
-            if let Some(h) = e.help() {
-                errln!("  help: {h}");
-            }
+            crate::run_error::print_as(&e, &crate::query_errors::message(&e));
             ExitCode::from(1)
         }
     }
@@ -111,7 +108,7 @@ pub fn tables(args: &PipelineArgs, json: bool) -> ExitCode {
     let tables = match crate::runtime().block_on(cdcflow_runtime::catalog::tables(&pipeline)) {
         Ok(tables) => tables,
         Err(e) => {
-            errln!("error: {e}");
+            crate::run_error::print(&e);
             return ExitCode::from(1);
         }
     };
@@ -216,7 +213,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
     )) {
         Ok(f) => f,
         Err(e) => {
-            errln!("error: {e}");
+            crate::run_error::print(&e);
             return ExitCode::from(1);
         }
     };

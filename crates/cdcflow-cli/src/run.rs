@@ -49,10 +49,7 @@ fn load(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, ExitCode> {
         Ok(columns) if columns.is_empty() => Ok(loaded),
         Ok(columns) => Ok(crate::validate::load_with_columns(args, &columns)),
         Err(e) => {
-            errln!("error: {e}");
-            if let Some(h) = e.help() {
-                errln!("  help: {h}");
-            }
+            crate::run_error::print(&e);
             Err(ExitCode::from(1))
         }
     }
@@ -141,10 +138,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            errln!("error: {e}");
-            if let Some(h) = e.help() {
-                errln!("  help: {h}");
-            }
+            crate::run_error::print(&e);
             ExitCode::from(1)
         }
     }
@@ -197,6 +191,9 @@ fn print_summary(name: &str, report: &RunReport, stamp: &str) {
         }
         if let FlowOutcome::Failed { error, help } = &f.outcome {
             errln!("{stamp}error: flow `{}` failed: {error}", f.flow);
+            if let Some(code) = f.error_code {
+                errln!("{stamp}  code: {code}");
+            }
             if let Some(h) = help {
                 errln!("{stamp}  help: {h}");
             }
@@ -382,10 +379,7 @@ fn continuous(
             ExitCode::SUCCESS
         }
         Err(e) => {
-            errln!("error: {e}");
-            if let Some(h) = e.help() {
-                errln!("  help: {h}");
-            }
+            crate::run_error::print(&e);
             ExitCode::from(1)
         }
     }

@@ -18,10 +18,7 @@ pub fn run(args: &PipelineArgs, options: &VacuumOptions, json: bool) -> ExitCode
     let tables = match result {
         Ok(t) => t,
         Err(e) => {
-            errln!("error: {e}");
-            if let Some(h) = e.help() {
-                errln!("  help: {h}");
-            }
+            crate::run_error::print(&e);
             return ExitCode::from(1);
         }
     };

@@ -156,7 +156,10 @@ pub fn ranges(
             let left = backlog(p);
             let take = match max {
                 Some(max) if total > max => {
-                    let share = (u128::from(left) * u128::from(max) / u128::from(total)) as u64;
+                    // At most `max`, since `left` is at most `total`.
+                    let share =
+                        u64::try_from(u128::from(left) * u128::from(max) / u128::from(total))
+                            .unwrap_or(max);
                     share.max(u64::from(left > 0)).min(left)
                 }
                 _ => left,

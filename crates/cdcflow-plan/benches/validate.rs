@@ -3,6 +3,14 @@
 //! `cargo bench -p cdcflow-plan --bench validate` (release), or add `--profile dev` for a
 //! quick upper bound without the release build. Prints the median of several runs.
 
+// A benchmark may unwrap and panic: a failure is their report.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::cast_possible_truncation
+)]
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};

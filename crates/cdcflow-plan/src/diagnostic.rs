@@ -156,7 +156,7 @@ fn byte_offset(text: &str, line: u64, column: u64) -> usize {
     let line_end = line_text.find('\n').unwrap_or(line_text.len());
     line_text[..line_end]
         .char_indices()
-        .nth(column.saturating_sub(1) as usize)
+        .nth(usize::try_from(column.saturating_sub(1)).unwrap_or(usize::MAX))
         .map_or(line_start + line_end, |(i, _)| line_start + i)
 }
 

@@ -51,7 +51,8 @@ fn decimal_args(text: &str) -> (u8, i8) {
         .flat_map(|s| s.split(','))
         .filter_map(|n| n.trim().parse::<i64>().ok());
     let p = nums.next().unwrap_or(10).clamp(1, 38) as u8;
-    let s = nums.next().unwrap_or(0).clamp(0, p as i64) as i8;
+    // Within 0..=38, so the conversion cannot fail.
+    let s = i8::try_from(nums.next().unwrap_or(0).clamp(0, i64::from(p))).unwrap_or(0);
     (p, s)
 }
 

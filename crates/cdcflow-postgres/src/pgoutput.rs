@@ -240,14 +240,14 @@ mod tests {
     use super::*;
 
     fn tuple(values: &[Option<&str>]) -> Vec<u8> {
-        let mut out = (values.len() as i16).to_be_bytes().to_vec();
+        let mut out = i16::try_from(values.len()).unwrap().to_be_bytes().to_vec();
         for v in values {
             match v {
                 None => out.push(b'n'),
                 Some("<toast>") => out.push(b'u'),
                 Some(s) => {
                     out.push(b't');
-                    out.extend((s.len() as i32).to_be_bytes());
+                    out.extend(i32::try_from(s.len()).unwrap().to_be_bytes());
                     out.extend(s.as_bytes());
                 }
             }

@@ -143,10 +143,12 @@ pub fn read_sql(
                 (Kind::Time, Dialect::Postgres) => {
                     format!(" WHERE {column} + make_interval(secs => {overlap_seconds}) >= {high}")
                 }
-                (Kind::Time, Dialect::Mysql) => format!(
-                    " WHERE {column} + INTERVAL {} MICROSECOND >= {high}",
-                    (overlap_seconds * 1e6).round() as i64
-                ),
+                (Kind::Time, Dialect::Mysql) => {
+                    // A float's cast saturates; the overlap is a few seconds.
+                    #[expect(clippy::cast_possible_truncation, reason = "the cast saturates")]
+                    let micros = (overlap_seconds * 1e6).round() as i64;
+                    format!(" WHERE {column} + INTERVAL {micros} MICROSECOND >= {high}")
+                }
                 (Kind::Number, _) => format!(" WHERE {column} + {overlap_seconds} >= {high}"),
                 (Kind::Other, _) => format!(" WHERE {column} >= {high}"),
             }

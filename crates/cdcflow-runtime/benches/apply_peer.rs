@@ -17,12 +17,22 @@
 //! ```
 //! (see docs/benchmarks.md for the exact command used).
 
+// A benchmark may unwrap and panic: a failure is their report.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::cast_possible_truncation,
+    clippy::result_large_err
+)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use cdcflow_plan::autocdc::{AutoCdcSpec, SequenceField};
+use cdcflow_runtime::RunError;
 use cdcflow_runtime::cdc::events::to_events;
 use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules};
 use cdcflow_runtime::cdc::rules_for;
@@ -32,7 +42,6 @@ use cdcflow_runtime::delta::{self, Commit, DataFile, Mode, Table, conform, read_
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
-use datafusion::arrow::error::ArrowError;
 use datafusion::logical_expr::{col, lit};
 
 /// The table property that lets a table's rows be deleted by deletion vectors.
@@ -179,7 +188,7 @@ async fn copy(
 ) -> Result<(), String> {
     let dest = Table::open(dir).await.map_err(|e| e.to_string())?;
     let (copied, _) = rewrite(files, read_schema, &dest, schema, commit, move |batch| {
-        let made = make(batch).map_err(ArrowError::ComputeError)?;
+        let made = make(batch).map_err(RunError::internal)?;
         Ok((Some(made), ()))
     })
     .await

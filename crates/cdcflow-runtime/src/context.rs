@@ -1,7 +1,7 @@
 //! What every flow of a run shares: the pipeline, its storage, the session, the run's
-//! clock and the outside sources.
+//! clock and the outside sources. Owned, since each flow runs as a task of its own.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use cdcflow_plan::{Flow, Pipeline};
 use datafusion::prelude::SessionContext;
@@ -12,19 +12,19 @@ use crate::sources::Sources;
 use crate::{RunError, layout};
 
 /// What every flow of a run shares.
-pub(crate) struct RunContext<'a> {
-    pub pipeline: &'a Pipeline,
-    pub storage: &'a Path,
+pub(crate) struct RunContext {
+    pub pipeline: Pipeline,
+    pub storage: PathBuf,
     pub ctx: SessionContext,
     pub now_micros: i64,
     pub sources: Option<Sources>,
 }
 
-impl RunContext<'_> {
+impl RunContext {
     pub fn reader(&self) -> InputReader<'_> {
         InputReader {
-            pipeline: self.pipeline,
-            storage: self.storage,
+            pipeline: &self.pipeline,
+            storage: &self.storage,
             ctx: &self.ctx,
             sources: self.sources.as_ref(),
         }
@@ -32,7 +32,7 @@ impl RunContext<'_> {
 
     pub fn checkpoint(&self, flow: &Flow) -> Result<Checkpoint, RunError> {
         Ok(Checkpoint::new(layout::checkpoint_dir(
-            self.storage,
+            &self.storage,
             &flow.name,
         )?))
     }

@@ -183,7 +183,7 @@ mod tests {
             "relative/_storage/x",
         ] {
             let err = ensure_within(storage, Path::new(outside)).expect_err(outside);
-            assert!(matches!(err, RunError::Internal(_)), "{outside}: {err}");
+            assert!(matches!(err, RunError::Internal { .. }), "{outside}: {err}");
         }
         ensure_within(storage, Path::new("/data/pipe/_storage/tables/orders")).expect("inside");
         ensure_within(storage, Path::new("/data/pipe/_storage/./tables/a..b")).expect("inside");
@@ -198,7 +198,7 @@ mod tests {
         std::fs::write(victim.join("precious.txt"), "keep").expect("write");
         let err = remove_dir_all(&storage, &storage.join("checkpoints/../../../victim"))
             .expect_err("outside");
-        assert!(matches!(err, RunError::Internal(_)), "{err}");
+        assert!(matches!(err, RunError::Internal { .. }), "{err}");
         assert!(victim.join("precious.txt").is_file());
         let inside = storage.join("checkpoints/f");
         std::fs::create_dir_all(inside.join("offsets")).expect("mkdir");

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::RunError;
+use crate::{ErrorCode, RunError};
 
 /// Who holds a lock, as written in its file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,7 +85,11 @@ fn held(file: &mut File, path: &Path, pipeline: &str) -> RunError {
         Ok(h) => format!("pid {} on {}", h.pid, h.host),
         Err(_) => "another process".to_string(),
     };
-    RunError::input(format!("pipeline {pipeline} is being run by {who}")).with_help(format!(
+    RunError::user(
+        ErrorCode::Locked,
+        format!("pipeline {pipeline} is being run by {who}"),
+    )
+    .with_help(format!(
         "wait for it to finish; the lock ({}) is released when that process ends, however it ends",
         path.display()
     ))

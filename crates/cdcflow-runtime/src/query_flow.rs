@@ -32,14 +32,14 @@ struct QueryBatch {
 impl QueryBatch {
     /// Opens the target and reads the flow's progress; the input is registered by
     /// [`QueryBatch::read_inputs`].
-    async fn open(rc: &RunContext<'_>, flow: &Flow) -> Result<Self, RunError> {
+    async fn open(rc: &RunContext, flow: &Flow) -> Result<Self, RunError> {
         let target = rc.pipeline.dataset(&flow.target).ok_or_else(|| {
             RunError::input(format!(
                 "flow `{}`: unknown target `{}`",
                 flow.name, flow.target
             ))
         })?;
-        let dir = layout::table_dir(rc.storage, target)?;
+        let dir = layout::table_dir(&rc.storage, target)?;
         let table = Table::open(&dir).await?;
         let app = layout::app_id(&flow.name);
         let checkpoint = rc.checkpoint(flow)?;
@@ -59,7 +59,7 @@ impl QueryBatch {
 
     async fn read_inputs(
         &mut self,
-        rc: &RunContext<'_>,
+        rc: &RunContext,
         flow: &Flow,
         report: &mut FlowReport,
     ) -> Result<(), RunError> {
@@ -81,7 +81,7 @@ impl QueryBatch {
     /// Writes the offsets, runs the query and commits its result.
     async fn commit(
         mut self,
-        rc: &RunContext<'_>,
+        rc: &RunContext,
         flow: &Flow,
         query: &Query,
         mode: Mode,
@@ -146,7 +146,7 @@ impl QueryBatch {
 
 /// Appends the rows the flow's query gives for the new input.
 pub(crate) async fn append(
-    rc: &RunContext<'_>,
+    rc: &RunContext,
     flow: &Flow,
     query: &Query,
     report: &mut FlowReport,
@@ -198,7 +198,7 @@ pub(crate) async fn acknowledge(
 
 /// Recomputes a materialized view when its inputs changed since the last refresh.
 pub(crate) async fn materialize(
-    rc: &RunContext<'_>,
+    rc: &RunContext,
     flow: &Flow,
     query: &Query,
     report: &mut FlowReport,
@@ -220,7 +220,7 @@ pub(crate) async fn materialize(
     batch.commit(rc, flow, query, Mode::Overwrite, report).await
 }
 
-fn commit_for(rc: &RunContext<'_>, flow: &Flow, app: &str, batch: i64) -> Commit {
+fn commit_for(rc: &RunContext, flow: &Flow, app: &str, batch: i64) -> Commit {
     let txns = vec![(app.to_string(), batch)];
     match rc.pipeline.dataset(&flow.target) {
         Some(dataset) => Commit::to_published(dataset, txns),
@@ -234,7 +234,7 @@ fn commit_for(rc: &RunContext<'_>, flow: &Flow, app: &str, batch: i64) -> Commit
 
 /// Plans and runs `query`; the result's columns are all nullable, as stored.
 async fn execute(
-    rc: &RunContext<'_>,
+    rc: &RunContext,
     planner: &Planner,
     query: &Query,
 ) -> Result<(SchemaRef, Vec<RecordBatch>), RunError> {

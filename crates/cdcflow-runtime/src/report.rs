@@ -54,6 +54,9 @@ pub struct FlowReport {
     /// `append`, `materialized view` or `auto cdc`.
     pub kind: &'static str,
     pub outcome: FlowOutcome,
+    /// A failed flow's stable error code (`cdcflow::run::…`, `cdcflow::internal`).
+    #[serde(rename = "code", skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<&'static str>,
     /// Source rows read by the batch.
     pub rows_read: u64,
     /// Rows appended (append flows) or in the result (materialized views).
@@ -92,6 +95,7 @@ impl FlowReport {
             outcome: FlowOutcome::UpToDate {
                 reason: "nothing new".into(),
             },
+            error_code: None,
             rows_read: 0,
             rows_written: 0,
             files: 0,

@@ -3,14 +3,13 @@
 //! flow stops the flows downstream of it and no others.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use cdcflow_plan::{Flow, FlowKind, Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::prelude::SessionContext;
 
 use crate::cascade::{self, reset_allowed};
 use crate::checkpoint::Checkpoint;
@@ -19,7 +18,7 @@ use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::lock::RunLock;
 use crate::report::{FlowOutcome, FlowReport, RunReport};
 use crate::sources::Sources;
-use crate::{RunError, cdc, flows, layout, schedule};
+use crate::{RunError, cdc, layout, query_flow, schedule};
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
@@ -101,7 +100,7 @@ pub(crate) async fn run_locked(
             ));
         }
     }
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(RunContext {
         pipeline: pipeline.clone(),
         storage: storage.clone(),
         ctx: cdcflow_plan::functions::session_context(),
@@ -200,29 +199,13 @@ pub(crate) async fn run_locked(
     Ok(report)
 }
 
-/// What every flow of a run shares, owned: each flow runs as a task of its own.
-struct Shared {
-    pipeline: Pipeline,
-    storage: PathBuf,
-    ctx: SessionContext,
-    now_micros: i64,
-    sources: Option<Sources>,
-}
-
-impl Shared {
+impl RunContext {
     /// Runs flow `f` (an index into the pipeline's flows), timed.
     async fn run_flow(&self, f: usize) -> FlowReport {
-        let rc = RunContext {
-            pipeline: &self.pipeline,
-            storage: &self.storage,
-            ctx: self.ctx.clone(),
-            now_micros: self.now_micros,
-            sources: self.sources.clone(),
-        };
         let flow = &self.pipeline.flows[f];
         let (started, started_at) = (Instant::now(), chrono::Utc::now().timestamp_micros());
-        let mut r = run_flow(&rc, flow, dataset_kind(&self.pipeline, flow)).await;
-        r.millis = started.elapsed().as_millis() as u64;
+        let mut r = run_flow(self, flow, dataset_kind(&self.pipeline, flow)).await;
+        r.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         r.started_micros = started_at;
         r.ended_micros = chrono::Utc::now().timestamp_micros();
         if matches!(r.outcome, FlowOutcome::Committed { .. })
@@ -279,7 +262,7 @@ fn kind_of(flow: &Flow, target: DatasetKind) -> &'static str {
     }
 }
 
-async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> FlowReport {
+async fn run_flow(rc: &RunContext, flow: &Flow, target: DatasetKind) -> FlowReport {
     let mut report = FlowReport::new(&flow.name, &flow.target, kind_of(flow, target));
     if flow.plan.is_none() {
         // Only an unknown input schema leaves a valid pipeline's flow unplanned: no
@@ -294,6 +277,7 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
             | Input::Kafka(_) => None,
         });
         if let Some(error) = unusable {
+            report.error_code = Some(crate::ErrorCode::File.as_str());
             report.outcome = FlowOutcome::Failed {
                 error: format!("{error}; nothing was committed"),
                 help: Some(error.help().into()),
@@ -308,11 +292,15 @@ async fn run_flow(rc: &RunContext<'_>, flow: &Flow, target: DatasetKind) -> Flow
     let result = match (&flow.kind, target) {
         (FlowKind::AutoCdc(spec), _) => cdc::flow::run(rc, flow, spec, &mut report).await,
         (FlowKind::Query { query, .. }, DatasetKind::MaterializedView) => {
-            flows::materialize(rc, flow, query, &mut report).await
+            query_flow::materialize(rc, flow, query, &mut report).await
         }
-        (FlowKind::Query { query, .. }, _) => flows::append(rc, flow, query, &mut report).await,
+        (FlowKind::Query { query, .. }, _) => {
+            query_flow::append(rc, flow, query, &mut report).await
+        }
     };
     if let Err(e) = result {
+        let e = e.context(|| format!("running flow `{}`", flow.name));
+        report.error_code = Some(e.code().as_str());
         report.outcome = FlowOutcome::Failed {
             error: e.to_string(),
             help: e.help().map(str::to_string),

@@ -180,7 +180,10 @@ pub fn decode_values(objects: &[Option<String>], fields: &Fields) -> Result<Stru
     // Rows without an object take a null from the index `take` leaves out.
     let mut at = vec![None; objects.len()];
     for (n, i) in kept.iter().enumerate() {
-        at[*i] = Some(n as u32);
+        let Ok(n) = u32::try_from(n) else {
+            return datafusion::common::exec_err!("from_json: more than 2^32 values in one batch");
+        };
+        at[*i] = Some(n);
     }
     let indices = UInt32Array::from(at);
     let out = take(&decoded, &indices, None)?;

@@ -8,12 +8,12 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::apply_error::ApplyError;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int8Array, RecordBatch, StructArray, new_null_array,
 };
 use datafusion::arrow::compute::{filter_record_batch, interleave};
 use datafusion::arrow::datatypes::Int8Type;
-use datafusion::arrow::error::ArrowError;
 
 use super::rules::{ApplyMetrics, Op, Rules, is_keyed};
 
@@ -25,7 +25,7 @@ pub(super) const OUT_ROWS: usize = 64 * 1024;
 pub(crate) fn filtered(
     batch: &RecordBatch,
     keep: &[bool],
-) -> Result<Option<RecordBatch>, ArrowError> {
+) -> Result<Option<RecordBatch>, ApplyError> {
     if keep.iter().all(|&k| k) {
         return Ok(Some(batch.clone()));
     }
@@ -33,7 +33,7 @@ pub(crate) fn filtered(
         return Ok(None);
     }
     let mask = BooleanArray::from(keep.to_vec());
-    filter_record_batch(batch, &mask).map(Some)
+    Ok(filter_record_batch(batch, &mask).map(Some)?)
 }
 
 /// A row of one of the inputs: `c` is the chunk (stored batches first, the incoming
@@ -42,6 +42,37 @@ pub(crate) fn filtered(
 pub(super) struct P {
     pub(super) c: u32,
     pub(super) r: u32,
+}
+
+impl P {
+    /// Row `r` of chunk `c`.
+    pub(super) fn at(c: usize, r: usize) -> Self {
+        Self {
+            c: small(c),
+            r: small(r),
+        }
+    }
+}
+
+/// A count or position of the apply's rows as the `u32` it is kept in. The apply takes
+/// no input of more chunks or rows than that ([`fits_positions`]), so this never
+/// truncates.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "fits_positions refuses inputs whose counts do not fit u32"
+)]
+pub(super) fn small(n: usize) -> u32 {
+    debug_assert!(u32::try_from(n).is_ok(), "{n} rows passed fits_positions");
+    n as u32
+}
+
+/// Refuses inputs that [`P`] cannot address: more than 2^32 - 1 chunks or rows in one.
+pub(super) fn fits_positions(inputs: &[RecordBatch]) -> Result<(), ApplyError> {
+    let limit = u32::MAX as usize;
+    match inputs.len() < limit && inputs.iter().all(|b| b.num_rows() < limit) {
+        true => Ok(()),
+        false => Err(ApplyError::too_many("rows")),
+    }
 }
 
 /// No row: a null cell, or an open version's `__END_AT`.
@@ -126,7 +157,7 @@ impl Decision {
     /// The new state's keyed rows, at most [`OUT_ROWS`] at a time: the stored rows that
     /// stay as they are (slices of the input where a part keeps every row), then the
     /// rows gathered. Its marker rows are [`Decision::markers`].
-    pub(crate) fn state(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
+    pub(crate) fn state(&self) -> impl Iterator<Item = Result<RecordBatch, ApplyError>> + '_ {
         let stay = self
             .keep
             .iter()
@@ -142,7 +173,7 @@ impl Decision {
 
     /// The new state's marker rows (without a key): the stored ones that stay, then the
     /// collected-tombstone horizon and the TRUNCATE it records.
-    pub(crate) fn markers(&self) -> Result<Vec<RecordBatch>, ArrowError> {
+    pub(crate) fn markers(&self) -> Result<Vec<RecordBatch>, ApplyError> {
         let mut out = Vec::new();
         for (c, keep) in self.keep.iter().enumerate() {
             out.extend(self.stay(c, 0..keep.len(), false)?);
@@ -158,7 +189,7 @@ impl Decision {
     }
 
     /// The visible table's rows, at most [`OUT_ROWS`] at a time.
-    pub(crate) fn public(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
+    pub(crate) fn public(&self) -> impl Iterator<Item = Result<RecordBatch, ApplyError>> + '_ {
         parts(self.out.base.len()).map(|rows| self.out.part(self, rows))
     }
 
@@ -169,7 +200,7 @@ impl Decision {
         c: usize,
         rows: Range<usize>,
         keyed: bool,
-    ) -> Result<Option<RecordBatch>, ArrowError> {
+    ) -> Result<Option<RecordBatch>, ApplyError> {
         let batch = self.inputs[c].slice(rows.start, rows.len());
         let ops = batch.column(self.rules.op_col()).as_primitive::<Int8Type>();
         let keep: Vec<bool> = self.keep[c][rows]
@@ -177,9 +208,9 @@ impl Decision {
             .zip(ops.values())
             .map(|(&k, &op)| k && is_keyed(op) == keyed)
             .collect();
-        filtered(&batch, &keep)?
+        Ok(filtered(&batch, &keep)?
             .map(|b| b.project(&self.rules.state_columns()))
-            .transpose()
+            .transpose()?)
     }
 
     fn op(&self, p: P) -> i8 {
@@ -191,7 +222,7 @@ impl Decision {
 
     /// State rows (each with its operation) in the state's columns; `markers` carry
     /// only their sequence value and recording time.
-    fn gather_state(&self, rows: &[(P, i8)], markers: bool) -> Result<RecordBatch, ArrowError> {
+    fn gather_state(&self, rows: &[(P, i8)], markers: bool) -> Result<RecordBatch, ApplyError> {
         let events = self.rules.event_schema();
         let n = self.rules.columns.fields().len();
         let none = (self.inputs.len(), 0);
@@ -212,7 +243,7 @@ impl Decision {
                 .collect();
             columns.push(self.gather(c, &null, &indices)?);
         }
-        RecordBatch::try_new(self.rules.state_schema(), columns)
+        Ok(RecordBatch::try_new(self.rules.state_schema(), columns)?)
     }
 
     /// Column `c` of the inputs at `indices`; input index `inputs.len()` is `null`.
@@ -221,11 +252,11 @@ impl Decision {
         c: usize,
         null: &ArrayRef,
         indices: &[(usize, usize)],
-    ) -> Result<ArrayRef, ArrowError> {
+    ) -> Result<ArrayRef, ApplyError> {
         let mut sources: Vec<&dyn Array> =
             self.inputs.iter().map(|b| b.column(c).as_ref()).collect();
         sources.push(null.as_ref());
-        interleave(&sources, indices)
+        Ok(interleave(&sources, indices)?)
     }
 
     /// Struct column `c` as `gathered` (the column's cells), with the fields `fields`
@@ -236,7 +267,7 @@ impl Decision {
         null: &ArrayRef,
         gathered: &ArrayRef,
         fields: &[Option<Indices>],
-    ) -> Result<ArrayRef, ArrowError> {
+    ) -> Result<ArrayRef, ApplyError> {
         let whole = gathered.as_struct();
         let mut children = whole.columns().to_vec();
         for (f, indices) in fields.iter().enumerate() {
@@ -307,7 +338,7 @@ impl Output {
     }
 
     /// Visible rows `rows`, gathered from `decision`'s inputs.
-    fn part(&self, decision: &Decision, rows: Range<usize>) -> Result<RecordBatch, ArrowError> {
+    fn part(&self, decision: &Decision, rows: Range<usize>) -> Result<RecordBatch, ApplyError> {
         let rules = &decision.rules;
         let schema = rules.public_schema();
         let n = rules.columns.fields().len();

@@ -18,7 +18,7 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, lit, when};
 
 use super::kernel::{Op, Rules};
-use crate::RunError;
+use crate::{ErrorCode, RunError};
 
 /// The column that carries where a source row came from, for error messages.
 const ORIGIN: &str = "__cdcflow_origin";
@@ -190,7 +190,7 @@ impl NullRows {
         };
         if !self.keys.is_empty() {
             let (n, places) = describe(&self.keys);
-            return Err(RunError::input(format!(
+            return Err(RunError::user(ErrorCode::NullKey, format!(
                 "{n} row(s) of `{}` with a null key ({}): {places}; nothing was applied",
                 spec.source,
                 spec.keys.join(", ")
@@ -200,7 +200,7 @@ impl NullRows {
         if !self.sequence.is_empty() {
             let (n, places) = describe(&self.sequence);
             let seq: Vec<String> = spec.sequence.iter().map(|f| f.name.clone()).collect();
-            return Err(RunError::input(format!(
+            return Err(RunError::user(ErrorCode::NullSequence, format!(
                 "{n} row(s) of `{}` with a null SEQUENCE BY value ({}): {places}; nothing was applied",
                 spec.source,
                 seq.join(", ")

@@ -36,13 +36,13 @@ fn dataset<'p>(pipeline: &'p Pipeline, name: &str) -> Result<&'p Dataset, RunErr
 }
 
 pub(crate) async fn run(
-    rc: &RunContext<'_>,
+    rc: &RunContext,
     flow: &Flow,
     spec: &Arc<AutoCdcSpec>,
     report: &mut FlowReport,
 ) -> Result<(), RunError> {
-    let target = dataset(rc.pipeline, &flow.target)?;
-    let source = dataset(rc.pipeline, &spec.source)?;
+    let target = dataset(&rc.pipeline, &flow.target)?;
+    let source = dataset(&rc.pipeline, &spec.source)?;
     let source_schema = source.schema.clone().ok_or_else(|| {
         RunError::input(format!(
             "flow `{}`: the schema of `{}` is not known",
@@ -59,8 +59,8 @@ pub(crate) async fn run(
             &rules.computed_from(),
         )?;
     }
-    let state_dir = layout::state_dir(rc.storage, &target.name)?;
-    let public_dir = layout::table_dir(rc.storage, target)?;
+    let state_dir = layout::state_dir(&rc.storage, &target.name)?;
+    let public_dir = layout::table_dir(&rc.storage, target)?;
     let state = Table::open(&state_dir).await?;
     let app = layout::app_id(&flow.name);
     let committed = state.txn_version(&app).await?;
@@ -79,7 +79,7 @@ pub(crate) async fn run(
         return Ok(());
     }
     let shape = Shape::of(spec);
-    let shape_file = layout::checkpoint_dir(rc.storage, &flow.name)?.join("shape.json");
+    let shape_file = layout::checkpoint_dir(&rc.storage, &flow.name)?.join("shape.json");
     if committed.is_some() {
         shape.check(&shape_file, &target.name)?;
     }
@@ -270,7 +270,7 @@ fn lost_published(target: &Dataset) -> RunError {
 /// Derives the published table from the state again when it is behind the state (a
 /// version that committed both at once was stopped between them); true when it did.
 async fn sync_published(
-    rc: &RunContext<'_>,
+    rc: &RunContext,
     target: &Dataset,
     rules: &Rules,
     state: &Table,
@@ -321,7 +321,7 @@ async fn sync_published(
 /// batch still commits, so that its offsets move on). What the user should hear about
 /// landing files a view reads goes to `report`.
 async fn read_source(
-    rc: &RunContext<'_>,
+    rc: &RunContext,
     spec: &AutoCdcSpec,
     source: &Dataset,
     schema: &SchemaRef,
@@ -371,7 +371,7 @@ async fn read_source(
             // here (it belongs to a streaming table): the batch fails naming them rather
             // than losing them.
             if !inputs.quarantine.is_empty() {
-                return Err(crate::flows::malformed(&inputs.quarantine).with_help(
+                return Err(crate::query_flow::malformed(&inputs.quarantine).with_help(
                     "fix the file and land the fixed copy as a new file; to keep malformed records apart instead, read the landing files into a streaming table (bronze) and the view from it: a streaming table quarantines them",
                 ));
             }
@@ -390,7 +390,7 @@ async fn read_source(
             ))
         }
         _ => {
-            let table = Table::open(&layout::table_dir(rc.storage, source)?).await?;
+            let table = Table::open(&layout::table_dir(&rc.storage, source)?).await?;
             let all = table.read_all(schema)?;
             let has_new = all.num_rows() > 0;
             Ok((

@@ -17,12 +17,12 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::apply_error::ApplyError;
 use datafusion::arrow::array::{
     ArrayRef, AsArray, DynComparator, Int8Array, Int64Array, RecordBatch, make_comparator,
 };
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{Field, Int8Type, Int64Type};
-use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::HashMap;
 
@@ -34,7 +34,7 @@ mod ignore_null;
 mod ordering;
 mod publish;
 
-use super::decision::{Cells, FieldCells, NONE, Output, P};
+use super::decision::{Cells, FieldCells, NONE, Output, P, fits_positions, small};
 pub(crate) use super::decision::{Decision, filtered};
 pub(crate) use super::rules::is_keyed;
 pub use super::rules::{
@@ -85,14 +85,15 @@ pub(crate) fn decide_events(
     recompute: bool,
     events: RecordBatch,
     now_micros: i64,
-) -> Result<Decision, ArrowError> {
+) -> Result<Decision, ApplyError> {
     let mut inputs: Vec<RecordBatch> = stored.into_iter().filter(|b| b.num_rows() > 0).collect();
-    let event_chunk = inputs.len() as u32;
+    inputs.push(events);
+    fits_positions(&inputs)?;
+    let event_chunk = small(inputs.len() - 1);
     let metrics = ApplyMetrics {
-        events: events.num_rows() as u64,
+        events: inputs.last().map_or(0, |e| e.num_rows() as u64),
         ..ApplyMetrics::default()
     };
-    inputs.push(events);
     // The view's comparable keys and sequence values, as large as the inputs' own
     // columns of them, go with it once the walk is done: the rows are gathered from
     // the inputs alone.
@@ -196,13 +197,13 @@ struct View<'a> {
     event_chunk: u32,
 }
 
-fn converter(fields: &[&Field]) -> Result<RowConverter, ArrowError> {
-    RowConverter::new(
+fn converter(fields: &[&Field]) -> Result<RowConverter, ApplyError> {
+    Ok(RowConverter::new(
         fields
             .iter()
             .map(|f| SortField::new(f.data_type().clone()))
             .collect(),
-    )
+    )?)
 }
 
 impl<'a> View<'a> {
@@ -210,7 +211,7 @@ impl<'a> View<'a> {
         rules: &'a Rules,
         inputs: &[&'a RecordBatch],
         event_chunk: u32,
-    ) -> Result<Self, ArrowError> {
+    ) -> Result<Self, ApplyError> {
         let schema = rules.event_schema();
         let key_fields: Vec<&Field> = rules.keys.iter().map(|&k| schema.field(k)).collect();
         // One converter each, so rows of different chunks compare.
@@ -234,13 +235,11 @@ impl<'a> View<'a> {
                 ops: batch
                     .column(rules.op_col())
                     .as_primitive_opt::<Int8Type>()
-                    .ok_or_else(|| ArrowError::SchemaError(format!("{OP} is not Int8")))?,
+                    .ok_or_else(|| ApplyError::Defect(format!("{OP} is not Int8")))?,
                 recorded: batch
                     .column(rules.recorded_col())
                     .as_primitive_opt::<Int64Type>()
-                    .ok_or_else(|| {
-                        ArrowError::SchemaError(format!("{RECORDED_AT} is not Int64"))
-                    })?,
+                    .ok_or_else(|| ApplyError::Defect(format!("{RECORDED_AT} is not Int64")))?,
                 cells,
             });
             let seq = Arc::clone(batch.column(rules.seq_col()));
@@ -279,10 +278,7 @@ impl<'a> View<'a> {
         for c in chunks {
             for (r, &op) in self.chunks[c].ops.values().iter().enumerate() {
                 if Op::of(op).is_some_and(Op::is_keyed) {
-                    out.push(P {
-                        c: c as u32,
-                        r: r as u32,
-                    });
+                    out.push(P::at(c, r));
                 }
             }
         }
@@ -322,7 +318,7 @@ impl<'v, 'a> Walk<'v, 'a> {
             let group_of: Vec<u32> = arrivals
                 .iter()
                 .map(|&p| {
-                    let next = touched.len() as u32;
+                    let next = small(touched.len());
                     *touched.entry(view.key(p)).or_insert(next)
                 })
                 .collect();
@@ -342,7 +338,7 @@ impl<'v, 'a> Walk<'v, 'a> {
             let chunk = &view.chunks[c as usize];
             let mut mask = vec![false; chunk.batch.num_rows()];
             for (r, slot) in mask.iter_mut().enumerate() {
-                let p = P { c, r: r as u32 };
+                let p = P { c, r: small(r) };
                 let Some(op) = view.op(p).filter(|o| o.is_keyed()) else {
                     continue; // markers are written anew
                 };
@@ -350,9 +346,9 @@ impl<'v, 'a> Walk<'v, 'a> {
                 let gid = match touched.get(key) {
                     Some(&g) => Some(g),
                     None if recompute => {
-                        let g = groups.len() as u32;
+                        let g = small(groups.len());
                         touched.insert(key, g);
-                        let end = incoming.len() as u32;
+                        let end = small(incoming.len());
                         groups.push(end..end);
                         Some(g)
                     }
@@ -378,7 +374,7 @@ impl<'v, 'a> Walk<'v, 'a> {
         let mut m = 0;
         for (g, range) in groups.iter().enumerate() {
             let from = m;
-            while m < members.len() && members[m].0 == g as u32 {
+            while m < members.len() && members[m].0 == small(g) {
                 m += 1;
             }
             let stored = &mut scratch.stored;

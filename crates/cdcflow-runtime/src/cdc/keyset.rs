@@ -5,9 +5,10 @@
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use super::apply_error::ApplyError;
+use super::decision::small;
 use datafusion::arrow::array::{ArrayRef, DynComparator, RecordBatch, make_comparator};
 use datafusion::arrow::compute::SortOptions;
-use datafusion::arrow::error::ArrowError;
 use datafusion::common::HashMap;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
 
@@ -49,18 +50,20 @@ fn random_state() -> RandomState {
 }
 
 /// The hash of each row's key.
-pub(crate) fn hashes(columns: &[ArrayRef]) -> Result<Vec<u64>, ArrowError> {
+pub(crate) fn hashes(columns: &[ArrayRef]) -> Result<Vec<u64>, ApplyError> {
     let rows = columns.first().map_or(0, |c| c.len());
     let mut out = vec![0; rows];
     create_hashes(columns, &random_state(), &mut out)
-        .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
+        .map_err(|e| ApplyError::Defect(format!("hashing keys: {e}")))?;
     Ok(out)
 }
 
-fn comparators(a: &[ArrayRef], b: &[ArrayRef]) -> Result<Vec<DynComparator>, ArrowError> {
+fn comparators(a: &[ArrayRef], b: &[ArrayRef]) -> Result<Vec<DynComparator>, ApplyError> {
     a.iter()
         .zip(b)
-        .map(|(x, y)| make_comparator(x.as_ref(), y.as_ref(), SortOptions::default()))
+        .map(|(x, y)| {
+            make_comparator(x.as_ref(), y.as_ref(), SortOptions::default()).map_err(Into::into)
+        })
         .collect()
 }
 
@@ -74,8 +77,12 @@ impl KeySet {
     pub(crate) fn new(
         columns: Vec<ArrayRef>,
         rows: impl IntoIterator<Item = usize>,
-    ) -> Result<Self, ArrowError> {
+    ) -> Result<Self, ApplyError> {
         let hashes = hashes(&columns)?;
+        // Rows are chained by u32 position, NONE (u32::MAX) ending a chain.
+        if hashes.len() >= NONE as usize {
+            return Err(ApplyError::too_many("keys"));
+        }
         let cmps = comparators(&columns, &columns)?;
         let mut set = Self {
             heads: HashMap::default(),
@@ -90,7 +97,7 @@ impl KeySet {
             }
             let head = set.heads.entry(h).or_insert(NONE);
             set.next[r] = *head;
-            *head = r as u32;
+            *head = small(r);
             set.len += 1;
         }
         Ok(set)
@@ -102,7 +109,7 @@ impl KeySet {
     }
 
     /// How many keys of the set `other` holds too.
-    pub(crate) fn count_in(&self, other: &KeySet) -> Result<usize, ArrowError> {
+    pub(crate) fn count_in(&self, other: &KeySet) -> Result<usize, ApplyError> {
         let mut rows = Vec::with_capacity(self.len);
         for &head in self.heads.values() {
             let mut at = head;
@@ -132,7 +139,7 @@ impl KeySet {
         &self,
         columns: &[ArrayRef],
         hashes: &[u64],
-    ) -> Result<Vec<u32>, ArrowError> {
+    ) -> Result<Vec<u32>, ApplyError> {
         if self.len == 0 {
             return Ok(vec![NONE; hashes.len()]);
         }
@@ -150,7 +157,7 @@ impl KeySet {
         columns: &[ArrayRef],
         hashes: &[u64],
         rows: impl IntoIterator<Item = usize>,
-    ) -> Result<Vec<(usize, u32)>, ArrowError> {
+    ) -> Result<Vec<(usize, u32)>, ApplyError> {
         if self.len == 0 {
             return Ok(vec![]);
         }

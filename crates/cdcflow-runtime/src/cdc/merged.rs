@@ -23,10 +23,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::apply_error::ApplyError;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, Schema, SchemaRef};
-use datafusion::arrow::error::ArrowError;
 use datafusion::parquet::file::metadata::RowGroupMetaData;
 
 use super::kernel::{Op, Rules, filtered};
@@ -187,7 +187,7 @@ async fn apply(
     }
     let deleted_rows = public_deletes.values().map(Vec::len).sum::<usize>();
     let rows = decisions.public_rows();
-    let visible = |part: Result<RecordBatch, ArrowError>| {
+    let visible = |part: Result<RecordBatch, ApplyError>| {
         let part = part?;
         match &stayed {
             Some(stayed) if stayed.len() > 0 => without_keys(&part, stayed, rules),
@@ -377,7 +377,7 @@ impl Candidates {
                 .filter(|(column, values)| !file.may_hold(column, values) && !also(file))
                 .and_then(|_| file.live_rows());
             match skipped {
-                Some(rows) => out.skipped_rows += rows as usize,
+                Some(rows) => out.skipped_rows += usize::try_from(rows).unwrap_or(usize::MAX),
                 None => {
                     out.files.push(file.clone());
                     out.index.push(i);
@@ -464,7 +464,7 @@ fn scan_published(
         keys: RecordBatch::new_empty(Arc::clone(key_schema)),
         file: Vec::new(),
         position: Vec::new(),
-        live_rows: skipped as usize,
+        live_rows: usize::try_from(skipped).unwrap_or(usize::MAX),
     };
     let mut keys = Vec::new();
     for (k, f, p, rows) in parts {

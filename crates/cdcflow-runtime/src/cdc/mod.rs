@@ -1,6 +1,7 @@
 //! AUTO CDC: turning source rows into change events ([`events`]) and applying them
 //! ([`kernel`]).
 
+mod apply_error;
 mod decision;
 pub mod events;
 pub(crate) mod flow;
@@ -22,6 +23,7 @@ use cdcflow_plan::autocdc::AutoCdcSpec;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::RunError;
+pub use apply_error::ApplyError;
 use kernel::Rules;
 pub use touched::apply;
 

@@ -16,10 +16,10 @@
 
 use std::sync::Arc;
 
+use super::apply_error::ApplyError;
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
 use datafusion::arrow::compute::{cast, interleave_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, SchemaRef};
-use datafusion::arrow::error::ArrowError;
 
 use super::kernel::is_keyed;
 use super::kernel::{ApplyMetrics, Rules, Visible};
@@ -183,7 +183,7 @@ fn gather(
     events: &[RecordBatch],
     starts: &[usize],
     rows: &[u32],
-) -> Result<RecordBatch, ArrowError> {
+) -> Result<RecordBatch, ApplyError> {
     if events.is_empty() {
         return Ok(RecordBatch::new_empty(Arc::clone(schema)));
     }
@@ -199,7 +199,7 @@ fn gather(
         })
         .collect();
     let parts: Vec<&RecordBatch> = events.iter().collect();
-    interleave_record_batch(&parts, &indices)
+    Ok(interleave_record_batch(&parts, &indices)?)
 }
 
 /// The rows of the `events` parts (counted over all of them) in `count` partitions (at
@@ -209,7 +209,7 @@ fn partitions(
     rules: &Rules,
     events: &[RecordBatch],
     count: usize,
-) -> Result<Vec<Vec<u32>>, ArrowError> {
+) -> Result<Vec<Vec<u32>>, ApplyError> {
     let count = count.max(1);
     let mut parts: Vec<Vec<u32>> = vec![Vec::new(); count];
     let mut keyed = vec![false; count];
@@ -225,7 +225,7 @@ fn partitions(
             let hashes = hashes(&key_columns(&slice, &rules.keys))?;
             let ranged = bounds
                 .as_ref()
-                .map(|b| Ok::<_, ArrowError>((b, integer_keys(rules, &slice)?)))
+                .map(|b| Ok::<_, ApplyError>((b, integer_keys(rules, &slice)?)))
                 .transpose()?;
             for (i, hash) in hashes.into_iter().enumerate() {
                 match is_keyed(ops.value(start + i)) {
@@ -264,7 +264,7 @@ fn range_bounds(
     rules: &Rules,
     events: &[RecordBatch],
     count: usize,
-) -> Result<Option<Vec<i64>>, ArrowError> {
+) -> Result<Option<Vec<i64>>, ApplyError> {
     if rules.keys.len() != 1 || count <= 1 {
         return Ok(None);
     }
@@ -291,11 +291,11 @@ fn range_bounds(
 const RANGE_SAMPLE_STEP: usize = 64;
 
 /// The single integer key column of `batch`, as 64-bit integers.
-fn integer_keys(rules: &Rules, batch: &RecordBatch) -> Result<Int64Array, ArrowError> {
+fn integer_keys(rules: &Rules, batch: &RecordBatch) -> Result<Int64Array, ApplyError> {
     let keys = cast(batch.column(rules.keys[0]), &DataType::Int64)?;
     Ok(keys.as_primitive::<Int64Type>().clone())
 }
 
-fn overflow() -> ArrowError {
-    ArrowError::InvalidArgumentError("more than 2^32 events in one batch".into())
+fn overflow() -> ApplyError {
+    ApplyError::too_many("events")
 }

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use super::apply_error::ApplyError;
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::error::ArrowError;
 use datafusion::physical_expr::PhysicalExpr;
 use serde::Serialize;
 
@@ -174,7 +174,7 @@ impl Rules {
     }
 
     /// `columns` (of [`Rules::computed_from`]) with the computed columns added.
-    pub(super) fn with_generated(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch, ArrowError> {
+    pub(super) fn with_generated(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch, ApplyError> {
         let base = RecordBatch::try_new(self.computed_from(), columns)?;
         if self.generated.is_empty() {
             return Ok(base);
@@ -185,21 +185,24 @@ impl Rules {
                 .expr
                 .evaluate(&base)
                 .and_then(|v| v.into_array(base.num_rows()))
-                .map_err(|e| {
-                    ArrowError::ComputeError(format!("generated column `{}`: {e}", g.field.name()))
+                .map_err(|e| ApplyError::Generated {
+                    column: g.field.name().clone(),
+                    message: e.to_string(),
                 })?;
             let value = cast(&value, g.field.data_type())?;
             if !g.field.is_nullable() && value.null_count() > 0 {
-                return Err(ArrowError::ComputeError(format!(
-                    "generated column `{}` is NOT NULL, but `{}` is null on {} row(s); nothing was committed",
-                    g.field.name(),
-                    g.text,
-                    value.null_count()
-                )));
+                return Err(ApplyError::Generated {
+                    column: g.field.name().clone(),
+                    message: format!(
+                        "NOT NULL, but `{}` is null on {} row(s); nothing was committed",
+                        g.text,
+                        value.null_count()
+                    ),
+                });
             }
             columns.push(value);
         }
-        RecordBatch::try_new(self.public_schema(), columns)
+        Ok(RecordBatch::try_new(self.public_schema(), columns)?)
     }
 
     pub(crate) fn seq_col(&self) -> usize {

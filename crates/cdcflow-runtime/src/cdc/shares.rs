@@ -9,10 +9,10 @@
 
 use std::sync::Arc;
 
+use super::apply_error::ApplyError;
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, take, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
-use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
 
 use super::kernel::{
@@ -33,7 +33,7 @@ pub(super) fn decide(
     every_key: bool,
     events: RecordBatch,
     now_micros: i64,
-) -> Result<Decisions, ArrowError> {
+) -> Result<Decisions, ApplyError> {
     let cores = par::cores();
     if every_key || cores < 2 || members.num_rows() + events.num_rows() < rules.min_shared_rows {
         let one = decide_events(rules, vec![members], recompute, events, now_micros)?;
@@ -77,14 +77,14 @@ impl Decisions {
     }
 
     /// The new state's keyed rows, a part at a time ([`Decisions::markers`] are the rest).
-    pub(crate) fn state(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
+    pub(crate) fn state(&self) -> impl Iterator<Item = Result<RecordBatch, ApplyError>> + '_ {
         self.0.iter().flat_map(Decision::state)
     }
 
     /// The new state's marker rows. Every share saw the stored markers and may keep
     /// them: of the shares' markers, the newest of each kind is kept, as one decision
     /// would have written it.
-    pub(crate) fn markers(&self) -> Result<Vec<RecordBatch>, ArrowError> {
+    pub(crate) fn markers(&self) -> Result<Vec<RecordBatch>, ApplyError> {
         match &self.0[..] {
             [one] => one.markers(),
             shares => {
@@ -98,12 +98,12 @@ impl Decisions {
     }
 
     /// The visible table's new rows, a part at a time.
-    pub(crate) fn public(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
+    pub(crate) fn public(&self) -> impl Iterator<Item = Result<RecordBatch, ApplyError>> + '_ {
         self.0.iter().flat_map(Decision::public)
     }
 
     /// Both tables' rows, built at once.
-    pub(crate) fn into_decided(self) -> Result<Decided, ArrowError> {
+    pub(crate) fn into_decided(self) -> Result<Decided, ApplyError> {
         let mut state = self.state().collect::<Result<Vec<_>, _>>()?;
         state.extend(self.markers()?);
         let public = self.public().collect::<Result<Vec<_>, _>>()?;
@@ -120,14 +120,15 @@ impl Decisions {
 
 /// The rows of `batch` in `n` shares: each keyed row in the share of its key's hash,
 /// each marker row in every share.
-fn share_rows(rules: &Rules, batch: &RecordBatch, n: usize) -> Result<Vec<Vec<u32>>, ArrowError> {
+fn share_rows(rules: &Rules, batch: &RecordBatch, n: usize) -> Result<Vec<Vec<u32>>, ApplyError> {
     let hashes = hashes(&key_columns(batch, &rules.keys))?;
     let ops = batch.column(rules.op_col()).as_primitive::<Int8Type>();
     let mut rows: Vec<Vec<u32>> = vec![Vec::with_capacity(batch.num_rows() / n + 1); n];
     for (r, (&op, &hash)) in ops.values().iter().zip(&hashes).enumerate() {
         let r = u32::try_from(r).map_err(|_| overflow())?;
         match is_keyed(op) {
-            true => rows[(hash % n as u64) as usize].push(r),
+            // Below `n`, a usize.
+            true => rows[usize::try_from(hash % n as u64).unwrap_or(0)].push(r),
             false => rows.iter_mut().for_each(|share| share.push(r)),
         }
     }
@@ -136,7 +137,7 @@ fn share_rows(rules: &Rules, batch: &RecordBatch, n: usize) -> Result<Vec<Vec<u3
 
 /// `batch` as one batch per share of `rows`, a column at a time: each column of `batch`
 /// is let go once its shares are copied, so the split holds one column twice at most.
-fn split(batch: RecordBatch, rows: Vec<Vec<u32>>) -> Result<Vec<RecordBatch>, ArrowError> {
+fn split(batch: RecordBatch, rows: Vec<Vec<u32>>) -> Result<Vec<RecordBatch>, ApplyError> {
     let indices: Vec<UInt32Array> = rows.into_iter().map(UInt32Array::from).collect();
     let schema = batch.schema();
     let mut shares: Vec<Vec<ArrayRef>> =
@@ -152,20 +153,24 @@ fn split(batch: RecordBatch, rows: Vec<Vec<u32>>) -> Result<Vec<RecordBatch>, Ar
         .zip(&indices)
         .map(|(columns, at)| {
             let options = RecordBatchOptions::new().with_row_count(Some(at.len()));
-            RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)
+            Ok(RecordBatch::try_new_with_options(
+                Arc::clone(&schema),
+                columns,
+                &options,
+            )?)
         })
         .collect()
 }
 
-fn overflow() -> ArrowError {
-    ArrowError::InvalidArgumentError("more than 2^32 rows in one batch".into())
+fn overflow() -> ApplyError {
+    ApplyError::too_many("rows")
 }
 
 /// The keyed rows of a state batch (in the events' columns or a narrow state's), and its
 /// marker rows.
 pub(super) fn without_markers(
     batch: &RecordBatch,
-) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ArrowError> {
+) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ApplyError> {
     let ops = batch
         .column(batch.schema().index_of(OP)?)
         .as_primitive::<Int8Type>();
@@ -182,7 +187,7 @@ pub(super) fn without_markers(
 pub(super) fn newest_markers(
     schema: &SchemaRef,
     markers: &[RecordBatch],
-) -> Result<Vec<RecordBatch>, ArrowError> {
+) -> Result<Vec<RecordBatch>, ApplyError> {
     if markers.is_empty() {
         return Ok(vec![]);
     }

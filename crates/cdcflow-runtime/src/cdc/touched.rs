@@ -13,12 +13,12 @@
 
 use std::sync::Arc;
 
+use super::apply_error::ApplyError;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, RecordBatch, UInt32Array, new_null_array,
 };
 use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
-use datafusion::arrow::error::ArrowError;
 
 use super::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, Visible, filtered, is_keyed};
 use super::keyset::key_columns;
@@ -41,10 +41,10 @@ pub fn apply(
     visible: Visible,
     events: &RecordBatch,
     now_micros: i64,
-) -> Result<Applied, ArrowError> {
+) -> Result<Applied, ApplyError> {
     let recompute = matches!(visible, Visible::Recompute);
     if rules.narrow_state() && recompute {
-        return Err(ArrowError::InvalidArgumentError(
+        return Err(ApplyError::Defect(
             "an SCD type 1 state keeps no values: its published rows are needed".into(),
         ));
     }
@@ -134,7 +134,7 @@ impl Touch {
         events: &RecordBatch,
         recompute: bool,
         now_micros: i64,
-    ) -> Result<Self, ArrowError> {
+    ) -> Result<Self, ApplyError> {
         let event_ops = events.column(rules.op_col()).as_primitive::<Int8Type>();
         let touched = KeySet::new(
             key_columns(events, &rules.keys),
@@ -188,14 +188,14 @@ impl Touch {
     pub(crate) fn split(
         &self,
         batch: &RecordBatch,
-    ) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ArrowError> {
+    ) -> Result<(Option<RecordBatch>, Option<RecordBatch>), ApplyError> {
         let member = self.members(batch)?;
         let keep: Vec<bool> = member.iter().map(|m| !m).collect();
         Ok((filtered(batch, &member)?, filtered(batch, &keep)?))
     }
 
     /// Per row of a stored batch, whether it is a member (see [`Touch::split`]).
-    pub(crate) fn members(&self, batch: &RecordBatch) -> Result<Vec<bool>, ArrowError> {
+    pub(crate) fn members(&self, batch: &RecordBatch) -> Result<Vec<bool>, ApplyError> {
         let layout = &self.layout;
         let keys = key_columns(batch, &layout.keys);
         let found = self.touched.find(&keys, &hashes(&keys)?)?;
@@ -214,7 +214,7 @@ impl Touch {
 
     /// Per row of published `keys` (the key columns, in KEYS order), whether an
     /// incoming event touches it.
-    pub(crate) fn touches(&self, keys: &[ArrayRef]) -> Result<Vec<bool>, ArrowError> {
+    pub(crate) fn touches(&self, keys: &[ArrayRef]) -> Result<Vec<bool>, ApplyError> {
         Ok(self
             .touched
             .find(keys, &hashes(keys)?)?
@@ -230,7 +230,7 @@ impl Touch {
         &self,
         members: &RecordBatch,
         events: &RecordBatch,
-    ) -> Result<Option<KeySet>, ArrowError> {
+    ) -> Result<Option<KeySet>, ApplyError> {
         if !self.rules.narrow_state() {
             return Ok(None);
         }
@@ -255,7 +255,7 @@ impl Touch {
     }
 
     /// A narrow state's member upserts, whose values the published rows hold.
-    pub(crate) fn wanted(&self, members: &RecordBatch) -> Result<Option<KeySet>, ArrowError> {
+    pub(crate) fn wanted(&self, members: &RecordBatch) -> Result<Option<KeySet>, ApplyError> {
         if !self.rules.narrow_state() {
             return Ok(None);
         }
@@ -273,7 +273,7 @@ impl Touch {
         &self,
         batch: &RecordBatch,
         wanted: Option<&KeySet>,
-    ) -> Result<Probed, ArrowError> {
+    ) -> Result<Probed, ApplyError> {
         let keys = key_columns(batch, &self.rules.keys);
         let hashes = hashes(&keys)?;
         let keep: Vec<bool> = self
@@ -288,7 +288,10 @@ impl Touch {
         // Upsert members are of touched keys, unless every row is one.
         let candidates = (0..batch.num_rows()).filter(|&r| self.every_key || !keep[r]);
         let found = wanted.find_rows(&keys, &hashes, candidates)?;
-        let rows = UInt32Array::from_iter_values(found.iter().map(|&(r, _)| r as u32));
+        let rows = found
+            .iter()
+            .map(|&(r, _)| u32::try_from(r).map_err(|_| ApplyError::too_many("rows")))
+            .collect::<Result<UInt32Array, _>>()?;
         let values = take_record_batch(batch, &rows)?;
         let members = found.into_iter().map(|(_, m)| m).collect();
         Ok(Probed {
@@ -305,7 +308,7 @@ impl Touch {
         members: RecordBatch,
         hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
         events: RecordBatch,
-    ) -> Result<TouchedDecided, ArrowError> {
+    ) -> Result<TouchedDecided, ApplyError> {
         let (decided, stayed) = self.decide_keeping(members, hits, events)?;
         match stayed.map_or(0, |s| s.len()) {
             0 => Ok(decided),
@@ -322,7 +325,7 @@ impl Touch {
         members: RecordBatch,
         hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
         events: RecordBatch,
-    ) -> Result<(TouchedDecided, Option<KeySet>), ArrowError> {
+    ) -> Result<(TouchedDecided, Option<KeySet>), ApplyError> {
         let pending = self.decide_pending(members, hits, events)?;
         let Decided {
             applied:
@@ -353,11 +356,12 @@ impl Touch {
         members: RecordBatch,
         hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
         events: RecordBatch,
-    ) -> Result<Pending, ArrowError> {
+    ) -> Result<Pending, ApplyError> {
         let rules = &self.rules;
         let values = rules
             .narrow_state()
-            .then(|| Values::of(members.clone(), hits));
+            .then(|| Values::of(members.clone(), hits))
+            .transpose()?;
         let members = match &values {
             Some(v) => widen(rules, &v.members, &v.values, &v.at)?,
             None => members,
@@ -395,7 +399,7 @@ impl Pending {
         &self,
         touch: &Touch,
         state: &[RecordBatch],
-    ) -> Result<Option<KeySet>, ArrowError> {
+    ) -> Result<Option<KeySet>, ApplyError> {
         self.values
             .as_ref()
             .map(|values| values.stayed(&touch.layout, state))
@@ -403,10 +407,8 @@ impl Pending {
     }
 }
 
-fn lost_values(n: usize) -> ArrowError {
-    ArrowError::InvalidArgumentError(format!(
-        "{n} key(s) live in the AUTO CDC state have no row in the published table (was it changed outside the pipeline?); run a full refresh of the table"
-    ))
+fn lost_values(n: usize) -> ApplyError {
+    ApplyError::LostValues { keys: n }
 }
 
 /// Where a stored state row keeps its key, operation and recording time.
@@ -441,7 +443,7 @@ impl Layout {
 fn keep_rows(
     published: Vec<RecordBatch>,
     keep: Vec<Vec<bool>>,
-) -> Result<Vec<RecordBatch>, ArrowError> {
+) -> Result<Vec<RecordBatch>, ApplyError> {
     let parts = par::map(
         published.into_iter().zip(keep).collect(),
         |(batch, keep)| filtered(&batch, &keep),
@@ -463,7 +465,10 @@ struct Values {
 impl Values {
     /// The values of the narrow `members`' upserts: the first published row found for
     /// each, of the `hits` of every published batch.
-    fn of(members: RecordBatch, hits: Vec<Option<(RecordBatch, Vec<u32>)>>) -> Self {
+    fn of(
+        members: RecordBatch,
+        hits: Vec<Option<(RecordBatch, Vec<u32>)>>,
+    ) -> Result<Self, ApplyError> {
         let mut found = Self {
             at: vec![None; members.num_rows()],
             members,
@@ -473,13 +478,14 @@ impl Values {
             if hit_members.is_empty() {
                 continue;
             }
-            let b = found.values.len() as u32;
+            let b =
+                u32::try_from(found.values.len()).map_err(|_| ApplyError::too_many("batches"))?;
             for (r, m) in (0u32..).zip(hit_members) {
                 found.at[m as usize].get_or_insert((b, r));
             }
             found.values.push(batch);
         }
-        found
+        Ok(found)
     }
 }
 
@@ -487,7 +493,7 @@ impl Values {
     /// The keys of the stored upserts without values that stayed their key's winner
     /// in `decided_state` (rows of the narrow state): their published rows are theirs,
     /// unchanged.
-    fn stayed(&self, layout: &Layout, decided_state: &[RecordBatch]) -> Result<KeySet, ArrowError> {
+    fn stayed(&self, layout: &Layout, decided_state: &[RecordBatch]) -> Result<KeySet, ApplyError> {
         let keys = key_columns(&self.members, &layout.keys);
         let ops = self.members.column(layout.op).as_primitive::<Int8Type>();
         let missing: Vec<usize> = (0..self.members.num_rows())
@@ -527,7 +533,7 @@ fn widen(
     members: &RecordBatch,
     values: &[RecordBatch],
     at: &[Option<(u32, u32)>],
-) -> Result<RecordBatch, ArrowError> {
+) -> Result<RecordBatch, ApplyError> {
     let schema = rules.event_schema();
     let narrow = rules.narrow_columns();
     let none = values.len();
@@ -549,5 +555,5 @@ fn widen(
             interleave(&sources, &indices)
         },
     )?;
-    RecordBatch::try_new(schema, columns)
+    Ok(RecordBatch::try_new(schema, columns)?)
 }

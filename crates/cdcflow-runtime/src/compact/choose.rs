@@ -73,7 +73,9 @@ pub fn target_rows(files: &[FileFacts]) -> usize {
         return TARGET_ROWS;
     }
     let per_row = (bytes / rows as u64).max(1);
-    ((TARGET_BYTES / per_row) as usize).clamp(1024, TARGET_ROWS)
+    usize::try_from(TARGET_BYTES / per_row)
+        .unwrap_or(TARGET_ROWS)
+        .clamp(1024, TARGET_ROWS)
 }
 
 /// The files to rewrite: those whose deletion vectors delete a large share of their

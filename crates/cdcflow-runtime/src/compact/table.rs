@@ -185,7 +185,7 @@ fn facts(view: &LogicalFileView, key: Option<&&str>) -> FileFacts {
         records: view.num_records(),
         deleted: view
             .deletion_vector_descriptor()
-            .map_or(0, |dv| dv.cardinality.max(0) as usize),
+            .map_or(0, |dv| usize::try_from(dv.cardinality).unwrap_or(0)),
         min_key,
     }
 }

@@ -75,7 +75,13 @@ pub(crate) fn sorted(rows: RecordBatch, keys: &[&str]) -> Result<RecordBatch, Ru
         return Ok(rows);
     }
     let order = LexicographicalComparator::try_new(&columns)?;
-    let mut indices: Vec<u32> = (0..rows.num_rows() as u32).collect();
+    let n = u32::try_from(rows.num_rows()).map_err(|_| {
+        RunError::user(
+            crate::ErrorCode::BatchTooLarge,
+            "more than 2^32 rows to cluster in one batch",
+        )
+    })?;
+    let mut indices: Vec<u32> = (0..n).collect();
     indices.sort_by(|&a, &b| order.compare(a as usize, b as usize));
     Ok(take_record_batch(&rows, &UInt32Array::from(indices))?)
 }

@@ -205,7 +205,8 @@ fn deltas_pay(run: &Run) -> bool {
             let mut le = [0u8; 16];
             le[..b.len()].copy_from_slice(b);
             // Sign-extend from the value's own width.
-            let shift = 128 - 8 * b.len() as u32;
+            // At most 16 bytes (`le` holds them).
+            let shift = 128 - 8 * u32::try_from(b.len()).unwrap_or(16);
             (i128::from_le_bytes(le) << shift) >> shift
         })
         .collect();

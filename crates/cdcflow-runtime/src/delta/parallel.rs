@@ -302,9 +302,10 @@ mod tests {
             .iter()
             .map(|r| r.iter().map(RecordBatch::num_rows).sum())
             .collect();
-        assert_eq!(sizes.iter().sum::<usize>(), big as usize);
+        let big = usize::try_from(big).unwrap();
+        assert_eq!(sizes.iter().sum::<usize>(), big);
         assert!(
-            sizes.iter().all(|&s| s.abs_diff(big as usize / cores) <= 1),
+            sizes.iter().all(|&s| s.abs_diff(big / cores) <= 1),
             "{sizes:?}"
         );
     }

@@ -122,7 +122,13 @@ pub(crate) fn memory_size(files: &[DataFile], schema: &SchemaRef) -> Result<(u64
         return Ok((rows, 0));
     };
     let per_row = batch.get_array_memory_size() as f64 / batch.num_rows().max(1) as f64;
-    Ok((rows, (per_row * rows as f64) as u64))
+    // An estimate: a float's cast saturates, and the size is not near u64's range.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "an estimate; the cast saturates"
+    )]
+    let bytes = (per_row * rows as f64) as u64;
+    Ok((rows, bytes))
 }
 
 /// Walks a run's batches (which never span files) to the file and position of each.
@@ -180,7 +186,12 @@ fn live(
     let mut at = deleted.iter();
     at.advance_to(first);
     for p in at.take_while(|&p| p < end) {
-        keep[(p - first) as usize] = false;
+        if let Some(k) = usize::try_from(p - first)
+            .ok()
+            .and_then(|i| keep.get_mut(i))
+        {
+            *k = false;
+        }
     }
     let positions =
         UInt64Array::from_iter_values((first..end).zip(&keep).filter(|(_, k)| **k).map(|(p, _)| p));
@@ -422,7 +433,8 @@ pub(crate) fn fetch(
     let meta = ArrowReaderMetadata::load(&open(path)?, ArrowReaderOptions::default())
         .map_err(|e| file_error(path, e))?;
     let total = usize::try_from(meta.metadata().file_metadata().num_rows()).unwrap_or(0);
-    let ranges = positions.iter().map(|&p| p as usize..p as usize + 1);
+    let at = |p: u64| usize::try_from(p).unwrap_or(usize::MAX);
+    let ranges = positions.iter().map(|&p| at(p)..at(p).saturating_add(1));
     let roots = named_roots(&meta, schema);
     let parquet_schema = meta.metadata().file_metadata().schema_descr();
     let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(open(path)?, meta.clone())

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::error::ArrowError;
 use deltalake::kernel::Action;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{DeltaResult, DeltaTable, DeltaTableError};
@@ -44,7 +43,7 @@ pub async fn rewrite<T, F>(
 ) -> Result<Option<(Rewrite, Vec<T>)>, RunError>
 where
     T: Send + 'static,
-    F: Fn(RecordBatch) -> Result<(Option<RecordBatch>, T), ArrowError> + Send + Sync + 'static,
+    F: Fn(RecordBatch) -> Result<(Option<RecordBatch>, T), RunError> + Send + Sync + 'static,
 {
     let dir = dest.dir.as_path();
     let table = dest.for_write().await?;
@@ -88,7 +87,7 @@ async fn rewrite_run<T>(
     table: &DeltaTable,
     (read, schema): (&SchemaRef, &SchemaRef),
     partitions: &[String],
-    visit: &(dyn Fn(RecordBatch) -> Result<(Option<RecordBatch>, T), ArrowError> + Send + Sync),
+    visit: &(dyn Fn(RecordBatch) -> Result<(Option<RecordBatch>, T), RunError> + Send + Sync),
 ) -> Result<(Vec<Action>, Vec<T>), RunError> {
     let dir = table.table_url().to_string();
     let delta_err = |e: DeltaTableError| RunError::delta(Path::new(&dir), e);

@@ -139,7 +139,7 @@ pub async fn vacuum_table(
         true => doomed.into_iter().map(|d| (d.shown, d.bytes)).collect(),
         false => delete(&table, dir, retention, own, how, doomed).await?,
     };
-    out.millis = started.elapsed().as_millis() as u64;
+    out.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(Some(out))
 }
 

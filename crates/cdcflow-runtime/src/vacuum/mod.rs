@@ -222,7 +222,10 @@ fn hours(h: f64) -> Result<chrono::Duration, RunError> {
                 .with_help("give the hours as a number of 0 or more, e.g. --retain 168"),
         );
     }
-    Ok(chrono::Duration::milliseconds((h * 3_600_000.0) as i64))
+    // A float's cast saturates: a retention beyond i64's milliseconds keeps everything.
+    #[expect(clippy::cast_possible_truncation, reason = "the cast saturates")]
+    let millis = (h * 3_600_000.0) as i64;
+    Ok(chrono::Duration::milliseconds(millis))
 }
 
 pub(crate) fn in_hours(d: chrono::Duration) -> f64 {

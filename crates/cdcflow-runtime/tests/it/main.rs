@@ -1,5 +1,13 @@
 //! cdcflow-runtime integration tests: one binary (build economy), one module per topic.
 
+// Tests may unwrap and panic: a failure is their report.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::cast_possible_truncation
+)]
+
 mod compaction;
 mod containment;
 mod delta_writes;

@@ -4,6 +4,14 @@
 //! with the `line:col: message` lines of its `.err` file.
 //! Set `CDCFLOW_BLESS=1` to rewrite the expected files after a deliberate change.
 
+// Tests may unwrap and panic: a failure is their report.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::cast_possible_truncation
+)]
+
 mod fuzz;
 
 use std::fs;

@@ -26,10 +26,7 @@ impl View<'_> {
                     Some(Op::GcHorizon) => &mut gc,
                     _ => continue,
                 };
-                let p = P {
-                    c: c as u32,
-                    r: r as u32,
-                };
+                let p = P::at(c, r);
                 if slot.is_none_or(|m| self.seq_cmp(p, m) == Ordering::Greater) {
                     *slot = Some(p);
                 }
