@@ -7,7 +7,7 @@
 //! - [`connection`]: where to connect, and the two connections made from it;
 //!   [`tls`]: how they encrypt and verify;
 //! - [`source`]: slot, publication, streaming and acknowledgement; [`snapshot`]:
-//!   the initial copy, in chunks;
+//!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key);
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
 //!   [`changes`]: the rows and their metadata columns.
 
@@ -19,6 +19,7 @@ pub mod position;
 pub mod runtime;
 pub mod snapshot;
 pub mod source;
+pub mod tid_copy;
 pub mod tls;
 pub mod types;
 

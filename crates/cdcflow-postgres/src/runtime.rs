@@ -27,7 +27,6 @@ use serde_json::Value;
 use crate::connection::PgConnection;
 use crate::error::PgError;
 use crate::position;
-use crate::snapshot::CopyProgress;
 use crate::source::{Changes, ReadFrom, TableSource};
 use crate::tls::Tls;
 
@@ -280,21 +279,19 @@ impl ExternalSource for PgSource {
             // A read that stopped at its size limit has applied up to its last
             // transaction; one that read all has applied up to when it began; while
             // the table is being copied, it is applied up to no time.
-            let applied_until = match (&changes.copy, changes.more) {
-                (CopyProgress::After { .. }, _) => None,
-                (_, true) => newest_commit(&rows),
-                (_, false) => Some(changes.read_at_micros),
+            let applied_until = match (changes.copy.copied(), changes.more) {
+                (Some(_), _) => None,
+                (None, true) => newest_commit(&rows),
+                (None, false) => Some(changes.read_at_micros),
             };
             let must_commit = changes.snapshot
                 || (rows.num_rows() == 0
                     && changes.within.is_none()
                     && position::idle_commit(&from, changes.position, changes.read_at_micros));
-            if let (Some(tell), CopyProgress::After { copied, .. }) =
-                (&self.progress, &changes.copy)
-            {
+            if let (Some(tell), Some(copied)) = (&self.progress, changes.copy.copied()) {
                 let of = changes
                     .estimate
-                    .filter(|e| *e >= *copied)
+                    .filter(|e| *e >= copied)
                     .map(|e| format!(" of about {e}"))
                     .unwrap_or_default();
                 tell(&format!("copying {}: {copied}{of} rows", self.source.table));
