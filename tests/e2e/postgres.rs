@@ -14,6 +14,7 @@ use cdcflow_postgres::PgConnection;
 use crate::{cdcflow, query_csv, stderr, stdout};
 
 mod chunks;
+mod client_cert;
 mod read_query;
 mod shared_slot;
 mod tls;

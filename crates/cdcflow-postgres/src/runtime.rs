@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use cdcflow_plan::connections::{Connection, Target};
+use cdcflow_plan::connections::{Connection, PemSource, SslMode, Target};
 use cdcflow_plan::read_postgres::ReadPostgres;
 use cdcflow_plan::read_postgres::{CHANGE_SEQ, CHANGE_TYPE, COMMIT_LSN};
 use cdcflow_plan::{Input, Pipeline};
@@ -24,6 +24,7 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecon
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use crate::client_cert::{ClientCert, Pem};
 use crate::connection::PgConnection;
 use crate::error::PgError;
 use crate::position;
@@ -189,11 +190,40 @@ pub fn resolve(name: &str, c: &Connection) -> Result<PgConnection, RunError> {
             tls: Tls::default(),
         },
     };
-    if let Some(mode) = c.sslmode {
-        connection.tls.mode = mode;
-    }
-    connection.tls.root_cert = c.sslrootcert.as_ref().map(std::path::PathBuf::from);
+    let tls = tls(name, c, connection.tls.mode)?;
+    connection.tls = tls;
     Ok(connection)
+}
+
+/// The TLS settings of connection `name` (`default` when it names no `sslmode`), the
+/// client key's PEM text read from the environment.
+pub fn tls(name: &str, c: &Connection, default: SslMode) -> Result<Tls, RunError> {
+    Ok(Tls {
+        mode: c.sslmode.unwrap_or(default),
+        root_cert: c.sslrootcert.as_ref().map(std::path::PathBuf::from),
+        client_cert: c
+            .client_cert
+            .as_ref()
+            .map(|cert| client_cert(name, cert))
+            .transpose()?,
+    })
+}
+
+/// The client certificate and key of connection `name`, PEM text read from the
+/// environment.
+pub fn client_cert(
+    name: &str,
+    cert: &cdcflow_plan::connections::ClientCert,
+) -> Result<ClientCert, RunError> {
+    let pem = |source: &PemSource| match source {
+        PemSource::File(path) => Ok(Pem::File(path.into())),
+        PemSource::Env(var) => Pem::from_text(var, env_secret(name, var)?)
+            .map_err(|e| RunError::input(format!("connection `{name}`: {e}"))),
+    };
+    Ok(ClientCert {
+        cert: pem(&cert.cert)?,
+        key: pem(&cert.key)?,
+    })
 }
 
 /// A slot and publication name for `connection` of `pipeline`: lower-case letters,
