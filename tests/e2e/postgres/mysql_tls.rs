@@ -167,3 +167,96 @@ fn read_query_on_mariadb_connects_in_every_sslmode_and_with_a_client_certificate
         "client key from the environment",
     );
 }
+
+/// A MariaDB server of the test's own, without TLS: an empty data folder, no grant
+/// tables (anyone logs in), on a free port of 127.0.0.1; stopped when dropped. The
+/// server program is CDCFLOW_MARIADBD, else /usr/sbin/mariadbd.
+struct PlainServer {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl PlainServer {
+    fn start() -> PlainServer {
+        let program =
+            std::env::var("CDCFLOW_MARIADBD").unwrap_or_else(|_| "/usr/sbin/mariadbd".into());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).expect("data folder");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(&program)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", dir.path().join("sock").display()))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg(format!("--log-error={}", dir.path().join("err").display()))
+            .args([
+                &format!("--port={port}"),
+                "--bind-address=127.0.0.1",
+                "--skip-grant-tables",
+                "--user=root",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("this test starts a MariaDB server of its own with `{program}` (CDCFLOW_MARIADBD): {e}")
+            });
+        let server = PlainServer {
+            child,
+            port,
+            _dir: dir,
+        };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return server;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("the test's own MariaDB server did not start on port {port}");
+    }
+}
+
+impl Drop for PlainServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn read_query_on_a_mariadb_without_tls_prefers_plain_and_refuses_require() {
+    let server = PlainServer::start();
+    let maria = Maria {
+        name: "cdcflow_e2e_plain".into(),
+        host: "127.0.0.1".into(),
+        port: server.port,
+        user: "root".into(),
+        rt: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime"),
+    };
+    maria.exec(
+        None,
+        "CREATE DATABASE cdcflow_e2e_plain;
+         CREATE TABLE cdcflow_e2e_plain.customers (id int PRIMARY KEY, name varchar(40), updated_at datetime(6));
+         INSERT INTO cdcflow_e2e_plain.customers VALUES (1, 'ann', '2024-05-01 09:00:00')",
+    );
+    let root = ("127.0.0.1", "root");
+    // prefer (the default): in the clear.
+    assert_eq!(
+        run_with(&maria, "plain_prefer", root, "", &[]),
+        Ok(vec!["1,ann,".to_string()])
+    );
+    let e = run_with(&maria, "plain_require", root, "    sslmode: require\n", &[])
+        .expect_err("require against a server without TLS");
+    assert!(
+        e.contains("read_query on connection `shop`") && e.contains("sslmode require"),
+        "{e}"
+    );
+}

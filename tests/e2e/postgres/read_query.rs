@@ -21,7 +21,7 @@ pub(super) struct Maria {
     pub(super) host: String,
     pub(super) port: u16,
     pub(super) user: String,
-    rt: tokio::runtime::Runtime,
+    pub(super) rt: tokio::runtime::Runtime,
 }
 
 impl Maria {
