@@ -14,6 +14,8 @@ use cdcflow_postgres::PgConnection;
 use crate::{cdcflow, query_csv, stderr, stdout};
 
 mod chunks;
+mod client_cert;
+mod mysql_tls;
 mod read_query;
 mod shared_slot;
 mod tls;

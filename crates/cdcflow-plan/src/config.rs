@@ -309,7 +309,7 @@ mod tests {
 
     #[test]
     fn tls_settings_and_mysql_connections() {
-        use crate::connections::{ConnectionKind, SslMode, Target};
+        use crate::connections::{ClientCert, ConnectionKind, PemSource, SslMode, Target};
         let c = PipelineConfig::parse(
             "name: p
 connections:
@@ -320,6 +320,8 @@ connections:
     user: u
     sslmode: verify-full
     sslrootcert: /ca.pem
+    sslcert: /client.pem
+    sslkey_env: CRM_KEY
   shop:
     kind: mariadb
     host: h
@@ -330,6 +332,33 @@ connections:
         .unwrap();
         assert_eq!(c.connections["crm"].sslmode, Some(SslMode::VerifyFull));
         assert_eq!(c.connections["crm"].sslrootcert.as_deref(), Some("/ca.pem"));
+        assert_eq!(
+            c.connections["crm"].client_cert,
+            Some(ClientCert {
+                cert: PemSource::File("/client.pem".into()),
+                key: PemSource::Env("CRM_KEY".into()),
+            })
+        );
+        assert_eq!(c.connections["shop"].client_cert, None);
+        for (lines, message) in [
+            ("    sslcert: /c.pem\n", "needs its private key"),
+            ("    sslkey_env: K\n", "needs its certificate"),
+            (
+                "    sslcert: /c.pem\n    sslcert_env: C\n    sslkey: /k.pem\n",
+                "keep one",
+            ),
+            (
+                "    sslcert: /c.pem\n    sslkey_env: not-a-name\n",
+                "`sslkey_env` names an environment variable",
+            ),
+        ] {
+            let e = PipelineConfig::parse(&format!(
+                "name: p\nconnections:\n  crm:\n    kind: postgres\n    host: db\n    database: crm\n    user: u\n{lines}"
+            ))
+            .expect_err(lines)
+            .message;
+            assert!(e.contains(message), "{lines}: {e}");
+        }
         assert_eq!(c.connections["shop"].kind, ConnectionKind::Mysql);
         assert!(matches!(
             c.connections["shop"].target,

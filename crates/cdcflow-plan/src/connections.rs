@@ -17,6 +17,8 @@
 //!     dsn_env: ERP_DSN        # postgresql://user:password@host:5432/database
 //!     sslmode: verify-full    # disable, prefer (the default), require, verify-ca, verify-full
 //!     sslrootcert: /etc/ssl/certs/erp-ca.pem   # the CA to verify against (else Mozilla's, from webpki-roots)
+//!     sslcert: /etc/cdcflow/erp-client.pem     # a client certificate (PEM) and its key,
+//!     sslkey_env: ERP_CLIENT_KEY               # each a file or (`…_env`) PEM in a variable
 //!   shop:
 //!     kind: mysql             # or mariadb (read_query only)
 //!     host: shop.internal
@@ -94,6 +96,26 @@ pub struct Connection {
     /// `sslrootcert:`, a PEM file of the CAs that verify the server's certificate
     /// (else Mozilla's, from webpki-roots).
     pub sslrootcert: Option<String>,
+    /// `sslcert:`/`sslcert_env:` with `sslkey:`/`sslkey_env:`: the certificate the
+    /// client authenticates with, and its private key.
+    pub client_cert: Option<ClientCert>,
+}
+
+/// Where a PEM text comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PemSource {
+    /// A file's path.
+    File(String),
+    /// The name of the environment variable that holds the PEM text.
+    Env(String),
+}
+
+/// A client certificate (with its chain) and its private key, for TLS client
+/// authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    pub cert: PemSource,
+    pub key: PemSource,
 }
 
 /// Where a connection goes.
@@ -127,6 +149,10 @@ struct RawConnection {
     dsn_env: Option<String>,
     sslmode: Option<SslMode>,
     sslrootcert: Option<String>,
+    sslcert: Option<String>,
+    sslcert_env: Option<String>,
+    sslkey: Option<String>,
+    sslkey_env: Option<String>,
     #[serde(default)]
     password: Option<Secret>,
     #[serde(default)]
@@ -161,6 +187,35 @@ impl TryFrom<RawConnection> for Connection {
                 )),
             }
         };
+        let pem = |file: Option<String>, env: Option<String>, name: &str| match (file, env) {
+            (Some(_), Some(_)) => Err(format!(
+                "`{name}` and `{name}_env` both name the client's {}: keep one",
+                if name == "sslcert" {
+                    "certificate"
+                } else {
+                    "key"
+                }
+            )),
+            (Some(path), None) => Ok(Some(PemSource::File(path))),
+            (None, Some(var)) => Ok(Some(PemSource::Env(env_name(
+                &format!("{name}_env"),
+                &var,
+            )?))),
+            (None, None) => Ok(None),
+        };
+        let client_cert = match (
+            pem(raw.sslcert, raw.sslcert_env, "sslcert")?,
+            pem(raw.sslkey, raw.sslkey_env, "sslkey")?,
+        ) {
+            (Some(cert), Some(key)) => Some(ClientCert { cert, key }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err("a client certificate needs its private key: add `sslkey:` (a PEM file) or `sslkey_env:` (a variable holding the PEM)".into());
+            }
+            (None, Some(_)) => {
+                return Err("a client key needs its certificate: add `sslcert:` (a PEM file) or `sslcert_env:` (a variable holding the PEM)".into());
+            }
+        };
         if let Some(dsn) = raw.dsn_env {
             let written: Vec<&str> = [
                 ("host", raw.host.is_some()),
@@ -184,6 +239,7 @@ impl TryFrom<RawConnection> for Connection {
                 target: Target::DsnEnv(env_name("dsn_env", &dsn)?),
                 sslmode: raw.sslmode,
                 sslrootcert: raw.sslrootcert,
+                client_cert,
             });
         }
         let missing: Vec<&str> = [
@@ -205,6 +261,7 @@ impl TryFrom<RawConnection> for Connection {
             kind: raw.kind,
             sslmode: raw.sslmode,
             sslrootcert: raw.sslrootcert,
+            client_cert,
             target: Target::Parts {
                 host: raw.host.unwrap_or_default(),
                 port: raw.port.unwrap_or(raw.kind.default_port()),

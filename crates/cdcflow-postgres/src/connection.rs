@@ -63,7 +63,7 @@ impl PgConnection {
             password,
             tls: Tls {
                 mode,
-                root_cert: None,
+                ..Tls::default()
             },
         })
     }

@@ -5,13 +5,15 @@
 //! run pipelines compile this one and its drivers (docs/sources.md).
 //!
 //! - [`connection`]: where to connect, and the two connections made from it;
-//!   [`tls`]: how they encrypt and verify;
+//!   [`tls`]: how they encrypt and verify; [`client_cert`]: the certificate they
+//!   authenticate with;
 //! - [`source`]: slot, publication, streaming and acknowledgement; [`snapshot`]:
-//!   the initial copy, in chunks;
+//!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key);
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
 //!   [`changes`]: the rows and their metadata columns.
 
 pub mod changes;
+pub mod client_cert;
 pub mod connection;
 pub mod error;
 pub mod pgoutput;
@@ -19,6 +21,7 @@ pub mod position;
 pub mod runtime;
 pub mod snapshot;
 pub mod source;
+pub mod tid_copy;
 pub mod tls;
 pub mod types;
 

@@ -4,6 +4,8 @@
 //! {"lsn": "16/B374D848",                       // every transaction before it is read
 //!  "within": {"commit_lsn": "16/B3750000", "seq": 100000},   // one read in part
 //!  "copy": {"after": ["41999"], "copied": 42000},             // the copy goes on
+//!  // or, for a table without a primary key, after a tuple id:
+//!  // "copy": {"after_tid": "(812,40)", "pages": 9000, "filenode": 16384, "copied": 42000},
 //!  "applied_until_micros": 1764600000000000}  // every change before this time is in
 //! ```
 //!
@@ -19,6 +21,7 @@ use serde_json::{Map, Value, json};
 
 use crate::snapshot::CopyProgress;
 use crate::source::{ReadFrom, lsn_text};
+use crate::tid_copy::TupleResume;
 
 /// What the checkpoint keeps of a table.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -39,8 +42,18 @@ impl Position {
                 json!({ "commit_lsn": lsn_text(commit), "seq": seq }),
             );
         }
-        if let CopyProgress::After { key, copied } = &self.from.copy {
-            out.insert("copy".into(), json!({ "after": key, "copied": copied }));
+        match &self.from.copy {
+            CopyProgress::After { key, copied } => {
+                out.insert("copy".into(), json!({ "after": key, "copied": copied }));
+            }
+            CopyProgress::AfterTuple(r) => {
+                out.insert(
+                    "copy".into(),
+                    json!({ "after_tid": r.after.to_string(), "pages": r.pages,
+                            "filenode": r.filenode, "copied": r.copied }),
+                );
+            }
+            CopyProgress::Start | CopyProgress::Done => {}
         }
         if let Some(at) = self.applied_until_micros {
             out.insert("applied_until_micros".into(), json!(at));
@@ -79,8 +92,24 @@ pub fn parse(value: &Value) -> Result<Position, RunError> {
                 .ok_or_else(|| bad(value))?,
         )),
     };
+    let number = |c: &Value, name: &str| {
+        c.get(name)
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| bad(value))
+    };
     let copy = match value.get("copy") {
         None => CopyProgress::Done,
+        Some(c) if c.get("after_tid").is_some() => CopyProgress::AfterTuple(TupleResume {
+            after: c
+                .get("after_tid")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| bad(value))?,
+            pages: number(c, "pages")?,
+            filenode: number(c, "filenode")?,
+            copied: c.get("copied").and_then(Value::as_u64).unwrap_or(0),
+        }),
         Some(c) => CopyProgress::After {
             key: c
                 .get("after")
@@ -163,6 +192,32 @@ mod tests {
         );
         assert_eq!(parse(&v).unwrap(), full);
         assert!(parse(&json!({"lsn": "0/10", "copy": {"after": [1]}})).is_err());
+        let tuples = Position {
+            from: ReadFrom {
+                lsn: Some(0x10),
+                within: None,
+                copy: CopyProgress::AfterTuple(TupleResume {
+                    after: "(812,40)".parse().unwrap(),
+                    pages: 9000,
+                    filenode: 16384,
+                    copied: 42,
+                }),
+            },
+            applied_until_micros: None,
+        };
+        let v = tuples.to_json();
+        assert_eq!(
+            v,
+            json!({"lsn": "0/10", "copy": {"after_tid": "(812,40)", "pages": 9000, "filenode": 16384, "copied": 42}})
+        );
+        assert_eq!(parse(&v).unwrap(), tuples);
+        assert!(
+            parse(&json!({"lsn": "0/10", "copy": {"after_tid": "812", "pages": 1, "filenode": 1}}))
+                .is_err()
+        );
+        assert!(
+            parse(&json!({"lsn": "0/10", "copy": {"after_tid": "(1,1)", "filenode": 1}})).is_err()
+        );
     }
 
     #[test]

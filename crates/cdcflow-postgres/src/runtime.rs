@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use cdcflow_plan::connections::{Connection, Target};
+use cdcflow_plan::connections::{Connection, PemSource, SslMode, Target};
 use cdcflow_plan::read_postgres::ReadPostgres;
 use cdcflow_plan::read_postgres::{CHANGE_SEQ, CHANGE_TYPE, COMMIT_LSN};
 use cdcflow_plan::{Input, Pipeline};
@@ -24,10 +24,10 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecon
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use crate::client_cert::{ClientCert, Pem};
 use crate::connection::PgConnection;
 use crate::error::PgError;
 use crate::position;
-use crate::snapshot::CopyProgress;
 use crate::source::{Changes, ReadFrom, TableSource};
 use crate::tls::Tls;
 
@@ -190,11 +190,40 @@ pub fn resolve(name: &str, c: &Connection) -> Result<PgConnection, RunError> {
             tls: Tls::default(),
         },
     };
-    if let Some(mode) = c.sslmode {
-        connection.tls.mode = mode;
-    }
-    connection.tls.root_cert = c.sslrootcert.as_ref().map(std::path::PathBuf::from);
+    let tls = tls(name, c, connection.tls.mode)?;
+    connection.tls = tls;
     Ok(connection)
+}
+
+/// The TLS settings of connection `name` (`default` when it names no `sslmode`), the
+/// client key's PEM text read from the environment.
+pub fn tls(name: &str, c: &Connection, default: SslMode) -> Result<Tls, RunError> {
+    Ok(Tls {
+        mode: c.sslmode.unwrap_or(default),
+        root_cert: c.sslrootcert.as_ref().map(std::path::PathBuf::from),
+        client_cert: c
+            .client_cert
+            .as_ref()
+            .map(|cert| client_cert(name, cert))
+            .transpose()?,
+    })
+}
+
+/// The client certificate and key of connection `name`, PEM text read from the
+/// environment.
+pub fn client_cert(
+    name: &str,
+    cert: &cdcflow_plan::connections::ClientCert,
+) -> Result<ClientCert, RunError> {
+    let pem = |source: &PemSource| match source {
+        PemSource::File(path) => Ok(Pem::File(path.into())),
+        PemSource::Env(var) => Pem::from_text(var, env_secret(name, var)?)
+            .map_err(|e| RunError::input(format!("connection `{name}`: {e}"))),
+    };
+    Ok(ClientCert {
+        cert: pem(&cert.cert)?,
+        key: pem(&cert.key)?,
+    })
 }
 
 /// A slot and publication name for `connection` of `pipeline`: lower-case letters,
@@ -280,21 +309,19 @@ impl ExternalSource for PgSource {
             // A read that stopped at its size limit has applied up to its last
             // transaction; one that read all has applied up to when it began; while
             // the table is being copied, it is applied up to no time.
-            let applied_until = match (&changes.copy, changes.more) {
-                (CopyProgress::After { .. }, _) => None,
-                (_, true) => newest_commit(&rows),
-                (_, false) => Some(changes.read_at_micros),
+            let applied_until = match (changes.copy.copied(), changes.more) {
+                (Some(_), _) => None,
+                (None, true) => newest_commit(&rows),
+                (None, false) => Some(changes.read_at_micros),
             };
             let must_commit = changes.snapshot
                 || (rows.num_rows() == 0
                     && changes.within.is_none()
                     && position::idle_commit(&from, changes.position, changes.read_at_micros));
-            if let (Some(tell), CopyProgress::After { copied, .. }) =
-                (&self.progress, &changes.copy)
-            {
+            if let (Some(tell), Some(copied)) = (&self.progress, changes.copy.copied()) {
                 let of = changes
                     .estimate
-                    .filter(|e| *e >= *copied)
+                    .filter(|e| *e >= copied)
                     .map(|e| format!(" of about {e}"))
                     .unwrap_or_default();
                 tell(&format!("copying {}: {copied}{of} rows", self.source.table));

@@ -8,7 +8,8 @@
 //!
 //! Each chunk is its own batch (its key range in the checkpoint), so a crash at any
 //! chunk resumes after the last committed one, and memory holds one chunk. A table
-//! without a primary key is copied in one piece.
+//! without a primary key is copied in chunks of its tuple ids the same way
+//! ([`crate::tid_copy`]); a partitioned table without one is copied in one piece.
 
 use pgwire_replication::ReplicationClient;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -17,9 +18,10 @@ use crate::changes::{ChangeKind, ChangeMeta, ChangeRows};
 use crate::connection::{quote_ident, quote_literal};
 use crate::error::PgError;
 use crate::source::{TableSource, parse_lsn, table_sql};
+use crate::tid_copy::{self, TupleResume};
 
 /// Rows per FETCH of a copy.
-const FETCH_ROWS: usize = 10_000;
+pub(crate) const FETCH_ROWS: usize = 10_000;
 
 /// How far a table's initial copy has come.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -30,8 +32,22 @@ pub enum CopyProgress {
     /// The rows whose primary key is above this one (its values as PostgreSQL prints
     /// them, in key order) are still to be copied; `copied` rows were.
     After { key: Vec<String>, copied: u64 },
+    /// A table without a primary key: the rows after a tuple id are still to be
+    /// copied.
+    AfterTuple(TupleResume),
     /// Copied whole.
     Done,
+}
+
+impl CopyProgress {
+    /// The rows copied so far, while the copy goes on.
+    pub fn copied(&self) -> Option<u64> {
+        match self {
+            Self::After { copied, .. } => Some(*copied),
+            Self::AfterTuple(resume) => Some(resume.copied),
+            Self::Start | Self::Done => None,
+        }
+    }
 }
 
 /// One chunk copied.
@@ -132,23 +148,45 @@ impl TableSource {
         )
         .await?
         .and_then(|n| u64::try_from(n).ok());
-        let key = self.primary_key(client).await?;
-        let places: Vec<usize> = key
-            .iter()
-            .filter_map(|k| rows.columns().iter().position(|c| &c.name == k))
-            .collect();
         let list = rows
             .columns()
             .iter()
             .map(|c| quote_ident(&c.name))
             .collect::<Vec<_>>()
             .join(", ");
+        let meta = ChangeMeta {
+            kind: ChangeKind::Snapshot,
+            commit_lsn: consistent,
+            seq: 0,
+            commit_micros: at,
+            xid: None,
+        };
+        let table = table_sql(&self.table);
+        let limit = self.max_changes.max(1) as u64;
+        let key = match progress {
+            CopyProgress::AfterTuple(resume) => {
+                let next =
+                    tid_copy::copy_chunk(client, rows, (&table, &list), Some(resume), meta, limit);
+                return Ok((next.await?, estimate));
+            }
+            CopyProgress::Start | CopyProgress::After { .. } | CopyProgress::Done => {
+                self.primary_key(client).await?
+            }
+        };
+        let places: Vec<usize> = key
+            .iter()
+            .filter_map(|k| rows.columns().iter().position(|c| &c.name == k))
+            .collect();
         let (after, copied_before) = match progress {
             CopyProgress::After { key, copied } => (Some(key.as_slice()), *copied),
-            CopyProgress::Start | CopyProgress::Done => (None, 0),
+            CopyProgress::Start | CopyProgress::AfterTuple(_) | CopyProgress::Done => (None, 0),
         };
         let chunked = !key.is_empty() && places.len() == key.len();
-        let mut sql = format!("SELECT {list} FROM {}", table_sql(&self.table));
+        if !chunked && *progress == CopyProgress::Start && self.plain_table(client).await? {
+            let next = tid_copy::copy_chunk(client, rows, (&table, &list), None, meta, limit);
+            return Ok((next.await?, estimate));
+        }
+        let mut sql = format!("SELECT {list} FROM {table}");
         if chunked {
             let columns = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>();
             if let Some(after) = after.filter(|a| a.len() == key.len()) {
@@ -167,13 +205,6 @@ impl TableSource {
                 "DECLARE cdcflow_snapshot NO SCROLL CURSOR FOR {sql}"
             ))
             .await?;
-        let meta = ChangeMeta {
-            kind: ChangeKind::Snapshot,
-            commit_lsn: consistent,
-            seq: 0,
-            commit_micros: at,
-            xid: None,
-        };
         let mut n = 0_usize;
         let mut last: Vec<String> = vec![];
         loop {
@@ -224,9 +255,22 @@ impl TableSource {
             .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
+
+    /// Whether the table is an ordinary one (not partitioned), whose tuple ids order
+    /// its rows.
+    async fn plain_table(&self, client: &Client) -> Result<bool, PgError> {
+        let row = client
+            .query_opt(
+                "SELECT c.relkind = 'r' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2",
+                &[&self.table.schema, &self.table.name],
+            )
+            .await?;
+        Ok(row.is_some_and(|r| r.get(0)))
+    }
 }
 
-async fn one_number(client: &Client, sql: &str) -> Result<Option<i64>, PgError> {
+pub(crate) async fn one_number(client: &Client, sql: &str) -> Result<Option<i64>, PgError> {
     for m in client.simple_query(sql).await? {
         if let SimpleQueryMessage::Row(row) = m {
             return Ok(row.get(0).and_then(|t| t.parse().ok()));

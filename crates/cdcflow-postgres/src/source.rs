@@ -203,7 +203,7 @@ impl TableSource {
             }
             Some(after) => {
                 let acked = self.check_slot(&client, after).await?;
-                if matches!(from.copy, CopyProgress::After { .. }) {
+                if from.copy.copied().is_some() {
                     let chunk = self.copy_chunk(&client, &mut rows, &from.copy).await?;
                     (copy, estimate) = (chunk.progress, chunk.estimate);
                 }

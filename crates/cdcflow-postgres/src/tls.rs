@@ -1,5 +1,6 @@
-//! TLS to the server, for both connections a source opens: `sslmode:` and
-//! `sslrootcert:` of the connection in pipeline.yaml, with libpq's meanings. The SQL
+//! TLS to the server, for both connections a source opens: `sslmode:`,
+//! `sslrootcert:` and the client certificate (`sslcert:`, `sslkey:`,
+//! [`crate::client_cert`]) of the connection in pipeline.yaml, with libpq's meanings. The SQL
 //! connection goes through `tokio-postgres-rustls` with a rustls configuration built
 //! here; the replication connection through pgwire-replication's own rustls support,
 //! given the same mode and CA file. Both use rustls with the `ring` provider, already
@@ -18,7 +19,15 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
+use crate::client_cert::ClientCert;
 use crate::error::PgError;
+
+/// Makes rustls' `ring` provider the process's default, for drivers that build their
+/// rustls configuration with it (mysql_async): without one, rustls would have to pick
+/// among the providers the build has. Harmless when one is set already.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 
 /// How a connection uses TLS.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,6 +35,8 @@ pub struct Tls {
     pub mode: SslMode,
     /// PEM file of the CAs that verify the server (else Mozilla's, from webpki-roots).
     pub root_cert: Option<PathBuf>,
+    /// The certificate the client authenticates with, when the server asks for one.
+    pub client_cert: Option<ClientCert>,
 }
 
 impl Tls {
@@ -52,8 +63,8 @@ impl Tls {
     /// The same settings for pgwire-replication.
     pub(crate) fn replication_config(&self) -> pgwire_replication::TlsConfig {
         let root = self.root_cert.clone();
-        match self.mode {
-            SslMode::Disable => pgwire_replication::TlsConfig::disabled(),
+        let config = match self.mode {
+            SslMode::Disable => return pgwire_replication::TlsConfig::disabled(),
             SslMode::Prefer => pgwire_replication::TlsConfig {
                 mode: pgwire_replication::SslMode::Prefer,
                 ..pgwire_replication::TlsConfig::require()
@@ -61,6 +72,33 @@ impl Tls {
             SslMode::Require => pgwire_replication::TlsConfig::require(),
             SslMode::VerifyCa => pgwire_replication::TlsConfig::verify_ca(root),
             SslMode::VerifyFull => pgwire_replication::TlsConfig::verify_full(root),
+        };
+        match &self.client_cert {
+            Some(c) => config.with_client_cert(c.cert.path(), c.key.path()),
+            None => config,
+        }
+    }
+
+    /// A rustls configuration with the client certificate when there is one.
+    fn with_client_auth(
+        &self,
+        builder: rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>,
+    ) -> Result<ClientConfig, PgError> {
+        let Some(cert) = &self.client_cert else {
+            return Ok(builder.with_no_client_auth());
+        };
+        let (chain, key) = cert.load().map_err(|e| self.client_error(e))?;
+        builder.with_client_auth_cert(chain, key).map_err(|e| {
+            self.client_error(format!(
+                "the client certificate and key cannot be used together: {e}"
+            ))
+        })
+    }
+
+    fn client_error(&self, message: String) -> PgError {
+        PgError::NotReady {
+            message,
+            help: "`sslcert:`/`sslcert_env:` give the client's certificate and `sslkey:`/`sslkey_env:` its private key, both in PEM".into(),
         }
     }
 
@@ -71,22 +109,22 @@ impl Tls {
             .map_err(|e| self.error(format!("TLS cannot be set up: {e}")))?;
         let algorithms = provider.signature_verification_algorithms;
         let config = match self.mode {
-            SslMode::Disable | SslMode::Prefer | SslMode::Require => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unverified(algorithms)))
-                .with_no_client_auth(),
+            SslMode::Disable | SslMode::Prefer | SslMode::Require => self.with_client_auth(
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(Unverified(algorithms))),
+            )?,
             SslMode::VerifyCa | SslMode::VerifyFull => {
                 let verifier =
                     WebPkiServerVerifier::builder_with_provider(Arc::new(self.roots()?), provider)
                         .build()
                         .map_err(|e| self.error(format!("the trusted CAs cannot be used: {e}")))?;
-                builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(Verified {
+                self.with_client_auth(builder.dangerous().with_custom_certificate_verifier(
+                    Arc::new(Verified {
                         inner: verifier,
                         host_name: self.mode == SslMode::VerifyFull,
-                    }))
-                    .with_no_client_auth()
+                    }),
+                ))?
             }
         };
         Ok(config)
@@ -240,7 +278,7 @@ mod tests {
         for mode in [SslMode::Disable, SslMode::Prefer, SslMode::Require] {
             Tls {
                 mode,
-                root_cert: None,
+                ..Tls::default()
             }
             .client_config()
             .expect("config");
@@ -248,8 +286,25 @@ mod tests {
         let missing = Tls {
             mode: SslMode::VerifyFull,
             root_cert: Some("/nonexistent/ca.pem".into()),
+            client_cert: None,
         };
         let e = missing.client_config().expect_err("an error");
         assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        let client = Tls {
+            mode: SslMode::Require,
+            root_cert: None,
+            client_cert: Some(ClientCert {
+                cert: crate::client_cert::Pem::File("/nonexistent/client.pem".into()),
+                key: crate::client_cert::Pem::File("/nonexistent/client.key".into()),
+            }),
+        };
+        let e = client.client_config().expect_err("an error");
+        assert!(e.to_string().contains("/nonexistent/client.pem"), "{e}");
+        assert!(
+            client
+                .replication_config()
+                .client_key_pem_path
+                .is_some_and(|p| p.ends_with("client.key"))
+        );
     }
 }

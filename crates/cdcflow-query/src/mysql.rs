@@ -1,11 +1,16 @@
 //! `read_query` on MySQL and MariaDB, through mysql_async's text protocol: every value
 //! arrives as the server prints it, and is converted to Arrow as PostgreSQL's text is
 //! (`cdcflow_postgres::types`). The session's time zone is UTC, so TIMESTAMP values
-//! print in UTC.
+//! print in UTC. TLS through mysql_async's rustls (the `ring` provider the build has
+//! already), with the `sslmode` names of PostgreSQL.
 
 use mysql_async::consts::{ColumnFlags, ColumnType};
 use mysql_async::prelude::Queryable;
-use mysql_async::{Column, Conn, OptsBuilder, Row, Value};
+use mysql_async::{ClientIdentity, Column, Conn, DriverError, OptsBuilder, Row, SslOpts, Value};
+
+use cdcflow_plan::connections::SslMode;
+use cdcflow_postgres::client_cert::Pem;
+use cdcflow_postgres::tls::Tls;
 
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
@@ -19,6 +24,8 @@ pub struct MysqlConnection {
     pub database: String,
     pub user: String,
     pub password: Option<String>,
+    /// `sslmode:`, `sslrootcert:` and the client certificate, as for PostgreSQL.
+    pub tls: Tls,
 }
 
 impl MysqlConnection {
@@ -31,15 +38,83 @@ impl MysqlConnection {
             .db_name(Some(self.database.clone()))
             .prefer_socket(false)
             .init(vec!["SET time_zone = '+00:00'"]);
-        Conn::new(opts).await.map_err(|e| {
-            SourceError::new(
-                format!(
-                    "cannot connect to MySQL at {}:{} (database `{}`, user `{}`): {e}",
-                    self.host, self.port, self.database, self.user
-                ),
-                "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up",
-            )
-        })
+        let Some(ssl) = ssl_opts(&self.tls) else {
+            return Conn::new(opts).await.map_err(|e| self.error(&e));
+        };
+        cdcflow_postgres::tls::install_crypto_provider();
+        match Conn::new(opts.clone().ssl_opts(ssl)).await {
+            // `prefer`: a server without TLS is spoken to in the clear.
+            Err(mysql_async::Error::Driver(DriverError::NoClientSslFlagFromServer))
+                if self.tls.mode == SslMode::Prefer =>
+            {
+                Conn::new(opts).await.map_err(|e| self.error(&e))
+            }
+            other => other.map_err(|e| self.error(&e)),
+        }
+    }
+
+    fn error(&self, e: &mysql_async::Error) -> SourceError {
+        let mode = self.tls.mode;
+        let tls = match mode {
+            SslMode::Disable | SslMode::Prefer => String::new(),
+            SslMode::Require => "; with sslmode: require the server must offer TLS".into(),
+            SslMode::VerifyCa | SslMode::VerifyFull => format!(
+                "; with sslmode: {} the server must offer TLS with a certificate the CAs of `sslrootcert:` sign{}",
+                mode.as_str(),
+                if mode == SslMode::VerifyFull {
+                    ", for this host name"
+                } else {
+                    ""
+                }
+            ),
+        };
+        SourceError::new(
+            format!(
+                "cannot connect to MySQL at {}:{} (database `{}`, user `{}`, sslmode {}): {e}",
+                self.host,
+                self.port,
+                self.database,
+                self.user,
+                mode.as_str()
+            ),
+            &format!(
+                "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up{tls}"
+            ),
+        )
+    }
+}
+
+/// mysql_async's TLS settings for `tls`, with libpq's meanings: `prefer` and `require`
+/// take any certificate, `verify-ca` one the trusted CAs sign, `verify-full` one for
+/// the host too; `sslrootcert:` replaces the built-in CAs (Mozilla's).
+fn ssl_opts(tls: &Tls) -> Option<SslOpts> {
+    let mode = tls.mode;
+    if mode == SslMode::Disable {
+        return None;
+    }
+    let mut opts = SslOpts::default()
+        .with_danger_accept_invalid_certs(matches!(mode, SslMode::Prefer | SslMode::Require))
+        .with_danger_skip_domain_validation(mode != SslMode::VerifyFull);
+    if let Some(root) = &tls.root_cert {
+        opts = opts
+            .with_root_certs(vec![root.clone().into()])
+            .with_disable_built_in_roots(true);
+    }
+    if let Some(client) = &tls.client_cert {
+        opts = opts.with_client_identity(Some(ClientIdentity::new(
+            pem_source(&client.cert),
+            pem_source(&client.key),
+        )));
+    }
+    Some(opts)
+}
+
+/// A PEM as mysql_async takes it (its `PathOrBuf`, which it does not export): the file,
+/// or the text itself.
+fn pem_source<T: From<std::path::PathBuf> + From<Vec<u8>>>(pem: &Pem) -> T {
+    match pem {
+        Pem::File(path) => path.clone().into(),
+        Pem::Text { text, .. } => text.as_bytes().to_vec().into(),
     }
 }
 

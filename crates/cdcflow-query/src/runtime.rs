@@ -97,14 +97,6 @@ fn open(pipeline: &Pipeline, rq: &ReadQuery) -> Result<QuerySource, RunError> {
 
 /// A MySQL connection with its secret from the environment.
 fn mysql(name: &str, c: &Connection) -> Result<MysqlConnection, RunError> {
-    if c.sslmode
-        .is_some_and(|m| m != SslMode::Disable && m != SslMode::Prefer)
-    {
-        return Err(RunError::input(format!(
-            "connection `{name}`: sslmode on a MySQL connection is not supported yet"
-        ))
-        .with_help("connect without TLS (sslmode: disable or prefer), or through a TLS tunnel"));
-    }
     match &c.target {
         Target::DsnEnv(_) => Err(RunError::input(format!(
             "connection `{name}`: a MySQL connection takes host, port, database, user and password_env, not dsn_env"
@@ -127,6 +119,7 @@ fn mysql(name: &str, c: &Connection) -> Result<MysqlConnection, RunError> {
                 database: database.clone(),
                 user: user.clone(),
                 password,
+                tls: cdcflow_postgres::runtime::tls(name, c, SslMode::Prefer)?,
             })
         }
     }

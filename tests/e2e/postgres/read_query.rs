@@ -16,16 +16,16 @@ fn env(name: &str, default: &str) -> String {
 }
 
 /// A MariaDB database of the test's own.
-struct Maria {
-    name: String,
-    host: String,
-    port: u16,
-    user: String,
-    rt: tokio::runtime::Runtime,
+pub(super) struct Maria {
+    pub(super) name: String,
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) user: String,
+    pub(super) rt: tokio::runtime::Runtime,
 }
 
 impl Maria {
-    fn create(test: &str) -> Maria {
+    pub(super) fn create(test: &str) -> Maria {
         let m = Maria {
             name: format!("cdcflow_e2e_{test}"),
             host: env("MYSQL_HOST", "127.0.0.1"),
@@ -61,7 +61,7 @@ impl Maria {
             })
     }
 
-    fn exec(&self, database: Option<&str>, sql: &str) {
+    pub(super) fn exec(&self, database: Option<&str>, sql: &str) {
         let mut conn = self.connect(database);
         self.rt
             .block_on(conn.query_drop(sql))
@@ -69,7 +69,7 @@ impl Maria {
         let _ = self.rt.block_on(conn.disconnect());
     }
 
-    fn rows(&self, sql: &str) -> Vec<String> {
+    pub(super) fn rows(&self, sql: &str) -> Vec<String> {
         let mut conn = self.connect(Some(&self.name));
         let rows: Vec<mysql_async::Row> = self.rt.block_on(conn.query(sql)).expect(sql);
         let _ = self.rt.block_on(conn.disconnect());

@@ -92,7 +92,7 @@ pub fn load_with_columns(
             let (code, help) = match connection {
                 true => (
                     "cdcflow::connection",
-                    "a connection takes kind: postgres, host, port, database, user and password_env (or dsn_env alone); secrets come from environment variables, never from the file",
+                    "a connection takes kind (postgres, mysql or mariadb), host, port, database, user and password_env (or dsn_env alone), and for TLS sslmode, sslrootcert, and sslcert with sslkey (each a PEM file, or sslcert_env/sslkey_env naming a variable that holds the PEM); secrets come from environment variables, never from the file (docs/sources.md)",
                 ),
                 false => (
                     "cdcflow::config",
