@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use cdcflow_plan::read_kafka::{ReadKafka, Subscription};
 use cdcflow_plan::{Input, Pipeline};
-use cdcflow_runtime::RunError;
 use cdcflow_runtime::sources::{
     ExternalSource, PartitionLag, SourceFactory, SourceRead, SourceStatus,
 };
+use cdcflow_runtime::{ErrorCode, RunError};
 use datafusion::arrow::datatypes::SchemaRef;
 use futures::future::BoxFuture;
 use rskafka::client::Client;
@@ -59,7 +59,7 @@ pub struct KafkaSource {
 }
 
 fn kafka_error(what: &str, e: impl std::fmt::Display) -> RunError {
-    RunError::input(format!("Kafka source: {what}: {e}"))
+    RunError::user(ErrorCode::Source, format!("Kafka source: {what}: {e}"))
 }
 
 impl KafkaSource {

@@ -15,10 +15,10 @@ use cdcflow_plan::connections::{Connection, PemSource, SslMode, Target};
 use cdcflow_plan::read_postgres::ReadPostgres;
 use cdcflow_plan::read_postgres::{CHANGE_SEQ, CHANGE_TYPE, COMMIT_LSN};
 use cdcflow_plan::{Input, Pipeline};
-use cdcflow_runtime::RunError;
 use cdcflow_runtime::sources::{
     Acknowledge, Carried, ExternalSource, SourceFactory, SourceRead, SourceStatus,
 };
+use cdcflow_runtime::{ErrorCode, RunError};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
 use futures::future::BoxFuture;
@@ -75,7 +75,7 @@ fn connection_error(connection: &str, e: PgError) -> RunError {
 
 fn named_error(what: &str, e: PgError) -> RunError {
     let help = e.help().map(String::from);
-    let error = RunError::input(format!("{what}: {e}"));
+    let error = RunError::user(ErrorCode::Source, format!("{what}: {e}"));
     drop(e);
     match help {
         Some(h) => error.with_help(h),

@@ -14,8 +14,8 @@ use cdcflow_plan::read_query::ReadQuery;
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_postgres::types::TextColumn;
 use cdcflow_postgres::{PgConnection, PgError};
-use cdcflow_runtime::RunError;
 use cdcflow_runtime::sources::{ExternalSource, SourceFactory, SourceRead, SourceStatus};
+use cdcflow_runtime::{ErrorCode, RunError};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
@@ -48,10 +48,10 @@ impl SourceError {
     }
 
     fn into_run_error(self, connection: &str) -> RunError {
-        RunError::input(format!(
-            "read_query on connection `{connection}`: {}",
-            self.message
-        ))
+        RunError::user(
+            ErrorCode::Source,
+            format!("read_query on connection `{connection}`: {}", self.message),
+        )
         .with_help(self.help)
     }
 }
