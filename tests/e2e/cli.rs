@@ -121,3 +121,61 @@ fn listing(dir: &std::path::Path) -> Vec<String> {
     out.sort();
     out
 }
+
+#[test]
+fn explain_analyze_runs_each_query_over_its_next_batch_and_commits_nothing() {
+    let dir = crate::example_copy("orders");
+    let p = dir.path().to_str().expect("path");
+    assert!(cdcflow(&["run", "-p", p]).status.success());
+    let before = listing(dir.path());
+
+    let out = cdcflow(&["explain", "-p", p, "--physical"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // The gold view's aggregate, planned by DataFusion over the silver table.
+    assert!(
+        text.contains("AggregateExec: mode=FinalPartitioned"),
+        "{text}"
+    );
+    // The AUTO CDC flow's events: its columns, sequence and operation.
+    assert!(
+        text.contains("AutoCdcApply: keys=[order_id], scd_type=2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CASE WHEN operation@4 = DELETE THEN 1 ELSE 0 END as __op"),
+        "{text}"
+    );
+    assert!(!text.contains("metrics=["), "{text}");
+
+    let out = cdcflow(&[
+        "explain",
+        "-p",
+        p,
+        "--flow",
+        "gold_orders_by_status",
+        "--analyze",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("run over the next batch's input"), "{text}");
+    // The scan of the silver table is the plan's leaf.
+    assert!(
+        text.trim_end()
+            .lines()
+            .next_back()
+            .is_some_and(|l| l.contains("DataSourceExec")),
+        "{text}"
+    );
+    // Two statuses are open at the end of the example's changes.
+    assert!(
+        text.contains("ProjectionExec: expr=[status@0 as status"),
+        "{text}"
+    );
+    assert!(text.contains("metrics=[output_rows=2"), "{text}");
+
+    // Read-only: no table, checkpoint or log changed, and the next run has nothing new.
+    assert_eq!(before, listing(dir.path()));
+    let out = cdcflow(&["run", "-p", p]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -1,11 +1,13 @@
-//! `cdcflow explain`: the DataFusion plan of each flow.
+//! `cdcflow explain`: the DataFusion plan of each flow; with `--physical`, the physical
+//! plan it runs for its next batch, and with `--analyze` that plan's metrics after
+//! running it (nothing is committed).
 
 use std::process::ExitCode;
 
 use crate::PipelineArgs;
 use crate::validate::print_text;
 
-pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
+pub fn run(args: &PipelineArgs, only: Option<&str>, physical: bool, analyze: bool) -> ExitCode {
     let loaded = crate::validate::load(args);
     if loaded.has_errors() {
         print_text(&loaded.diagnostics);
@@ -19,6 +21,7 @@ pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
         return ExitCode::from(crate::usage::EXIT);
     }
     let cwd = std::env::current_dir().ok();
+    let mut failed = false;
     for &i in &pipeline.order {
         let flow = &pipeline.flows[i];
         if only.is_some_and(|n| !flow.name.eq_ignore_ascii_case(n)) {
@@ -45,7 +48,32 @@ pub fn run(args: &PipelineArgs, only: Option<&str>) -> ExitCode {
             Some(plan) => outln!("{}", plan.display_indent()),
             None => outln!("  (not planned: input schema unknown until landing files exist)"),
         }
+        if physical && flow.plan.is_some() {
+            let shown = crate::runtime().block_on(cdcflow_runtime::explain::physical_plan(
+                pipeline, flow, analyze,
+            ));
+            match shown {
+                Ok(text) => {
+                    outln!(
+                        "physical plan{}:",
+                        if analyze {
+                            ", run over the next batch's input"
+                        } else {
+                            ""
+                        }
+                    );
+                    outln!("{}", text.trim_end());
+                }
+                Err(e) => {
+                    crate::run_error::print(&e);
+                    failed = true;
+                }
+            }
+        }
         outln!();
+    }
+    if failed {
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
 }

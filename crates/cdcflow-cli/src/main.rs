@@ -168,6 +168,15 @@ enum Command {
         /// Only this flow.
         #[arg(long)]
         flow: Option<String>,
+        /// Also the physical plan each flow runs for its next batch, over the input a
+        /// run would read now (files and tables; server sources are not read).
+        #[arg(long)]
+        physical: bool,
+        /// Run each flow's physical plan over its next batch's input and show each
+        /// operator's metrics (rows, time, memory), as EXPLAIN ANALYZE does. Nothing is
+        /// committed. Implies --physical.
+        #[arg(long)]
+        analyze: bool,
     },
     /// Process everything available now: every flow in dependency order, one commit each.
     Run {
@@ -299,7 +308,12 @@ fn main() -> ExitCode {
             &pipeline,
             if json { DiagnosticFormat::Json } else { format },
         ),
-        Command::Explain { pipeline, flow } => explain::run(&pipeline, flow.as_deref()),
+        Command::Explain {
+            pipeline,
+            flow,
+            physical,
+            analyze,
+        } => explain::run(&pipeline, flow.as_deref(), physical || analyze, analyze),
         Command::Run {
             pipeline,
             flows,

@@ -29,6 +29,7 @@ pub mod describe;
 mod error;
 pub mod event_log;
 pub mod expectations;
+pub mod explain;
 pub mod failpoint;
 mod file_metadata;
 pub mod files;

@@ -7,6 +7,9 @@ use cdcflow_plan::planner::Planner;
 use cdcflow_sql::sqlparser::ast::Query;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
+use datafusion::physical_plan::{displayable, execute_stream};
+use futures::StreamExt;
 
 use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table, conform};
@@ -230,6 +233,32 @@ fn commit_for(rc: &RunContext, flow: &Flow, app: &str, batch: i64) -> Commit {
             ..Commit::default()
         },
     }
+}
+
+/// The physical plan `query` runs for the flow's next batch and, after `analyze`, the
+/// metrics of running it (rows, time, memory per operator). Nothing is committed, and no
+/// checkpoint is written: a later run reads the same input.
+pub(crate) async fn explain(
+    rc: &RunContext,
+    flow: &Flow,
+    query: &Query,
+    analyze: bool,
+) -> Result<String, RunError> {
+    let mut batch = QueryBatch::open(rc, flow).await?;
+    let mut report = FlowReport::new(&flow.name, &flow.target, "explain");
+    batch.read_inputs(rc, flow, &mut report).await?;
+    let logical = batch.planner.plan_query(query)?;
+    let physical = rc.ctx.state().create_physical_plan(&logical).await?;
+    if !analyze {
+        return Ok(displayable(physical.as_ref()).indent(true).to_string());
+    }
+    let mut rows = execute_stream(Arc::clone(&physical), rc.ctx.task_ctx())?;
+    while let Some(batch) = rows.next().await {
+        batch?;
+    }
+    Ok(DisplayableExecutionPlan::with_metrics(physical.as_ref())
+        .indent(true)
+        .to_string())
 }
 
 /// Plans and runs `query`; the result's columns are all nullable, as stored.

@@ -14,8 +14,10 @@ use datafusion::arrow::compute::{cast, concat};
 use datafusion::arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef, UInt32Type};
 use datafusion::arrow::error::ArrowError;
 use datafusion::common::{Column, TableReference};
+use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, lit, when};
+use datafusion::physical_plan::ExecutionPlan;
 
 use super::kernel::{Op, Rules};
 use crate::{ErrorCode, RunError};
@@ -78,9 +80,7 @@ fn with_origin(
     source: &SchemaRef,
     rows: Sourced,
 ) -> Result<(Vec<String>, Vec<RecordBatch>), RunError> {
-    let mut fields: Vec<Field> = source.fields().iter().map(|f| f.as_ref().clone()).collect();
-    fields.push(Field::new(ORIGIN, DataType::UInt32, false));
-    let schema: SchemaRef = Arc::new(Schema::new(fields));
+    let schema = origin_schema(source);
     let mut origins: Vec<String> = Vec::new();
     let mut batches = Vec::with_capacity(rows.len());
     for (origin, b) in rows {
@@ -95,6 +95,13 @@ fn with_origin(
     Ok((origins, batches))
 }
 
+/// `source` with the column naming where each row came from.
+fn origin_schema(source: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = source.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(ORIGIN, DataType::UInt32, false));
+    Arc::new(Schema::new(fields))
+}
+
 /// The flow's WHERE and its columns, sequence, operation and origin, evaluated by
 /// DataFusion over `batches`; the inputs are let go with the session.
 async fn evaluate(
@@ -104,6 +111,25 @@ async fn evaluate(
     let Some(schema) = batches.first().map(RecordBatch::schema) else {
         return Ok(vec![]);
     };
+    Ok(event_frame(spec, schema, batches).await?.collect().await?)
+}
+
+/// The physical plan that turns a batch of `source` rows into events ([`to_events`]),
+/// as `cdcflow explain --physical` shows it.
+pub async fn event_plan(
+    spec: &AutoCdcSpec,
+    source: &SchemaRef,
+) -> Result<Arc<dyn ExecutionPlan>, RunError> {
+    let df = event_frame(spec, origin_schema(source), vec![]).await?;
+    Ok(df.create_physical_plan().await?)
+}
+
+/// The flow's WHERE and its columns, sequence, operation and origin over `batches`.
+async fn event_frame(
+    spec: &AutoCdcSpec,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<DataFrame, RunError> {
     let ctx = cdcflow_plan::functions::session_context();
     let table = TableReference::bare(spec.source.as_str());
     ctx.register_table(
@@ -124,7 +150,7 @@ async fn evaluate(
     );
     exprs.push(op_expr(spec)?.alias("__op"));
     exprs.push(column(ORIGIN));
-    Ok(df.select(exprs)?.collect().await?)
+    Ok(df.select(exprs)?)
 }
 
 /// Event `parts` as one batch, put together a column at a time: each column's parts

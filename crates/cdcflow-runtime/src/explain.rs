@@ -1,0 +1,78 @@
+//! `cdcflow explain --physical [--analyze]`: the physical plan a flow runs for its next
+//! batch, over the input a run would read now, and with `--analyze` the metrics of
+//! running it. Read-only: nothing is committed and no checkpoint is written.
+
+use cdcflow_plan::{Flow, FlowKind, Pipeline};
+
+use crate::context::RunContext;
+use crate::{RunError, cdc, query_flow};
+
+/// The physical plan of `flow` (of `pipeline`) as text; with `analyze`, run over its
+/// next batch's input, with each operator's metrics.
+pub async fn physical_plan(
+    pipeline: &Pipeline,
+    flow: &Flow,
+    analyze: bool,
+) -> Result<String, RunError> {
+    let rc = RunContext {
+        pipeline: pipeline.clone(),
+        storage: pipeline.storage_dir(),
+        ctx: cdcflow_plan::functions::session_context(),
+        now_micros: chrono::Utc::now().timestamp_micros(),
+        // Server sources are not read: reading them starts a slot or a consumer.
+        sources: None,
+    };
+    match &flow.kind {
+        FlowKind::Query { query, .. } => {
+            query_flow::explain(&rc, flow, query, analyze)
+                .await
+                .map_err(|e| match e.code() {
+                    crate::ErrorCode::Input if flow.inputs.iter().any(reads_a_server) => {
+                        RunError::input(format!(
+                            "flow `{}` reads a server source (PostgreSQL, Kafka, read_query), which `explain --physical` does not read: {e}",
+                            flow.name
+                        ))
+                    }
+                    _ => e,
+                })
+        }
+        FlowKind::AutoCdc(spec) => {
+            let source = pipeline
+                .dataset(&spec.source)
+                .and_then(|d| d.schema.clone())
+                .ok_or_else(|| {
+                    RunError::input(format!(
+                        "flow `{}`: the columns of `{}` are not known yet",
+                        flow.name, spec.source
+                    ))
+                })?;
+            let events = cdc::events::event_plan(spec, &source).await?;
+            let mut text = format!(
+                "AutoCdcApply: keys=[{}], scd_type={}{}\n",
+                spec.keys.join(", "),
+                spec.scd_type,
+                match analyze {
+                    true => " (the apply is not yet an execution plan: --analyze runs query flows only)",
+                    false => "",
+                }
+            );
+            for line in datafusion::physical_plan::displayable(events.as_ref())
+                .indent(true)
+                .to_string()
+                .lines()
+            {
+                text.push_str(&format!("  {line}\n"));
+            }
+            Ok(text)
+        }
+    }
+}
+
+fn reads_a_server(input: &cdcflow_plan::Input) -> bool {
+    !matches!(
+        input,
+        cdcflow_plan::Input::Files(_)
+            | cdcflow_plan::Input::Dataset { .. }
+            | cdcflow_plan::Input::Delta(_)
+    )
+}
