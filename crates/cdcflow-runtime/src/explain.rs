@@ -23,19 +23,14 @@ pub async fn physical_plan(
         sources: None,
     };
     match &flow.kind {
-        FlowKind::Query { query, .. } => {
-            query_flow::explain(&rc, flow, query, analyze)
-                .await
-                .map_err(|e| match e.code() {
-                    crate::ErrorCode::Input if flow.inputs.iter().any(reads_a_server) => {
-                        RunError::input(format!(
-                            "flow `{}` reads a server source (PostgreSQL, Kafka, read_query), which `explain --physical` does not read: {e}",
-                            flow.name
-                        ))
-                    }
-                    _ => e,
-                })
+        FlowKind::Query { .. } if flow.inputs.iter().any(reads_a_server) => {
+            Err(RunError::input(format!(
+                "flow `{}` reads a server source (PostgreSQL, Kafka, read_query): `explain --physical` reads only files and tables, since reading a server starts a replication slot or a consumer",
+                flow.name
+            ))
+            .with_help("`cdcflow explain` without --physical shows its logical plan"))
         }
+        FlowKind::Query { query, .. } => query_flow::explain(&rc, flow, query, analyze).await,
         FlowKind::AutoCdc(spec) => {
             let source = pipeline
                 .dataset(&spec.source)

@@ -519,9 +519,9 @@ impl InputReader<'_> {
             .pipeline
             .flows_into(&view.name)
             .next()
-            .ok_or_else(|| RunError::input(format!("view `{}` has no query", view.name)))?;
+            .ok_or_else(|| RunError::internal(format!("view `{}` has no query", view.name)))?;
         let FlowKind::Query { query, .. } = &flow.kind else {
-            return Err(RunError::input(format!(
+            return Err(RunError::internal(format!(
                 "view `{}` is not defined by a query",
                 view.name
             )));

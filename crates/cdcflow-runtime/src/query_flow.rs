@@ -37,7 +37,7 @@ impl QueryBatch {
     /// [`QueryBatch::read_inputs`].
     async fn open(rc: &RunContext, flow: &Flow) -> Result<Self, RunError> {
         let target = rc.pipeline.dataset(&flow.target).ok_or_else(|| {
-            RunError::input(format!(
+            RunError::internal(format!(
                 "flow `{}`: unknown target `{}`",
                 flow.name, flow.target
             ))

@@ -164,8 +164,22 @@ impl Decision {
             .enumerate()
             .flat_map(|(c, keep)| parts(keep.len()).map(move |rows| (c, rows)))
             .filter_map(|(c, rows)| self.stay(c, rows, true).transpose());
-        let gathered = self.kept.chunks(OUT_ROWS).map(|part| {
-            let rows: Vec<(P, i8)> = part.iter().map(|&p| (p, self.op(p))).collect();
+        // Each input's operation column, downcast once rather than once a row.
+        let ops: Vec<&[i8]> = self
+            .inputs
+            .iter()
+            .map(|b| {
+                b.column(self.rules.op_col())
+                    .as_primitive::<Int8Type>()
+                    .values()
+                    .as_ref()
+            })
+            .collect();
+        let gathered = self.kept.chunks(OUT_ROWS).map(move |part| {
+            let rows: Vec<(P, i8)> = part
+                .iter()
+                .map(|&p| (p, ops[p.c as usize][p.r as usize]))
+                .collect();
             self.gather_state(&rows, false)
         });
         stay.chain(gathered)
@@ -211,13 +225,6 @@ impl Decision {
         Ok(filtered(&batch, &keep)?
             .map(|b| b.project(&self.rules.state_columns()))
             .transpose()?)
-    }
-
-    fn op(&self, p: P) -> i8 {
-        self.inputs[p.c as usize]
-            .column(self.rules.op_col())
-            .as_primitive::<Int8Type>()
-            .value(p.r as usize)
     }
 
     /// State rows (each with its operation) in the state's columns; `markers` carry

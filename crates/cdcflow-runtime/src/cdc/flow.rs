@@ -424,7 +424,7 @@ fn planner_table(
 ) -> Result<Arc<dyn datafusion::catalog::TableProvider>, RunError> {
     let source = planner
         .table(name)
-        .ok_or_else(|| RunError::input(format!("view `{name}` could not be registered")))?;
+        .ok_or_else(|| RunError::internal(format!("view `{name}` could not be registered")))?;
     Ok(datafusion::datasource::source_as_provider(&source)?)
 }
 

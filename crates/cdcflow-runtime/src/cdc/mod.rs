@@ -49,7 +49,7 @@ pub fn rules_for(
     let columns: SchemaRef = Arc::new(Schema::new(own));
     let index = |name: &String| -> Result<usize, RunError> {
         columns.index_of(name).map_err(|_| {
-            RunError::input(format!(
+            RunError::internal(format!(
                 "flow `{}`: column `{name}` is not among the target's columns",
                 spec.flow
             ))

@@ -173,7 +173,7 @@ impl VectorFile {
         let mut body = PORTABLE_MAGIC.to_le_bytes().to_vec();
         deleted
             .serialize_into(&mut body)
-            .map_err(|e| RunError::input(format!("serializing a deletion vector: {e}")))?;
+            .map_err(|e| RunError::internal(format!("serializing a deletion vector: {e}")))?;
         let too_big = || RunError::input("a deletion vector file over 2 GiB");
         let size = u32::try_from(body.len()).map_err(|_| too_big())?;
         self.bytes.extend_from_slice(&size.to_be_bytes());

@@ -68,7 +68,7 @@ pub fn stage_written(
             continue;
         }
         let Some(add) = &file.add else {
-            return Err(RunError::input(format!(
+            return Err(RunError::internal(format!(
                 "{}: a file outside the table cannot take a deletion vector",
                 file.path.display()
             )));
@@ -98,7 +98,7 @@ pub fn stage_written(
 
 fn existing(table: &Table) -> Result<deltalake::DeltaTable, RunError> {
     table.table.clone().ok_or_else(|| {
-        RunError::input(format!(
+        RunError::internal(format!(
             "{}: a merge-on-write needs an existing table",
             table.dir.display()
         ))

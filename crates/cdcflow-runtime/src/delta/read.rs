@@ -246,7 +246,7 @@ fn zip_columns(shares: &[&[RecordBatch]]) -> Result<Vec<RecordBatch>, RunError> 
         let mut columns = batch.columns().to_vec();
         for share in rest {
             let Some(part) = share.get(i) else {
-                return Err(RunError::input(
+                return Err(RunError::internal(
                     "column shares of a row group differ in batches",
                 ));
             };
