@@ -137,3 +137,21 @@ fn late_events_are_reported_applied_or_dropped() {
     let text = stdout(&cdcflow(&["status", "-p", d.to_str().expect("utf-8")]));
     assert!(text.contains("last batch: late 1 (applied)"), "{text}");
 }
+
+#[test]
+fn a_failed_flow_reports_its_error_code_in_the_run_json_and_the_event_log() {
+    let dir = pipeline();
+    let d = dir.path();
+    land(d, "1.json", "{\"id\": null, \"v\": \"a\", \"seq\": 1}\n");
+    let out = run(d, &["--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let failed = apply_line(&stdout(&out));
+    assert_eq!(failed["code"], "cdcflow::run::null_key", "{failed}");
+    let s = status_of_apply(d);
+    assert!(
+        s["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nothing was applied [cdcflow::run::null_key]")),
+        "{s}"
+    );
+}

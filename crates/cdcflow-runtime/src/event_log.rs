@@ -89,7 +89,11 @@ pub async fn append(
             FlowOutcome::Committed { batch } => ("flow_completed", Some(*batch), None),
             FlowOutcome::UpToDate { reason } => ("flow_up_to_date", None, Some(reason.clone())),
             FlowOutcome::Skipped { reason } => ("flow_skipped", None, Some(reason.clone())),
-            FlowOutcome::Failed { error, .. } => ("flow_failed", None, Some(error.clone())),
+            // The code goes with the error, for queries of the log that group failures.
+            FlowOutcome::Failed { error, .. } => match f.error_code {
+                Some(code) => ("flow_failed", None, Some(format!("{error} [{code}]"))),
+                None => ("flow_failed", None, Some(error.clone())),
+            },
         };
         let mut notes: Vec<String> = message.into_iter().collect();
         notes.extend(f.warnings.iter().cloned());
