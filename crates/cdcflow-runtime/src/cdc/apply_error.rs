@@ -44,8 +44,11 @@ impl From<ApplyError> for RunError {
             ApplyError::LostValues { .. } => RunError::user(ErrorCode::Input, e.to_string())
                 .with_help("run a full refresh of the table: `cdcflow run --full-refresh <table>`"),
             ApplyError::Generated { .. } => RunError::user(ErrorCode::Query, e.to_string()),
-            // A batch too large for Arrow's 32-bit offsets is the data's size, not a bug.
-            ApplyError::Arrow(a @ ArrowError::OffsetOverflowError(_)) => RunError::Arrow(a),
+            // A batch too large for Arrow's 32-bit offsets is the data's size, and a key
+            // of a type Arrow cannot compare or hash is the table's: neither is a bug.
+            ApplyError::Arrow(
+                a @ (ArrowError::OffsetOverflowError(_) | ArrowError::NotYetImplemented(_)),
+            ) => RunError::Arrow(a),
             ApplyError::Arrow(a) => {
                 RunError::internal(a.to_string()).context(|| "applying change events".into())
             }
@@ -53,5 +56,32 @@ impl From<ApplyError> for RunError {
                 RunError::internal(message).context(|| "applying change events".into())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_user_can_cause_keeps_a_users_code_and_arrow_failures_are_defects() {
+        let too_many = RunError::from(ApplyError::too_many("rows"));
+        assert_eq!(too_many.code(), ErrorCode::BatchTooLarge);
+        assert!(too_many.help().is_some_and(|h| h.contains("2^32")));
+
+        let lost = RunError::from(ApplyError::LostValues { keys: 3 });
+        assert!(lost.help().is_some_and(|h| h.contains("--full-refresh")));
+
+        let defect = RunError::from(ApplyError::Arrow(ArrowError::ComputeError("x".into())));
+        assert!(defect.is_internal());
+        assert!(
+            defect.to_string().contains("while applying change events"),
+            "{defect}"
+        );
+
+        let unsupported = RunError::from(ApplyError::Arrow(ArrowError::NotYetImplemented(
+            "row format for Map".into(),
+        )));
+        assert_eq!(unsupported.code(), ErrorCode::Data);
     }
 }
