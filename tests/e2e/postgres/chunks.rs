@@ -73,32 +73,7 @@ fn a_large_table_is_copied_in_chunks_that_survive_a_crash_at_any_chunk() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     small_batches(dir.path(), &db, 400);
-    // Each killed run commits at most one chunk; the table changes in between, in
-    // ranges copied and not yet copied.
-    let points = [
-        "committed:customers_changes",
-        "before-commit:customers_changes",
-        "committed:customers_changes",
-        "offsets:customers_changes",
-        "committed:customers_changes",
-    ];
-    for (i, point) in points.iter().enumerate() {
-        assert!(run_killed_at(dir.path(), point), "{point}: the run ended");
-        let i = i as i64;
-        db.exec(&format!(
-            "UPDATE customers SET city = 'moved{i}' WHERE id IN ({}, {}, {});
-             DELETE FROM customers WHERE id = {};
-             INSERT INTO customers VALUES ({}, 'new', 'new');
-             UPDATE customers SET id = {} WHERE id = {}",
-            10 + i,
-            1200 + i,
-            2400 + i,
-            500 + i,
-            5000 + i,
-            6000 + i,
-            2000 + i
-        ));
-    }
+    kill_at_every_point_while_rows_change(dir.path(), &db);
     assert!(
         batches(dir.path(), "customers_changes") >= 2,
         "the killed runs committed chunks"
@@ -198,32 +173,7 @@ fn a_table_without_a_primary_key_is_copied_in_chunks_of_tuple_ids_that_survive_a
     );
     let dir = tempfile::tempdir().expect("tempdir");
     small_batches(dir.path(), &db, 400);
-    let points = [
-        "committed:customers_changes",
-        "before-commit:customers_changes",
-        "committed:customers_changes",
-        "offsets:customers_changes",
-        "committed:customers_changes",
-    ];
-    for (i, point) in points.iter().enumerate() {
-        assert!(run_killed_at(dir.path(), point), "{point}: the run ended");
-        let i = i as i64;
-        // Updates move rows to other pages (copied, or not yet), beside deletes,
-        // inserts and key changes.
-        db.exec(&format!(
-            "UPDATE customers SET city = 'moved{i}' WHERE id IN ({}, {}, {});
-             DELETE FROM customers WHERE id = {};
-             INSERT INTO customers VALUES ({}, 'new', 'new');
-             UPDATE customers SET id = {} WHERE id = {}",
-            10 + i,
-            1200 + i,
-            2400 + i,
-            500 + i,
-            5000 + i,
-            6000 + i,
-            2000 + i
-        ));
-    }
+    kill_at_every_point_while_rows_change(dir.path(), &db);
     assert!(
         batches(dir.path(), "customers_changes") >= 2,
         "the killed runs committed chunks"
@@ -273,4 +223,33 @@ fn a_table_rewritten_while_it_is_copied_by_tuple_ids_is_copied_again_and_loses_n
     assert_silver_is_source(dir.path(), &db, "after the rewrite");
     assert_no_doubles(dir.path());
     assert!(largest_chunk(dir.path()) <= 300);
+}
+
+/// Kills a run at each commit failpoint of the bronze flow in turn; between the kills,
+/// rows change in ranges copied and not yet copied (updates that move rows to other
+/// pages, a delete, an insert, a key change). Each killed run commits at most one chunk.
+fn kill_at_every_point_while_rows_change(dir: &Path, db: &Db) {
+    let points = [
+        "committed:customers_changes",
+        "before-commit:customers_changes",
+        "committed:customers_changes",
+        "offsets:customers_changes",
+        "committed:customers_changes",
+    ];
+    for (i, point) in (0i64..).zip(points) {
+        assert!(run_killed_at(dir, point), "{point}: the run ended");
+        db.exec(&format!(
+            "UPDATE customers SET city = 'moved{i}' WHERE id IN ({}, {}, {});
+             DELETE FROM customers WHERE id = {};
+             INSERT INTO customers VALUES ({}, 'new', 'new');
+             UPDATE customers SET id = {} WHERE id = {}",
+            10 + i,
+            1200 + i,
+            2400 + i,
+            500 + i,
+            5000 + i,
+            6000 + i,
+            2000 + i
+        ));
+    }
 }
