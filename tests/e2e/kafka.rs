@@ -70,7 +70,7 @@ impl Broker {
             "memory://tansu/",
         ];
         let child = Command::new(tansu())
-            .args(&args)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
