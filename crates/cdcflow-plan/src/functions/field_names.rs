@@ -132,8 +132,8 @@ mod tests {
             "SELECT t.id, o.id AS oid FROM t JOIN orders o ON t.id = o.id"
         );
         assert_eq!(
-            named(r#"SELECT e."Id" FROM s"#),
-            r#"SELECT e."Id" AS "Id" FROM s"#
+            named("SELECT e.`Id` FROM s"),
+            "SELECT e.`Id` AS `Id` FROM s"
         );
         // Two columns of one name: left as DataFusion names them.
         assert_eq!(named("SELECT e.id, id FROM s"), "SELECT e.id, id FROM s");
