@@ -6,7 +6,7 @@ FROM STREAM read_kafka(bootstrapServers => '${kafka_servers}', subscribe => '${t
 
 -- Flat columns from each Debezium event; tombstones (null values) are left out.
 CREATE TEMPORARY VIEW customer_changes AS
-SELECT e.id AS id, e.name AS name, e.city AS city, e._op AS op, e._position AS position, e._commit_timestamp AS committed_at
+SELECT e.id, e.name, e.city, e._rescued_data, e._op AS op, e._position AS position, e._commit_timestamp AS committed_at
 FROM (SELECT debezium(value, 'id INT, name STRING, city STRING', key) AS e FROM STREAM(customer_events))
 WHERE e IS NOT NULL;
 

@@ -41,30 +41,42 @@ fn tansu() -> PathBuf {
     path
 }
 
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 impl Broker {
     pub fn start() -> Broker {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let address = format!("127.0.0.1:{port}");
+        let address = format!("127.0.0.1:{}", free_port());
+        Broker::start_advertising(&address, &address)
+    }
+
+    /// A broker listening on `address` that tells clients to reach it at `advertised`
+    /// (a proxy in front of it); the broker's own client connects through `advertised`.
+    pub fn start_advertising(address: &str, advertised: &str) -> Broker {
         let url = format!("tcp://{address}");
+        let advertised_url = format!("tcp://{advertised}");
+        let args = [
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &advertised_url,
+            "--storage-engine",
+            "memory://tansu/",
+        ];
         let child = Command::new(tansu())
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-                "--storage-engine",
-                "memory://tansu/",
-            ])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start tansu");
         let started = Instant::now();
-        while TcpStream::connect(&address).is_err() {
+        while TcpStream::connect(address).is_err() {
             assert!(
                 started.elapsed() < Duration::from_secs(20),
                 "tansu did not listen on {address}"
@@ -76,11 +88,11 @@ impl Broker {
             .build()
             .expect("runtime");
         let client = rt
-            .block_on(ClientBuilder::new(vec![address.clone()]).build())
+            .block_on(ClientBuilder::new(vec![advertised.to_string()]).build())
             .expect("connect to tansu");
         Broker {
             child,
-            address,
+            address: advertised.to_string(),
             rt,
             client,
         }
@@ -249,12 +261,30 @@ fn records_of_three_partitions_land_in_bronze_and_fold_into_scd1() {
         ["source,test"]
     );
 
-    // Nothing new: nothing read. Then only the new records.
+    // Nothing new: nothing read. Then only the new records, with three tombstones
+    // (records without a value), counted in the summary and the event log.
     let again = run(dir.path());
     assert!(!again.contains("read 60"), "{again}");
     produce_events(&broker, "orders", 60, 30, 10);
+    broker.produce("orders", 0, &vec![("3".to_string(), None); 3]);
     let out = run(dir.path());
-    assert!(out.contains("read 30"), "{out}");
+    assert!(out.contains("read 33 (3 tombstones)"), "{out}");
+    assert!(
+        out.contains(
+            "lag per partition: orders-0: 0 behind; orders-1: 0 behind; orders-2: 0 behind"
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT flow, batch, rows_read, tombstones, message FROM event_log WHERE event = 'flow_completed' AND batch = 1 ORDER BY flow"
+        ),
+        [
+            "bronze,1,33,3,lag per partition: orders-0: 0 behind; orders-1: 0 behind; orders-2: 0 behind",
+            "current_cdc,1,30,,",
+        ]
+    );
     assert_no_doubles(dir.path());
     assert_eq!(
         query(dir.path(), "SELECT id, name FROM current ORDER BY id"),
@@ -329,6 +359,14 @@ fn a_backlog_is_read_in_batches_of_max_offsets_per_trigger_and_new_partitions_ar
     let out = run(dir.path());
     assert!(out.contains("batch 3"), "four batches of at most 25: {out}");
     assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["90"]);
+    // The run's batches make one row in the event log, with the lag the last one left.
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT rows_read, tombstones, message FROM event_log WHERE event = 'flow_completed'",
+        ),
+        ["90,0,lag per partition: a-0: 0 behind; a-1: 0 behind; a-2: 0 behind"]
+    );
     assert_eq!(
         query(
             dir.path(),
@@ -404,20 +442,32 @@ fn continuous_mode_follows_records_as_they_are_produced() {
     let yaml = dir.path().join("pipeline.yaml");
     let text = std::fs::read_to_string(&yaml).expect("yaml");
     std::fs::write(&yaml, format!("{text}trigger_interval_seconds: 0.5\n")).expect("yaml");
+    let metrics = format!("127.0.0.1:{}", free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
         .args([
             "run",
             "-p",
             dir.path().to_str().expect("utf-8"),
             "--continuous",
+            "--metrics-addr",
+            &metrics,
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     let first = wait_for_events(dir.path(), 30, 5);
+    broker.produce("orders", 2, &[("2".to_string(), None)]);
     produce_events(&broker, "orders", 30, 12, 5);
     let later = wait_for_events(dir.path(), 42, 5);
+    // The metrics: the tombstone, and each partition caught up (its lag after the
+    // last batch).
+    let scraped = crate::metrics_endpoint::scrape_until(
+        &metrics,
+        r#"cdcflow_tombstones_total{pipeline="kafka_e2e",flow="bronze"} 1"#,
+        Duration::from_secs(10),
+    )
+    .unwrap_or_default();
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -427,6 +477,15 @@ fn continuous_mode_follows_records_as_they_are_produced() {
     assert!(later, "the later records did not arrive: {}", stderr(&out));
     assert!(term.success() && out.status.success(), "{}", stderr(&out));
     assert_no_doubles(dir.path());
+    let label = r#"{pipeline="kafka_e2e",flow="bronze""#;
+    for want in [
+        format!("cdcflow_tombstones_total{label}}} 1"),
+        format!(r#"cdcflow_partition_lag_messages{label},partition="orders-0"}} 0"#),
+        format!(r#"cdcflow_partition_lag_messages{label},partition="orders-2"}} 0"#),
+        format!(r#"cdcflow_partition_lag_seconds{label},partition="orders-1"}} 0"#),
+    ] {
+        assert!(scraped.contains(&want), "{want}\n{scraped}");
+    }
 }
 
 /// Key and partition (of 3) for a Debezium event line: the row's `id`, as Debezium keys
@@ -463,7 +522,7 @@ fn the_example_pipeline_gives_the_tables_the_same_events_landed_as_files_give() 
     let dir = crate::example_copy("crm_kafka");
     let conf = format!("kafka_servers={}", broker.address);
     let steps = crate::repo().join("tests/run/debezium_envelopes/steps");
-    for step in ["1", "2", "3"] {
+    for step in ["1", "2", "3", "4"] {
         let landing = steps.join(step).join("files/landing/customers");
         for file in std::fs::read_dir(&landing).expect("landing") {
             let text = std::fs::read_to_string(file.expect("file").path()).expect("read");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::{cdcflow, copy_dir, repo, stderr, stdout};
 
 /// Asks for the metrics once; the response, if one came.
-fn scrape(addr: &str) -> Option<String> {
+pub fn scrape(addr: &str) -> Option<String> {
     let mut conn = TcpStream::connect(addr).ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
@@ -21,7 +21,7 @@ fn scrape(addr: &str) -> Option<String> {
 }
 
 /// Scrapes until an answer holds `want`, for at most `limit`.
-fn scrape_until(addr: &str, want: &str, limit: Duration) -> Option<String> {
+pub fn scrape_until(addr: &str, want: &str, limit: Duration) -> Option<String> {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if let Some(r) = scrape(addr).filter(|r| r.contains(want)) {

@@ -186,6 +186,9 @@ fn print_summary(name: &str, report: &RunReport, stamp: &str) {
                 cdcflow_runtime::expectations::summary(&f.expectations)
             );
         }
+        if let Some(lag) = f.partition_lag_line() {
+            outln!("{stamp}  {:width$}  lag per partition: {lag}", "");
+        }
         for w in &f.warnings {
             outln!("{stamp}  {:width$}  warning: {w}", "");
         }
@@ -226,9 +229,11 @@ pub(crate) fn late(applied: u64, dropped: u64) -> String {
 }
 
 fn line(f: &FlowReport) -> String {
-    let files = match f.files {
-        0 => String::new(),
-        n => format!(" from {n} file(s)"),
+    let files = match (f.files, f.tombstones) {
+        (0, 0) => String::new(),
+        (n, 0) => format!(" from {n} file(s)"),
+        (0, t) => format!(" ({t} tombstones)"),
+        (n, t) => format!(" from {n} file(s) ({t} tombstones)"),
     };
     let what = match &f.cdc {
         Some(m) => format!(

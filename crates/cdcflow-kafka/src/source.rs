@@ -11,6 +11,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cdcflow_plan::read_kafka::{ReadKafka, Subscription};
@@ -32,6 +33,10 @@ use crate::records::{PartitionRecords, to_batch};
 /// Bytes one fetch asks for at most (the broker returns at least one whole record
 /// batch even when it is larger).
 const FETCH_BYTES: i32 = 8 << 20;
+/// Bytes the fetch of the oldest record behind asks for (lag in seconds): the broker
+/// returns at least the first record batch whatever the bound, and a batch cut by
+/// `maxOffsetsPerTrigger` must not fetch the next one's records twice.
+const LAG_FETCH_BYTES: i32 = 64 << 10;
 /// How long a fetch waits for records to arrive; a read asks only for offsets below
 /// the end it saw, which are there already.
 const FETCH_WAIT_MS: i32 = 100;
@@ -43,19 +48,24 @@ pub struct KafkaSources;
 impl SourceFactory for KafkaSources {
     fn open(
         &self,
-        _pipeline: &Pipeline,
+        pipeline: &Pipeline,
         input: &Input,
     ) -> Option<Result<Box<dyn ExternalSource>, RunError>> {
         let Input::Kafka(rk) = input else {
             return None;
         };
-        Some(Ok(Box::new(KafkaSource { rk: rk.clone() })))
+        Some(Ok(Box::new(KafkaSource {
+            rk: rk.clone(),
+            root: pipeline.root.clone(),
+        })))
     }
 }
 
 /// One `read_kafka` call.
 pub struct KafkaSource {
     pub rk: ReadKafka,
+    /// The pipeline's folder, which relative paths of client options start from.
+    pub root: PathBuf,
 }
 
 fn kafka_error(what: &str, e: impl std::fmt::Display) -> RunError {
@@ -145,7 +155,7 @@ impl KafkaSource {
                 })
             })
             .transpose()?;
-        let client = connect(&self.rk).await?;
+        let client = connect(&self.rk, &self.root).await?;
         let partitions = self.partitions(&client).await?;
         let bounds = Self::bounds(&partitions).await?;
         let (starts, lost) = offsets::starts(
@@ -188,6 +198,27 @@ impl KafkaSource {
             .iter()
             .flat_map(|(_, r)| r.iter().map(|r| r.record.timestamp.timestamp_micros()))
             .min();
+        let tombstones = fetched
+            .iter()
+            .flat_map(|(_, r)| r.iter())
+            .filter(|r| r.record.value.is_none())
+            .count() as u64;
+        // How far this batch leaves the flow behind the ends the read began with: the
+        // metrics and the event log show it per partition, as `status` does.
+        let now = chrono::Utc::now().timestamp_micros();
+        let mut behind = Vec::with_capacity(position.len());
+        for (partition, &next) in &position {
+            behind.push(
+                lag(
+                    &partitions[partition],
+                    partition,
+                    next,
+                    &bounds[partition],
+                    now,
+                )
+                .await?,
+            );
+        }
         // A position that moved without rows (a first read from `latest`, a new
         // partition, a gap skipped) must be committed, or the next read starts again
         // where this one did.
@@ -199,6 +230,8 @@ impl KafkaSource {
             must_commit: moved,
             more: ranges.values().any(|r| r.cut),
             oldest_change_micros: oldest,
+            tombstones,
+            lag: behind,
             acknowledge: None,
             carried: None,
         })
@@ -210,7 +243,7 @@ impl KafkaSource {
             ..SourceStatus::default()
         };
         let committed = after.and_then(offsets::from_json);
-        let client = connect(&self.rk).await?;
+        let client = connect(&self.rk, &self.root).await?;
         let partitions = self.partitions(&client).await?;
         let bounds = Self::bounds(&partitions).await?;
         if committed.is_none() {
@@ -222,17 +255,7 @@ impl KafkaSource {
                 .as_ref()
                 .and_then(|c| c.get(partition).copied())
                 .unwrap_or(b.earliest);
-            let behind = (b.latest - from.max(b.earliest)).max(0);
-            let mut behind_seconds = None;
-            if behind > 0 {
-                let (records, _) = partitions[partition]
-                    .fetch_records(from.max(b.earliest), 1..FETCH_BYTES, FETCH_WAIT_MS)
-                    .await
-                    .map_err(|e| kafka_error("reading the oldest record not committed", e))?;
-                behind_seconds = records
-                    .first()
-                    .map(|r| (now - r.record.timestamp.timestamp_micros()) as f64 / 1e6);
-            }
+            let behind = lag(&partitions[partition], partition, from, b, now).await?;
             if committed.is_some() && from < b.earliest {
                 status.warning = Some(format!(
                     "{}-{}: offsets {from}..{} were deleted before they were read: the next run fails (failOnDataLoss)",
@@ -241,11 +264,7 @@ impl KafkaSource {
                     b.earliest - 1
                 ));
             }
-            status.partitions.push(PartitionLag {
-                partition: format!("{}-{}", partition.0, partition.1),
-                behind_messages: behind,
-                behind_seconds,
-            });
+            status.partitions.push(behind);
         }
         Ok(status)
     }
@@ -285,6 +304,35 @@ async fn fetch(
 }
 
 use crate::client::connect;
+
+/// How far a flow whose next offset of `partition` is `from` is behind its end
+/// `bounds.latest`: records, and seconds from the timestamp of the oldest of them to
+/// `now_micros` (asked of the broker only when something is behind).
+async fn lag(
+    pc: &PartitionClient,
+    partition: &Partition,
+    from: i64,
+    bounds: &Bounds,
+    now_micros: i64,
+) -> Result<PartitionLag, RunError> {
+    let from = from.max(bounds.earliest);
+    let behind = (bounds.latest - from).max(0);
+    let mut behind_seconds = None;
+    if behind > 0 {
+        let (records, _) = pc
+            .fetch_records(from, 1..LAG_FETCH_BYTES, FETCH_WAIT_MS)
+            .await
+            .map_err(|e| kafka_error("reading the oldest record not committed", e))?;
+        behind_seconds = records
+            .first()
+            .map(|r| (now_micros - r.record.timestamp.timestamp_micros()) as f64 / 1e6);
+    }
+    Ok(PartitionLag {
+        partition: format!("{}-{}", partition.0, partition.1),
+        behind_messages: behind,
+        behind_seconds,
+    })
+}
 
 impl ExternalSource for KafkaSource {
     fn checkpoint_key(&self) -> String {

@@ -30,7 +30,12 @@ pub const CLIENT_OPTIONS: &[&str] = &[
     "kafka.sasl.mechanism",
     "kafka.sasl.username",
     "kafka.sasl.password.env",
+    "kafka.ssl.truststore.location",
+    "kafka.ssl.truststore.type",
 ];
+
+/// `kafka.security.protocol`'s values, as Kafka's clients name them.
+pub const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
 
 /// Where a partition without a checkpointed offset starts.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -341,6 +341,8 @@ impl ExternalSource for PgSource {
                 must_commit,
                 more: changes.more,
                 oldest_change_micros: oldest,
+                tombstones: 0,
+                lag: vec![],
                 acknowledge: Some(Box::new(PgAcknowledge {
                     source: self.source.clone(),
                     changes,

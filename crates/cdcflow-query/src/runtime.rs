@@ -254,6 +254,8 @@ impl QuerySource {
             must_commit: false,
             more: taken.more && found,
             oldest_change_micros: oldest,
+            tombstones: 0,
+            lag: vec![],
             acknowledge: None,
             carried: None,
         })

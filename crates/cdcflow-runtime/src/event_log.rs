@@ -44,6 +44,8 @@ fn schema() -> SchemaRef {
         i("lag_ms"),
         i("duration_ms"),
         s("message", true),
+        // Added after the first logs were written: a log without it gains it.
+        i("tombstones"),
     ]))
 }
 
@@ -60,6 +62,8 @@ struct Row {
     batch: Option<i64>,
     counts: [Option<i64>; COUNTS],
     message: Option<String>,
+    /// Broker tombstones read (flows that read a broker).
+    tombstones: Option<i64>,
 }
 
 /// Appends the events of one run (started at `started`, ended at `ended`, µs).
@@ -103,6 +107,9 @@ pub async fn append(
                 crate::expectations::summary(&f.expectations)
             ));
         }
+        if let Some(lag) = f.partition_lag_line() {
+            notes.push(format!("lag per partition: {lag}"));
+        }
         let cdc = f.cdc;
         rows.push(Row {
             timestamp: f.ended_micros.max(f.started_micros),
@@ -124,6 +131,8 @@ pub async fn append(
                 f.lag_ms,
             ],
             message: (!notes.is_empty()).then(|| notes.join("; ")),
+            tombstones: (!f.partition_lag.is_empty() || f.tombstones > 0)
+                .then_some(f.tombstones as i64),
         });
     }
     // Internal state tables vacuumed after the batches: `files` holds the files removed.
@@ -189,6 +198,9 @@ pub async fn append(
     }))));
     columns.push(Arc::new(StringArray::from_iter(
         rows.iter().map(|r| r.message.as_deref()),
+    )));
+    columns.push(Arc::new(Int64Array::from_iter(
+        rows.iter().map(|r| r.tombstones),
     )));
     let batch = RecordBatch::try_new(schema(), columns)?;
     let commit = Commit {

@@ -22,7 +22,7 @@ use cdcflow_plan::planner::Planner;
 use crate::checkpoint::{Offsets, Processed};
 use crate::delta::{self, DataFile, Table};
 use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
-use crate::sources::{Acknowledge, Sources};
+use crate::sources::{Acknowledge, PartitionLag, Sources};
 use crate::{RunError, cascade, file_metadata, files, layout, quarantine};
 
 /// The inputs of one batch.
@@ -57,6 +57,11 @@ pub struct BatchInputs {
     pub acknowledgements: Vec<Box<dyn Acknowledge>>,
     /// An external source has more than this batch took: the flow runs another batch.
     pub more: bool,
+    /// Broker tombstones among the rows read (records without a value).
+    pub tombstones: u64,
+    /// Per partition of the brokers' topics read, how far behind the batch leaves the
+    /// flow.
+    pub partition_lag: Vec<PartitionLag>,
     /// The folder of the flow's target table, where left-out values of an external
     /// source's changes are taken from ([`crate::carried`]).
     pub target: Option<PathBuf>,
@@ -83,6 +88,8 @@ impl BatchInputs {
             oldest_arrival_micros: None,
             acknowledgements: vec![],
             more: false,
+            tombstones: 0,
+            partition_lag: vec![],
             target: None,
         }
     }
@@ -365,6 +372,8 @@ impl InputReader<'_> {
         }
         batch.offsets.positions.insert(key, read.position);
         batch.more |= read.more;
+        batch.tombstones += read.tombstones;
+        batch.partition_lag.extend(read.lag);
         batch.acknowledgements.extend(read.acknowledge);
         register_rows(planner, name, schema, rows)
     }

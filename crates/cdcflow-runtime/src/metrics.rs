@@ -1,10 +1,13 @@
 //! Prometheus text metrics for `cdcflow run --continuous --metrics-addr`: per flow the
-//! lag of its last batch and running totals of rows, batches and errors.
+//! lag of its last batch and running totals of rows, batches and errors; for a flow
+//! that reads a broker, its tombstones and, per partition, how far its last batch left
+//! it behind (records and seconds, as `cdcflow status` shows them).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::report::{FlowOutcome, RunReport};
+use crate::sources::PartitionLag;
 
 #[derive(Debug, Clone, Default)]
 struct FlowMetrics {
@@ -13,6 +16,11 @@ struct FlowMetrics {
     rows_written: u64,
     batches: u64,
     errors: u64,
+    /// Whether the flow reads a broker's topics (its series below are then shown).
+    reads_broker: bool,
+    tombstones: u64,
+    /// After the flow's last committed batch.
+    partition_lag: Vec<PartitionLag>,
 }
 
 /// A metric: name, type, help, and its value for a flow.
@@ -50,6 +58,11 @@ impl Metrics {
                     if f.lag_ms.is_some() {
                         m.lag_ms = f.lag_ms;
                     }
+                    m.tombstones += f.tombstones;
+                    if !f.partition_lag.is_empty() {
+                        m.reads_broker = true;
+                        m.partition_lag = f.partition_lag.clone();
+                    }
                 }
                 FlowOutcome::Failed { .. } => m.errors += 1,
                 _ => {}
@@ -67,7 +80,7 @@ impl Metrics {
                 escape(flow)
             )
         };
-        let series: [Series; 5] = [
+        let series: [Series; 6] = [
             (
                 "cdcflow_lag_seconds",
                 "gauge",
@@ -95,6 +108,12 @@ impl Metrics {
             ("cdcflow_errors_total", "counter", "Failed batches.", |m| {
                 Some(m.errors as f64)
             }),
+            (
+                "cdcflow_tombstones_total",
+                "counter",
+                "Broker tombstones (records without a value) read by committed batches.",
+                |m| m.reads_broker.then_some(m.tombstones as f64),
+            ),
         ];
         for (name, kind, help, value) in series {
             let _ = writeln!(out, "# HELP {name} {help}");
@@ -105,9 +124,39 @@ impl Metrics {
                 }
             }
         }
+        let partitions: [PartitionSeries; 2] = [
+            (
+                "cdcflow_partition_lag_messages",
+                "Records of a topic partition after the offset the flow's last batch committed.",
+                |p| p.behind_messages as f64,
+            ),
+            (
+                "cdcflow_partition_lag_seconds",
+                "Age of the oldest record of a topic partition the flow's last batch left behind (0 when none).",
+                |p| p.behind_seconds.unwrap_or(0.0),
+            ),
+        ];
+        for (name, help, value) in partitions {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            for (flow, m) in &self.flows {
+                for p in &m.partition_lag {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{{},partition=\"{}\"}} {}",
+                        label(flow),
+                        escape(&p.partition),
+                        value(p)
+                    );
+                }
+            }
+        }
         out
     }
 }
+
+/// A gauge per topic partition: name, help, and its value.
+type PartitionSeries = (&'static str, &'static str, fn(&PartitionLag) -> f64);
 
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
@@ -149,5 +198,41 @@ mod tests {
             text.contains("# TYPE cdcflow_errors_total counter"),
             "{text}"
         );
+        assert!(!text.contains("cdcflow_tombstones_total{"), "{text}");
+    }
+
+    #[test]
+    fn a_flow_reading_a_broker_has_tombstones_and_lag_per_partition() {
+        let mut m = Metrics::new("crm");
+        let mut f = FlowReport::new("bronze", "bronze", "append");
+        f.outcome = FlowOutcome::Committed { batch: 0 };
+        f.tombstones = 2;
+        f.partition_lag = vec![
+            PartitionLag {
+                partition: "orders-0".into(),
+                behind_messages: 0,
+                behind_seconds: None,
+            },
+            PartitionLag {
+                partition: "orders-1".into(),
+                behind_messages: 7,
+                behind_seconds: Some(2.5),
+            },
+        ];
+        let report = RunReport {
+            flows: vec![f.clone(), f],
+            ..RunReport::default()
+        };
+        m.record(&report);
+        let text = m.render();
+        for line in [
+            r#"cdcflow_tombstones_total{pipeline="crm",flow="bronze"} 4"#,
+            r#"cdcflow_partition_lag_messages{pipeline="crm",flow="bronze",partition="orders-0"} 0"#,
+            r#"cdcflow_partition_lag_messages{pipeline="crm",flow="bronze",partition="orders-1"} 7"#,
+            r#"cdcflow_partition_lag_seconds{pipeline="crm",flow="bronze",partition="orders-1"} 2.5"#,
+            r#"cdcflow_partition_lag_seconds{pipeline="crm",flow="bronze",partition="orders-0"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
     }
 }

@@ -76,6 +76,8 @@ impl QueryBatch {
             .await?;
         report.rows_read = self.inputs.rows;
         report.files = self.inputs.files;
+        report.tombstones += self.inputs.tombstones;
+        report.partition_lag = self.inputs.partition_lag.clone();
         report.warnings.extend(self.inputs.landing_warnings());
         report.pending_files = self.inputs.incomplete.len() as u64;
         Ok(())

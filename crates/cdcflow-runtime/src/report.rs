@@ -65,6 +65,14 @@ pub struct FlowReport {
     pub files: u64,
     /// Malformed landing records set apart in `<target>__quarantine`.
     pub quarantined: u64,
+    /// Broker tombstones among the rows read: records without a value, which the
+    /// Debezium recipe leaves out (docs/sources.md).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tombstones: u64,
+    /// Per partition of the brokers' topics the flow reads, how far behind it is once
+    /// the batch is committed (as `cdcflow status` shows it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partition_lag: Vec<crate::sources::PartitionLag>,
     /// AUTO CDC flows: what the apply did.
     pub cdc: Option<ApplyMetrics>,
     /// The target's expectations over the rows of this batch.
@@ -100,6 +108,8 @@ impl FlowReport {
             rows_written: 0,
             files: 0,
             quarantined: 0,
+            tombstones: 0,
+            partition_lag: vec![],
             cdc: None,
             expectations: vec![],
             warnings: vec![],
@@ -115,6 +125,31 @@ impl FlowReport {
     pub fn failed(&self) -> bool {
         matches!(self.outcome, FlowOutcome::Failed { .. })
     }
+
+    /// The lag per partition in one line, as `cdcflow status` writes each partition:
+    /// `orders-0: 0 behind; orders-1: 5 behind, 2.0 s`; `None` for a flow that reads
+    /// no broker.
+    pub fn partition_lag_line(&self) -> Option<String> {
+        if self.partition_lag.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .partition_lag
+            .iter()
+            .map(|p| {
+                let seconds = p
+                    .behind_seconds
+                    .map(|s| format!(", {s:.1} s"))
+                    .unwrap_or_default();
+                format!("{}: {} behind{seconds}", p.partition, p.behind_messages)
+            })
+            .collect();
+        Some(parts.join("; "))
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -181,5 +216,33 @@ impl TableCompaction {
             self.bytes_removed,
             self.bytes_added
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::PartitionLag;
+
+    #[test]
+    fn the_lag_per_partition_reads_as_status_writes_it() {
+        let mut f = FlowReport::new("bronze", "bronze", "append");
+        assert_eq!(f.partition_lag_line(), None);
+        f.partition_lag = vec![
+            PartitionLag {
+                partition: "orders-0".into(),
+                behind_messages: 0,
+                behind_seconds: None,
+            },
+            PartitionLag {
+                partition: "orders-1".into(),
+                behind_messages: 5,
+                behind_seconds: Some(2.04),
+            },
+        ];
+        assert_eq!(
+            f.partition_lag_line().as_deref(),
+            Some("orders-0: 0 behind; orders-1: 5 behind, 2.0 s")
+        );
     }
 }

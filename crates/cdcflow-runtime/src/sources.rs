@@ -37,6 +37,13 @@ pub struct SourceRead {
     pub more: bool,
     /// The earliest source commit time among the rows, µs since the epoch (lag).
     pub oldest_change_micros: Option<i64>,
+    /// Rows that are a broker's tombstones (records without a value: Kafka's compaction
+    /// markers after a delete), counted so that the run says how many a query such as
+    /// the Debezium recipe's leaves out.
+    pub tombstones: u64,
+    /// Per partition of a broker's topic, how far the source is ahead of `position`
+    /// when the read ended (`read_kafka`; empty for other sources).
+    pub lag: Vec<PartitionLag>,
     /// Run once the commit that records `position` is durable.
     pub acknowledge: Option<Box<dyn Acknowledge>>,
     /// Values the source left out that are those of the key's latest row stored
@@ -119,7 +126,7 @@ pub struct SourceStatus {
 }
 
 /// How far a flow is behind one partition of a broker's topic.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct PartitionLag {
     /// `topic-partition`, as Kafka tools write it.
     pub partition: String,

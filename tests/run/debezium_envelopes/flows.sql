@@ -3,7 +3,7 @@ AS SELECT value FROM STREAM read_files('landing/customers', format => 'text');
 
 -- Flat columns from each event; tombstones (null events) give a null struct.
 CREATE TEMPORARY VIEW customer_changes AS
-SELECT e.id AS id, e.name AS name, e.city AS city, e._op AS op, e._position AS position, e._commit_timestamp AS committed_at
+SELECT e.id, e.name, e.city, e._rescued_data, e._op AS op, e._position AS position, e._commit_timestamp AS committed_at
 FROM (SELECT debezium(value, 'id INT, name STRING, city STRING') AS e FROM STREAM(customer_events))
 WHERE e IS NOT NULL;
 

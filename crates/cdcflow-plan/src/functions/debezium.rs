@@ -3,7 +3,15 @@
 //! columns (from `after`; from `before` for a delete; none for a truncate), then
 //! `_op` (`c`, `u`, `d`, `r` for a snapshot read, `t` for a truncate), `_position`
 //! (the source's log position as text that sorts as the log does) and
-//! `_commit_timestamp` (`source.ts_ms`). docs/sources.md, "Debezium", has the recipe.
+//! `_commit_timestamp` (`source.ts_ms`) and `_rescued_data`. docs/sources.md,
+//! "Debezium", has the recipe.
+//!
+//! Schema drift: the row's fields the schema does not name (a column added upstream,
+//! or one whose name differs in case) are never dropped silently. As Auto Loader's
+//! rescued data column does for a declared schema, `_rescued_data` holds them as a JSON
+//! object (null when there are none), so the recipe keeps them in its tables; a field
+//! of a type the schema's column cannot hold fails the query, as a landing file's
+//! changed type does.
 //!
 //! A tombstone (a null value, Kafka's compaction marker after a delete) gives a null
 //! struct, so `WHERE value IS NOT NULL` or `WHERE e IS NOT NULL` leaves it out. Text that
@@ -39,6 +47,7 @@ use super::from_json::{decode_values, schema_argument, text_args};
 pub const OP: &str = "_op";
 pub const POSITION: &str = "_position";
 pub const COMMIT_TIMESTAMP: &str = "_commit_timestamp";
+pub const RESCUED_DATA: &str = "_rescued_data";
 
 pub(super) fn function() -> Arc<ScalarUDF> {
     Arc::new(ScalarUDF::new_from_impl(Debezium {
@@ -61,6 +70,7 @@ pub fn metadata_fields() -> Vec<Field> {
             DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             true,
         ),
+        Field::new(RESCUED_DATA, DataType::Utf8, true),
     ]
 }
 
@@ -83,12 +93,13 @@ impl ScalarUDFImpl for Debezium {
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
         let row = schema_argument(self.name(), args.scalar_arguments.get(1).copied().flatten())?;
+        let metadata = metadata_fields();
         if let Some(clash) = row
             .iter()
-            .find(|f| f.name() == OP || f.name() == POSITION || f.name() == COMMIT_TIMESTAMP)
+            .find(|f| metadata.iter().any(|m| m.name() == f.name()))
         {
             return plan_err!(
-                "debezium(): column `{}` has the name of a change metadata column (_op, _position, _commit_timestamp)",
+                "debezium(): column `{}` has the name of a change metadata column (_op, _position, _commit_timestamp, _rescued_data)",
                 clash.name()
             );
         }
@@ -277,6 +288,21 @@ pub fn to_struct(events: &[Option<Event>], fields: &Fields) -> Result<StructArra
     columns.push(Arc::new(ops));
     columns.push(Arc::new(positions));
     columns.push(Arc::new(times.with_timezone("UTC")));
+    let named: std::collections::HashSet<&str> =
+        row_fields.iter().map(|f| f.name().as_str()).collect();
+    let rescued: StringArray = events
+        .iter()
+        .map(|e| {
+            let row = e.as_ref()?.row.as_ref()?;
+            let unnamed: Map<String, Value> = row
+                .iter()
+                .filter(|(k, _)| !named.contains(k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            (!unnamed.is_empty()).then(|| Value::Object(unnamed).to_string())
+        })
+        .collect();
+    columns.push(Arc::new(rescued));
     let nulls = NullBuffer::from(events.iter().map(Option::is_some).collect::<Vec<_>>());
     Ok(StructArray::try_new(fields.clone(), columns, Some(nulls))?)
 }
@@ -335,6 +361,24 @@ mod tests {
             .column(4)
             .as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>();
         assert_eq!(times.value(0), 1_700_000_000_000_000);
+    }
+
+    #[test]
+    fn fields_the_schema_does_not_name_are_rescued_not_dropped() {
+        let texts = [
+            // A column added upstream, and one whose name differs in case, in the
+            // schema/payload wrapper.
+            r#"{"schema":{},"payload":{"op":"u","after":{"id":1,"name":"a","email":"a@x","NAME":"A"},"source":{"lsn":5}}}"#,
+            r#"{"op":"c","after":{"id":2,"name":"b"},"source":{"lsn":6}}"#,
+            r#"{"op":"d","before":{"id":3,"name":null,"email":null},"source":{"lsn":7}}"#,
+        ];
+        let events: Vec<Option<Event>> = texts.iter().map(|t| event(t, None).unwrap()).collect();
+        let s = to_struct(&events, &fields()).unwrap();
+        let rescued = s.column(5).as_string::<i32>();
+        assert_eq!(rescued.value(0), r#"{"NAME":"A","email":"a@x"}"#);
+        assert!(rescued.is_null(1));
+        assert_eq!(rescued.value(2), r#"{"email":null}"#);
+        assert_eq!(s.column(1).as_string::<i32>().value(0), "a");
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod casts;
 mod coerced;
 mod date_parts;
 pub mod debezium;
+mod field_names;
 pub mod from_json;
 mod json;
 mod mode;

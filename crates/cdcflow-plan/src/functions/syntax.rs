@@ -13,7 +13,8 @@
 //! element with its 0-based position (`pos`, `col`, or the names given), in a SELECT list
 //! or a LATERAL VIEW: `unnest(generate_series(0, cardinality(a) - 1))` and `a[pos + 1]`.
 //! Other forms (a map's key and value) are left to DataFusion, which says it does not
-//! implement them. Rewritten before planning, by the [`Planner`](crate::planner::Planner) and by
+//! implement them. Struct fields in a SELECT list take Spark's names too
+//! ([`super::field_names`]). Rewritten before planning, by the [`Planner`](crate::planner::Planner) and by
 //! `cdcflow query`, so validate, run and query read the same SQL.
 
 use std::ops::ControlFlow;
@@ -49,7 +50,10 @@ impl VisitorMut for Generators {
 
 fn rewrite_body(body: &mut SetExpr) {
     match body {
-        SetExpr::Select(select) => rewrite_select(select),
+        SetExpr::Select(select) => {
+            rewrite_select(select);
+            super::field_names::name_fields(select);
+        }
         SetExpr::SetOperation { left, right, .. } => {
             rewrite_body(left);
             rewrite_body(right);

@@ -52,6 +52,16 @@ impl Resolver<'_> {
             let near = suggest::did_you_mean(key, all)
                 .map(|d| format!("{d} "))
                 .unwrap_or_default();
+            if key == "kafka.sasl.jaas.config" {
+                error(
+                    self,
+                    *span,
+                    "kafka.sasl.jaas.config would hold the SASL password in the pipeline's files".into(),
+                    "a secret in a file",
+                    "give the user and the name of an environment variable holding the password: `kafka.sasl.username` => 'user', `kafka.sasl.password.env` => 'KAFKA_PASSWORD' (export KAFKA_PASSWORD=… before running)".into(),
+                );
+                continue;
+            }
             let what = match key.starts_with("kafka.") {
                 true => format!("the Kafka client option `{key}` is not supported"),
                 false => format!("read_kafka has no option `{key}`"),
@@ -189,20 +199,33 @@ impl Resolver<'_> {
             .collect();
         if let Some((_, text, span)) = option("kafka.security.protocol") {
             let p = text.to_ascii_uppercase();
-            if p != "PLAINTEXT" && p != "SASL_PLAINTEXT" {
+            if !read_kafka::SECURITY_PROTOCOLS.contains(&p.as_str()) {
                 self.error(
                     file,
                     span,
                     CODE,
-                    format!("kafka.security.protocol `{text}` is not supported yet"),
+                    format!("kafka.security.protocol `{text}` is not supported"),
                     "kafka.security.protocol",
-                    Some(
-                        "PLAINTEXT or SASL_PLAINTEXT; TLS (SSL, SASL_SSL) is not built in yet"
-                            .into(),
-                    ),
+                    Some(format!(
+                        "one of {}",
+                        read_kafka::SECURITY_PROTOCOLS.join(", ")
+                    )),
                 );
                 ok = false;
             }
+        }
+        if let Some((_, text, span)) = option("kafka.ssl.truststore.type")
+            && !text.eq_ignore_ascii_case("PEM")
+        {
+            self.error(
+                file,
+                span,
+                CODE,
+                format!("kafka.ssl.truststore.type `{text}` is not supported"),
+                "kafka.ssl.truststore.type",
+                Some("PEM: kafka.ssl.truststore.location names a PEM file of CA certificates (a JKS truststore converts with `keytool -exportcert -rfc`)".into()),
+            );
+            ok = false;
         }
         if let Some((_, text, span)) = option("kafka.sasl.mechanism") {
             let m = text.to_ascii_uppercase();

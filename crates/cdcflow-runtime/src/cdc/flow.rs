@@ -382,6 +382,8 @@ async fn read_source(
                 false => rows.iter().any(|b| b.num_rows() > 0),
             };
             report.warnings.extend(inputs.landing_warnings());
+            report.tombstones = inputs.tombstones;
+            report.partition_lag = std::mem::take(&mut inputs.partition_lag);
             let origin = format!("view {}", source.name);
             Ok((
                 SourceRead::Rows(rows.into_iter().map(|b| (origin.clone(), b)).collect()),
