@@ -17,14 +17,9 @@ pub fn print(e: &RunError) {
 /// for the query's author).
 pub fn print_as(e: &RunError, message: &str) {
     errln!("error: {message}");
-    let theme = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        GraphicalTheme::unicode()
-    } else {
-        GraphicalTheme::unicode_nocolor()
-    };
     let mut out = String::new();
     let shown = Shown { error: e, message };
-    match GraphicalReportHandler::new_themed(theme).render_report(&mut out, &shown) {
+    match report_handler().render_report(&mut out, &shown) {
         Ok(()) => errln!("{}", out.trim_end()),
         Err(_) => {
             if let Some(h) = e.help() {
@@ -32,6 +27,17 @@ pub fn print_as(e: &RunError, message: &str) {
             }
         }
     }
+}
+
+/// miette's renderer for stderr, as validate and every command print: colour only when
+/// stderr is a terminal.
+pub fn report_handler() -> GraphicalReportHandler {
+    let theme = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        GraphicalTheme::unicode()
+    } else {
+        GraphicalTheme::unicode_nocolor()
+    };
+    GraphicalReportHandler::new_themed(theme)
 }
 
 /// A run's error with the message it is shown with.

@@ -5,7 +5,6 @@ use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 use cdcflow_plan::{Diagnostic, Loaded};
-use miette::{GraphicalReportHandler, GraphicalTheme};
 
 use crate::{DiagnosticFormat, PipelineArgs};
 
@@ -88,12 +87,7 @@ fn summary(loaded: &Loaded) -> String {
 
 /// Renders diagnostics for a terminal (colour only when stderr is one).
 pub fn print_text(diagnostics: &[Diagnostic]) {
-    let theme = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        GraphicalTheme::unicode()
-    } else {
-        GraphicalTheme::unicode_nocolor()
-    };
-    let handler = GraphicalReportHandler::new_themed(theme).with_context_lines(1);
+    let handler = crate::run_error::report_handler().with_context_lines(1);
     for d in diagnostics {
         let report = d.to_report();
         let mut out = String::new();

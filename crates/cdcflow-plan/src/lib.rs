@@ -32,6 +32,7 @@ mod sql_spans;
 pub mod stateful;
 pub mod suggest;
 mod table_functions;
+pub mod table_properties;
 pub mod types;
 
 pub use diagnostic::{Diagnostic, Located, Severity};

@@ -83,20 +83,26 @@ impl Dataset {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     /// Another dataset of the pipeline; `streaming` for `STREAM(name)`.
-    Dataset {
-        name: String,
-        streaming: bool,
-    },
+    Dataset { name: String, streaming: bool },
     /// Files in a landing folder (`read_files`), or an external table stored as files.
     Files(ReadFiles),
-    /// An external Delta table (pipeline.yaml `external_tables:`).
     /// A PostgreSQL table's snapshot and changes (`read_postgres`).
     Postgres(ReadPostgres),
     /// A query's rows above a high watermark (`read_query`).
     Query(ReadQuery),
+    /// An external Delta table (pipeline.yaml `external_tables:`).
     Delta(ExternalDelta),
     /// The records of Kafka topics (`read_kafka`).
     Kafka(ReadKafka),
+}
+
+impl Input {
+    /// Whether a server gives this input (PostgreSQL, a `read_query` database, Kafka),
+    /// not a file or table of the pipeline's machine: it is polled, not watched, and
+    /// reading it moves a slot, a watermark or offsets.
+    pub fn reads_a_server(&self) -> bool {
+        matches!(self, Self::Postgres(_) | Self::Query(_) | Self::Kafka(_))
+    }
 }
 
 /// A Delta table from outside the pipeline, read from its folder and never written.

@@ -45,7 +45,7 @@ use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use datafusion::logical_expr::{col, lit};
 
 /// The table property that lets a table's rows be deleted by deletion vectors.
-const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
+use cdcflow_plan::table_properties::DELETION_VECTORS;
 
 const COLUMNS: [&str; 6] = [
     "customer_id",

@@ -91,6 +91,7 @@ fn streamed_tables(pipeline: &Pipeline, flow: &Flow, depth: usize) -> Vec<String
 /// refresh.
 pub(crate) fn reset_allowed(d: &cdcflow_plan::Dataset) -> bool {
     !d.properties.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("pipelines.reset.allowed") && v.eq_ignore_ascii_case("false")
+        k.eq_ignore_ascii_case(cdcflow_plan::table_properties::RESET_ALLOWED)
+            && v.eq_ignore_ascii_case("false")
     })
 }

@@ -21,6 +21,18 @@ pub(crate) struct RunContext {
 }
 
 impl RunContext {
+    /// A run of `pipeline` at `now_micros`, in a session of cdcflow's functions, reading
+    /// servers through `sources` (none: server sources fail, naming their kind).
+    pub fn new(pipeline: &Pipeline, now_micros: i64, sources: Option<Sources>) -> Self {
+        Self {
+            pipeline: pipeline.clone(),
+            storage: pipeline.storage_dir(),
+            ctx: cdcflow_plan::functions::session_context(),
+            now_micros,
+            sources,
+        }
+    }
+
     pub fn reader(&self) -> InputReader<'_> {
         InputReader {
             pipeline: &self.pipeline,

@@ -75,7 +75,7 @@ pub async fn run_continuous(
         .flows
         .iter()
         .flat_map(|f| f.inputs.iter())
-        .any(|i| matches!(i, Input::Postgres(_) | Input::Query(_) | Input::Kafka(_)));
+        .any(Input::reads_a_server);
     let rescan = if watching && !polled {
         interval.max(Duration::from_secs(30))
     } else {

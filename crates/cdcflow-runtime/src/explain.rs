@@ -2,7 +2,7 @@
 //! batch, over the input a run would read now, and with `--analyze` the metrics of
 //! running it. Read-only: nothing is committed and no checkpoint is written.
 
-use cdcflow_plan::{Flow, FlowKind, Pipeline};
+use cdcflow_plan::{Flow, FlowKind, Input, Pipeline};
 
 use crate::context::RunContext;
 use crate::{RunError, cdc, query_flow};
@@ -14,16 +14,10 @@ pub async fn physical_plan(
     flow: &Flow,
     analyze: bool,
 ) -> Result<String, RunError> {
-    let rc = RunContext {
-        pipeline: pipeline.clone(),
-        storage: pipeline.storage_dir(),
-        ctx: cdcflow_plan::functions::session_context(),
-        now_micros: chrono::Utc::now().timestamp_micros(),
-        // Server sources are not read: reading them starts a slot or a consumer.
-        sources: None,
-    };
+    // Server sources are not read: reading them starts a slot or a consumer.
+    let rc = RunContext::new(pipeline, chrono::Utc::now().timestamp_micros(), None);
     match &flow.kind {
-        FlowKind::Query { .. } if flow.inputs.iter().any(reads_a_server) => {
+        FlowKind::Query { .. } if flow.inputs.iter().any(Input::reads_a_server) => {
             Err(RunError::input(format!(
                 "flow `{}` reads a server source (PostgreSQL, Kafka, read_query): `explain --physical` reads only files and tables, since reading a server starts a replication slot or a consumer",
                 flow.name
@@ -61,13 +55,4 @@ pub async fn physical_plan(
             Ok(text)
         }
     }
-}
-
-fn reads_a_server(input: &cdcflow_plan::Input) -> bool {
-    !matches!(
-        input,
-        cdcflow_plan::Input::Files(_)
-            | cdcflow_plan::Input::Dataset { .. }
-            | cdcflow_plan::Input::Delta(_)
-    )
 }

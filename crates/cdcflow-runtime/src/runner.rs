@@ -100,15 +100,14 @@ pub(crate) async fn run_locked(
             ));
         }
     }
-    let shared = Arc::new(RunContext {
-        pipeline: pipeline.clone(),
-        storage: storage.clone(),
-        ctx: cdcflow_plan::functions::session_context(),
-        now_micros: options
-            .now_micros
-            .unwrap_or_else(|| chrono::Utc::now().timestamp_micros()),
-        sources: options.sources.clone(),
-    });
+    let now_micros = options
+        .now_micros
+        .unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
+    let shared = Arc::new(RunContext::new(
+        pipeline,
+        now_micros,
+        options.sources.clone(),
+    ));
     let run: Vec<usize> = pipeline
         .order
         .iter()

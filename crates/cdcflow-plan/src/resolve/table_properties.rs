@@ -4,11 +4,10 @@
 
 use super::*;
 
-/// How long SCD type 1 tombstones are kept, in seconds (the runtime's `cdc::TOMBSTONE_RETENTION`).
-const TOMBSTONE_RETENTION: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";
+use crate::table_properties::{DELETION_VECTORS, RESET_ALLOWED, TOMBSTONE_RETENTION};
 
 /// Properties that are `true` or `false`.
-const BOOLEAN: [&str; 2] = ["pipelines.reset.allowed", "delta.enableDeletionVectors"];
+const BOOLEAN: [&str; 2] = [RESET_ALLOWED, DELETION_VECTORS];
 
 impl Resolver<'_> {
     pub(super) fn check_table_properties(&mut self) {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use cdcflow_plan::autocdc::AutoCdcSpec;
 use cdcflow_plan::planner::Planner;
+use cdcflow_plan::table_properties::DELETION_VECTORS;
 use cdcflow_plan::{Dataset, Flow, Input, Pipeline};
 use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::RecordBatch;
@@ -252,9 +253,6 @@ fn published_commit(target: &Dataset, txns: Vec<(String, i64)>) -> Commit {
     }
     commit
 }
-
-/// The table property that lets a table's rows be deleted by deletion vectors.
-const DELETION_VECTORS: &str = "delta.enableDeletionVectors";
 
 fn lost_published(target: &Dataset) -> RunError {
     RunError::input(format!(

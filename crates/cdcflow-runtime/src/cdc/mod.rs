@@ -27,10 +27,7 @@ pub use apply_error::ApplyError;
 use kernel::Rules;
 pub use touched::apply;
 
-/// The table property that sets how long SCD type 1 tombstones are kept.
-pub const TOMBSTONE_RETENTION: &str = "pipelines.cdc.tombstoneGCThresholdInSeconds";
-/// Two days, the Databricks default.
-pub const DEFAULT_TOMBSTONE_RETENTION_SECS: i64 = 2 * 24 * 3600;
+pub use cdcflow_plan::table_properties::{DEFAULT_TOMBSTONE_RETENTION_SECS, TOMBSTONE_RETENTION};
 
 /// The apply rules of `spec` for a source of `source` schema and the target's
 /// `TBLPROPERTIES`.
