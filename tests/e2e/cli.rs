@@ -137,13 +137,18 @@ fn explain_analyze_runs_each_query_over_its_next_batch_and_commits_nothing() {
         text.contains("AggregateExec: mode=FinalPartitioned"),
         "{text}"
     );
-    // The AUTO CDC flow's events: its columns, sequence and operation.
+    // The AUTO CDC flow: the apply over its events, over its columns, sequence and
+    // operation.
     assert!(
-        text.contains("AutoCdcApply: keys=[order_id], scd_type=2"),
+        text.contains("AutoCdcApplyExec: target=silver_orders_history scd_type=2"),
         "{text}"
     );
     assert!(
-        text.contains("CASE WHEN operation@4 = DELETE THEN 1 ELSE 0 END as __op"),
+        text.contains("AutoCdcEventsExec: source=bronze_order_changes keys=[order_id]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CASE WHEN operation@4 = DELETE THEN 1 ELSE 0 END as __cdcflow_operation"),
         "{text}"
     );
     assert!(!text.contains("metrics=["), "{text}");

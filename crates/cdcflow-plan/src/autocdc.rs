@@ -7,8 +7,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
-use datafusion::common::{DFSchema, DFSchemaRef, Result, TableReference};
-use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
+use datafusion::common::{Column, DFSchema, DFSchemaRef, Result, TableReference};
+use datafusion::logical_expr::{
+    Expr, Extension, LogicalPlan, LogicalPlanBuilder, TableSource, UserDefinedLogicalNodeCore, lit,
+    when,
+};
 
 /// `__START_AT`: where an SCD type 2 version starts (inclusive), of the sequence type.
 pub const START_AT: &str = "__START_AT";
@@ -83,16 +86,70 @@ impl AutoCdcSpec {
     }
 }
 
-/// The logical plan node: apply the changes produced by `input` to the target.
+/// The column a runtime adds to the source rows to say where each row was read from
+/// (a dictionary of names), so that an event's error can name its file; the event
+/// projection passes it through.
+pub const ORIGIN: &str = "__cdcflow_origin";
+/// The event projection's sequence fields, `__cdcflow_seq0`, `__cdcflow_seq1`, …
+pub const SEQ_PREFIX: &str = "__cdcflow_seq";
+/// The event projection's operation ([`UPSERT`], [`DELETE`] or [`TRUNCATE`]).
+pub const OPERATION: &str = "__cdcflow_operation";
+/// An event's operation: its columns are the key's new values.
+pub const UPSERT: i8 = 0;
+/// An event's operation: APPLY AS DELETE WHEN held.
+pub const DELETE: i8 = 1;
+/// An event's operation: APPLY AS TRUNCATE WHEN held; it has no key.
+pub const TRUNCATE: i8 = 2;
+
+/// What applying a batch did, the one row an AUTO CDC node returns, as a DML statement
+/// returns its count: every column a non-negative count.
+pub const APPLIED_COLUMNS: [&str; 11] = [
+    "events",
+    "upserted",
+    "deleted",
+    "late",
+    "late_applied",
+    "late_dropped",
+    "duplicates",
+    "late_after_gc",
+    "truncated",
+    "tombstones_collected",
+    "rows_written",
+];
+/// Beside the counts: the earliest source commit time among the events, when the
+/// sequence is a timestamp (µs since the epoch; null otherwise), for the lag a run
+/// reports.
+pub const APPLIED_OLDEST_CHANGE: &str = "oldest_change";
+/// Beside the counts: a warning to show (the columns the batch added to the published
+/// table; null when none).
+pub const APPLIED_NOTE: &str = "note";
+
+/// The schema of an AUTO CDC node's result: [`APPLIED_COLUMNS`], then
+/// [`APPLIED_OLDEST_CHANGE`] and [`APPLIED_NOTE`].
+pub fn applied_schema() -> SchemaRef {
+    let mut fields: Vec<Field> = APPLIED_COLUMNS
+        .iter()
+        .map(|c| Field::new(*c, DataType::UInt64, false))
+        .collect();
+    fields.push(Field::new(APPLIED_OLDEST_CHANGE, DataType::Int64, true));
+    fields.push(Field::new(APPLIED_NOTE, DataType::Utf8, true));
+    Arc::new(Schema::new(fields))
+}
+
+/// The logical plan node: apply the events of `input` (the flow's event projection,
+/// [`AutoCdcNode::plan`]) to the target. Its result is what the apply did
+/// ([`applied_schema`]); the target's rows are [`AutoCdcNode::target`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AutoCdcNode {
     pub input: LogicalPlan,
     pub spec: Arc<AutoCdcSpec>,
-    pub schema: DFSchemaRef,
+    /// The target table's rows, qualified by its name.
+    pub target: DFSchemaRef,
+    schema: DFSchemaRef,
 }
 
 impl PartialOrd for AutoCdcNode {
-    // The schema is derived from the other two fields, so they decide the order.
+    // The schemas are derived from the other two fields, so they decide the order.
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         match self.input.partial_cmp(&other.input) {
             Some(std::cmp::Ordering::Equal) => self.spec.partial_cmp(&other.spec),
@@ -102,18 +159,78 @@ impl PartialOrd for AutoCdcNode {
 }
 
 impl AutoCdcNode {
+    /// The node over `input`, the flow's event projection.
     pub fn try_new(input: LogicalPlan, spec: Arc<AutoCdcSpec>) -> Result<Self> {
         let target = spec.target_schema(input.schema().as_arrow());
-        let schema = Arc::new(DFSchema::try_from_qualified_schema(
+        let target = Arc::new(DFSchema::try_from_qualified_schema(
             TableReference::bare(spec.target.as_str()),
             &target,
         )?);
+        let schema = Arc::new(DFSchema::try_from(applied_schema())?);
         Ok(Self {
             input,
             spec,
+            target,
             schema,
         })
     }
+
+    /// The flow's plan over `source` (the source dataset's rows): its WHERE, then the
+    /// event projection (the target's columns, the sequence fields, the operation, and
+    /// [`ORIGIN`] when the source has it), then the node. Validation plans it over an
+    /// empty table of the source's schema; a run over the batch's rows.
+    pub fn plan(spec: Arc<AutoCdcSpec>, source: Arc<dyn TableSource>) -> Result<LogicalPlan> {
+        let scan =
+            LogicalPlanBuilder::scan(TableReference::bare(spec.source.as_str()), source, None)?;
+        let filtered = match &spec.filter {
+            Some(w) => scan.filter(w.clone())?,
+            None => scan,
+        };
+        let has_origin = filtered.schema().has_column_with_unqualified_name(ORIGIN);
+        let column = |name: &str| Expr::Column(Column::new_unqualified(name));
+        let mut exprs: Vec<Expr> = spec.columns.iter().map(|c| column(c)).collect();
+        exprs.extend(
+            spec.sequence
+                .iter()
+                .enumerate()
+                .map(|(i, f)| f.expr.clone().alias(format!("{SEQ_PREFIX}{i}"))),
+        );
+        exprs.push(operation_expr(&spec)?.alias(OPERATION));
+        if has_origin {
+            exprs.push(column(ORIGIN));
+        }
+        let events = filtered.project(exprs)?.build()?;
+        Ok(LogicalPlan::Extension(Extension {
+            node: Arc::new(Self::try_new(events, spec)?),
+        }))
+    }
+
+    /// The node of `plan`, when `plan` is an AUTO CDC flow's.
+    pub fn of(plan: &LogicalPlan) -> Option<&Self> {
+        match plan {
+            LogicalPlan::Extension(e) => e.node.as_any().downcast_ref::<Self>(),
+            _ => None,
+        }
+    }
+}
+
+/// The operation of an event: TRUNCATE WHEN first, then DELETE WHEN, else an upsert.
+fn operation_expr(spec: &AutoCdcSpec) -> Result<Expr> {
+    let mut cases: Vec<(Expr, i8)> = Vec::new();
+    if let Some(t) = &spec.truncate_when {
+        cases.push((t.clone(), TRUNCATE));
+    }
+    if let Some(d) = &spec.delete_when {
+        cases.push((d.clone(), DELETE));
+    }
+    let Some(((first, v), rest)) = cases.split_first() else {
+        return Ok(lit(UPSERT));
+    };
+    let mut case = when(first.clone(), lit(*v));
+    for (cond, v) in rest {
+        case = case.when(cond.clone(), lit(*v));
+    }
+    case.otherwise(lit(UPSERT))
 }
 
 impl UserDefinedLogicalNodeCore for AutoCdcNode {
@@ -129,14 +246,9 @@ impl UserDefinedLogicalNodeCore for AutoCdcNode {
         &self.schema
     }
 
+    /// None of its own: the event projection below it holds the flow's expressions.
     fn expressions(&self) -> Vec<Expr> {
-        let s = &self.spec;
-        s.sequence
-            .iter()
-            .map(|f| f.expr.clone())
-            .chain(s.delete_when.clone())
-            .chain(s.truncate_when.clone())
-            .collect()
+        vec![]
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {

@@ -10,6 +10,7 @@
 //! [`LogicalPlan`]: datafusion::logical_expr::LogicalPlan
 
 pub mod autocdc;
+mod bind;
 pub mod config;
 pub mod connections;
 pub mod delta_schema;
@@ -35,6 +36,10 @@ mod table_functions;
 pub mod table_properties;
 pub mod types;
 
+/// The parser's words that a planned pipeline's readers need, so that they need not
+/// depend on the parser (the runtime does not).
+pub use cdcflow_sql::Span;
+pub use cdcflow_sql::ast::{DatasetKind, Identity, OnViolation};
 pub use diagnostic::{Diagnostic, Located, Severity};
 pub use pipeline::{Dataset, ExternalDelta, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
 pub use resolve::{Loaded, load, load_with_columns};

@@ -154,6 +154,16 @@ pub struct Flow {
 }
 
 impl Flow {
+    /// The rows the flow gives its target: its query's, or an AUTO CDC flow's target
+    /// rows (its plan returns what the apply did).
+    pub fn rows_schema(&self) -> Option<&datafusion::common::DFSchemaRef> {
+        let plan = self.plan.as_ref()?;
+        Some(match crate::autocdc::AutoCdcNode::of(plan) {
+            Some(node) => &node.target,
+            None => plan.schema(),
+        })
+    }
+
     pub fn auto_cdc(&self) -> Option<&AutoCdcSpec> {
         match &self.kind {
             FlowKind::AutoCdc(s) => Some(s),

@@ -93,6 +93,11 @@ impl Planner {
     }
 
     /// The source registered as `name`, ignoring case when no name matches exactly.
+    pub fn table_ignoring_case(&self, name: &str) -> Option<Arc<dyn TableSource>> {
+        self.source(name).cloned()
+    }
+
+    /// The source registered as `name`, ignoring case when no name matches exactly.
     fn source(&self, name: &str) -> Option<&Arc<dyn TableSource>> {
         self.tables.get(name).or_else(|| {
             self.tables

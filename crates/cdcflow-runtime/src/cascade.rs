@@ -7,8 +7,8 @@
 //! rewritten table and need nothing. `--cascade` refreshes those readers in the same
 //! run, and the readers' readers after them.
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::{Flow, Input, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 
 /// The tables, outside `refreshed`, that fail after a full refresh of the tables in
 /// `refreshed` until they are refreshed too (an empty `refreshed` is every table: no

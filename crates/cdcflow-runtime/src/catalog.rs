@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::{Input, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 use datafusion::common::TableReference;
 use datafusion::prelude::SessionContext;
 use serde::Serialize;

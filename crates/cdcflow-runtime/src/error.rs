@@ -100,7 +100,7 @@ pub enum RunError {
         source: DeltaTableError,
     },
     #[error(transparent)]
-    DataFusion(#[from] DataFusionError),
+    DataFusion(DataFusionError),
     #[error(transparent)]
     Arrow(#[from] ArrowError),
     #[error("{path}: {source}")]
@@ -116,6 +116,26 @@ pub enum RunError {
         message: String,
         context: Vec<String>,
     },
+}
+
+impl From<DataFusionError> for RunError {
+    /// A run error that an execution plan of cdcflow's carried through DataFusion
+    /// (`cdc::exec`) comes out as itself, with its code and help.
+    fn from(e: DataFusionError) -> Self {
+        match e {
+            DataFusionError::External(inner) => match inner.downcast::<RunError>() {
+                Ok(run) => *run,
+                Err(inner) => Self::DataFusion(DataFusionError::External(inner)),
+            },
+            DataFusionError::Context(context, inner) => match RunError::from(*inner) {
+                Self::DataFusion(inner) => {
+                    Self::DataFusion(DataFusionError::Context(context, Box::new(inner)))
+                }
+                run => run,
+            },
+            e => Self::DataFusion(e),
+        }
+    }
 }
 
 /// An internal error's text: what happened, where, and that it is a bug to report.

@@ -3,8 +3,8 @@
 //! condition is false or NULL. Without `ON VIOLATION` the row is kept and counted.
 
 use cdcflow_plan::Dataset;
+use cdcflow_plan::OnViolation;
 use cdcflow_plan::planner::Planner;
-use cdcflow_sql::ast::OnViolation;
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;

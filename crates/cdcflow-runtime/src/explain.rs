@@ -24,7 +24,7 @@ pub async fn physical_plan(
             ))
             .with_help("`cdcflow explain` without --physical shows its logical plan"))
         }
-        FlowKind::Query { query, .. } => query_flow::explain(&rc, flow, query, analyze).await,
+        FlowKind::Query { .. } => query_flow::explain(&rc, flow, analyze).await,
         FlowKind::AutoCdc(spec) => {
             let source = pipeline
                 .dataset(&spec.source)
@@ -35,13 +35,18 @@ pub async fn physical_plan(
                         flow.name, spec.source
                     ))
                 })?;
-            let events = cdc::events::event_plan(spec, &source).await?;
+            let properties = pipeline
+                .dataset(&flow.target)
+                .map(|d| d.properties.clone())
+                .unwrap_or_default();
+            let rules = cdc::rules_for(spec, &source, &properties)?;
+            let events = cdc::events::event_plan(spec, &rules, &source).await?;
             let mut text = format!(
-                "AutoCdcApply: keys=[{}], scd_type={}{}\n",
-                spec.keys.join(", "),
+                "AutoCdcApplyExec: target={} scd_type={}{}\n",
+                spec.target,
                 spec.scd_type,
                 match analyze {
-                    true => " (the apply is not yet an execution plan: --analyze runs query flows only)",
+                    true => " (applies and commits the batch, so explain does not run it: --analyze runs query flows only)",
                     false => "",
                 }
             );

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use cdcflow_plan::Dataset;
-use cdcflow_sql::ast::Identity;
+use cdcflow_plan::Identity;
 use datafusion::arrow::array::{Array, ArrayRef, Int64Array, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};

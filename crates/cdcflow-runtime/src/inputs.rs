@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::config::PipelineConfig;
 use cdcflow_plan::read_files::{Links, ReadFiles};
 use cdcflow_plan::{Dataset, ExternalDelta, FlowKind, Input, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::view::ViewTable;
@@ -529,7 +529,7 @@ impl InputReader<'_> {
             .flows_into(&view.name)
             .next()
             .ok_or_else(|| RunError::internal(format!("view `{}` has no query", view.name)))?;
-        let FlowKind::Query { query, .. } = &flow.kind else {
+        let FlowKind::Query { .. } = &flow.kind else {
             return Err(RunError::internal(format!(
                 "view `{}` is not defined by a query",
                 view.name
@@ -542,7 +542,7 @@ impl InputReader<'_> {
         };
         let mut inner = Planner::with_state(self.ctx.state());
         Box::pin(self.register(&inputs, progress, &mut inner, batch)).await?;
-        let plan = inner.plan_query(query)?;
+        let plan = flow.plan_with(&inner)?;
         planner.register(
             &view.name,
             provider_as_source(Arc::new(ViewTable::new(plan, None))),

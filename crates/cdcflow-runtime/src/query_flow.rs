@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use cdcflow_plan::Flow;
 use cdcflow_plan::planner::Planner;
-use cdcflow_sql::sqlparser::ast::Query;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
@@ -88,7 +87,6 @@ impl QueryBatch {
         mut self,
         rc: &RunContext,
         flow: &Flow,
-        query: &Query,
         mode: Mode,
         report: &mut FlowReport,
     ) -> Result<(), RunError> {
@@ -106,7 +104,7 @@ impl QueryBatch {
                 "{n} malformed record(s) quarantined in `{table}` (file and line kept; query it with cdcflow query)"
             ));
         }
-        let (schema, batches) = execute(rc, &self.planner, query).await?;
+        let (schema, batches) = execute(rc, &self.planner, flow).await?;
         // The target's rules, then the columns it makes and declares, in that order:
         // expectations see the query's rows, the table stores the declared ones.
         let (schema, batches) = match rc.pipeline.dataset(&flow.target) {
@@ -153,7 +151,6 @@ impl QueryBatch {
 pub(crate) async fn append(
     rc: &RunContext,
     flow: &Flow,
-    query: &Query,
     report: &mut FlowReport,
 ) -> Result<(), RunError> {
     // A source with more than one batch takes (a size limit) gets batches until it
@@ -174,7 +171,7 @@ pub(crate) async fn append(
         }
         let more = batch.inputs.more;
         let acknowledgements = std::mem::take(&mut batch.inputs.acknowledgements);
-        batch.commit(rc, flow, query, Mode::Append, report).await?;
+        batch.commit(rc, flow, Mode::Append, report).await?;
         report.rows_written += written;
         acknowledge(acknowledgements, report).await;
         if !more {
@@ -205,12 +202,11 @@ pub(crate) async fn acknowledge(
 pub(crate) async fn materialize(
     rc: &RunContext,
     flow: &Flow,
-    query: &Query,
     report: &mut FlowReport,
 ) -> Result<(), RunError> {
     let mut batch = QueryBatch::open(rc, flow).await?;
     batch.read_inputs(rc, flow, report).await?;
-    batch.inputs.seal_fingerprint(&query.to_string());
+    batch.inputs.seal_fingerprint(&flow.query_text());
     let unchanged = batch
         .progress
         .last
@@ -222,7 +218,7 @@ pub(crate) async fn materialize(
         };
         return Ok(());
     }
-    batch.commit(rc, flow, query, Mode::Overwrite, report).await
+    batch.commit(rc, flow, Mode::Overwrite, report).await
 }
 
 fn commit_for(rc: &RunContext, flow: &Flow, app: &str, batch: i64) -> Commit {
@@ -237,19 +233,18 @@ fn commit_for(rc: &RunContext, flow: &Flow, app: &str, batch: i64) -> Commit {
     }
 }
 
-/// The physical plan `query` runs for the flow's next batch and, after `analyze`, the
+/// The physical plan the flow runs for its next batch and, after `analyze`, the
 /// metrics of running it (rows, time, memory per operator). Nothing is committed, and no
 /// checkpoint is written: a later run reads the same input.
 pub(crate) async fn explain(
     rc: &RunContext,
     flow: &Flow,
-    query: &Query,
     analyze: bool,
 ) -> Result<String, RunError> {
     let mut batch = QueryBatch::open(rc, flow).await?;
     let mut report = FlowReport::new(&flow.name, &flow.target, "explain");
     batch.read_inputs(rc, flow, &mut report).await?;
-    let logical = batch.planner.plan_query(query)?;
+    let logical = flow.plan_with(&batch.planner)?;
     let physical = rc.ctx.state().create_physical_plan(&logical).await?;
     if !analyze {
         return Ok(displayable(physical.as_ref()).indent(true).to_string());
@@ -263,13 +258,14 @@ pub(crate) async fn explain(
         .to_string())
 }
 
-/// Plans and runs `query`; the result's columns are all nullable, as stored.
+/// Runs the flow's plan over the batch's input registered in `planner`; the result's
+/// columns are all nullable, as stored.
 async fn execute(
     rc: &RunContext,
     planner: &Planner,
-    query: &Query,
+    flow: &Flow,
 ) -> Result<(SchemaRef, Vec<RecordBatch>), RunError> {
-    let plan = planner.plan_query(query)?;
+    let plan = flow.plan_with(planner)?;
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let batches = rc.ctx.execute_logical_plan(plan).await?.collect().await?;
     let stored: SchemaRef = Arc::new(Schema::new(

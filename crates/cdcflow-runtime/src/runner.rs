@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::{Flow, FlowKind, Input, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::cascade::{self, reset_allowed};
@@ -290,12 +290,10 @@ async fn run_flow(rc: &RunContext, flow: &Flow, target: DatasetKind) -> FlowRepo
     }
     let result = match (&flow.kind, target) {
         (FlowKind::AutoCdc(spec), _) => cdc::flow::run(rc, flow, spec, &mut report).await,
-        (FlowKind::Query { query, .. }, DatasetKind::MaterializedView) => {
-            query_flow::materialize(rc, flow, query, &mut report).await
+        (FlowKind::Query { .. }, DatasetKind::MaterializedView) => {
+            query_flow::materialize(rc, flow, &mut report).await
         }
-        (FlowKind::Query { query, .. }, _) => {
-            query_flow::append(rc, flow, query, &mut report).await
-        }
+        (FlowKind::Query { .. }, _) => query_flow::append(rc, flow, &mut report).await,
     };
     if let Err(e) = result {
         let e = e.context(|| format!("running flow `{}`", flow.name));

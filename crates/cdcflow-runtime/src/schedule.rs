@@ -8,8 +8,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::{Input, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 
 /// The variable that bounds how many flows run at once (the cores by default; 1 runs
 /// them one after another).

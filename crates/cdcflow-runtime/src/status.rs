@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::{Input, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};

@@ -343,33 +343,16 @@ impl Resolver<'_> {
         let spec = Arc::new(spec);
         self.flows[f].kind = FlowKind::AutoCdc(Arc::clone(&spec));
 
-        let scan = self.source_scan(&spec.source, &source_schema)?;
-        let input = match &spec.filter {
-            Some(w) => LogicalPlanBuilder::from(scan)
-                .filter(w.clone())
-                .and_then(|b| b.build())
-                .ok()?,
-            None => scan,
-        };
-        let node = match AutoCdcNode::try_new(input, spec) {
-            Ok(n) => n,
+        let source = datafusion::datasource::provider_as_source(Arc::new(
+            datafusion::datasource::empty::EmptyTable::new(Arc::clone(&source_schema)),
+        ));
+        match AutoCdcNode::plan(spec, source) {
+            Ok(plan) => Some(plan),
             Err(e) => {
                 self.datafusion_error(file, &e, self.flows[f].span);
-                return None;
+                None
             }
-        };
-        Some(LogicalPlan::Extension(Extension {
-            node: Arc::new(node),
-        }))
-    }
-
-    pub(super) fn source_scan(&self, name: &str, schema: &SchemaRef) -> Option<LogicalPlan> {
-        let source = datafusion::datasource::provider_as_source(Arc::new(
-            datafusion::datasource::empty::EmptyTable::new(Arc::clone(schema)),
-        ));
-        LogicalPlanBuilder::scan(bare(name), source, None)
-            .and_then(|b| b.build())
-            .ok()
+        }
     }
 }
 

@@ -22,11 +22,7 @@ impl Resolver<'_> {
             let name = self.datasets[d].name.clone();
             let writers = self.flows_into(&name);
             for f in writers {
-                let Some(given) = self.flows[f]
-                    .plan
-                    .as_ref()
-                    .map(|p| Arc::clone(p.schema().inner()))
-                else {
+                let Some(given) = self.flows[f].rows_schema().map(|s| Arc::clone(s.inner())) else {
                     continue;
                 };
                 let exact = self.flows[f].auto_cdc().is_some();

@@ -160,9 +160,8 @@ impl Resolver<'_> {
         help: &str,
     ) {
         for &f in writers {
-            let gives = self.flows[f].plan.as_ref().is_some_and(|p| {
-                p.schema()
-                    .fields()
+            let gives = self.flows[f].rows_schema().is_some_and(|s| {
+                s.fields()
                     .iter()
                     .any(|field| field.name().eq_ignore_ascii_case(column))
             });

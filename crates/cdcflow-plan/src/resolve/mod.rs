@@ -18,7 +18,7 @@ use cdcflow_sql::{Location, Span, parse_statements};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::DFSchema;
 use datafusion::error::DataFusionError;
-use datafusion::logical_expr::{ExprSchemable, Extension, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{ExprSchemable, LogicalPlan};
 
 use crate::autocdc::{AutoCdcNode, AutoCdcSpec, END_AT, RESERVED_PREFIX, START_AT, SequenceField};
 use crate::config::PipelineConfig;

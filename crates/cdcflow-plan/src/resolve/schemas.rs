@@ -202,9 +202,9 @@ impl Resolver<'_> {
             }
             FlowKind::AutoCdc(_) => self.plan_cdc(f)?,
         };
-        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
-        self.check_output_names(f, &schema);
         self.flows[f].plan = Some(plan);
+        let schema: SchemaRef = Arc::new(self.flows[f].rows_schema()?.as_arrow().clone());
+        self.check_output_names(f, &schema);
         Some(schema)
     }
 

@@ -10,19 +10,19 @@
 
 use std::sync::Arc;
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::autocdc::AutoCdcSpec;
 use cdcflow_plan::planner::Planner;
 use cdcflow_plan::table_properties::DELETION_VECTORS;
 use cdcflow_plan::{Dataset, Flow, Input, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
-use super::events::{Sourced, event_parts};
-use super::kernel::{self, Rules, Visible};
+use super::events::Sourced;
+use super::kernel::{Rules, Visible};
 use super::load::GroupedLoad;
-use super::staging::{self, Staging};
-use super::{rules_for, streamed};
+use super::rules::ApplyMetrics;
+use super::{exec, rules_for, streamed};
 use crate::checkpoint::{Offsets, Processed};
 use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table};
@@ -124,97 +124,63 @@ pub(crate) async fn run(
         public_commit.doing(operation.clone()),
         state_commit.doing(operation),
     );
-    let targets = streamed::Targets {
-        state: &state,
-        state_commit: &state_commit,
-        public: &public,
-        public_commit: &public_commit,
-    };
     let rows = match read {
         SourceRead::Rows(rows) => rows,
         SourceRead::Grouped(load) => {
+            let targets = streamed::Targets {
+                state: &state,
+                state_commit: &state_commit,
+                public: &public,
+                public_commit: &public_commit,
+            };
             let (source_schema, now) = (&source_schema, rc.now_micros);
             let oldest = &mut report.oldest_change_micros;
             match load
                 .apply(spec, &rules, source_schema, &targets, now, oldest)
                 .await?
             {
-                Some(done) => return finish(done, &targets, batch, report).await,
+                Some(done) => {
+                    report_applied(&done.metrics, done.public_rows as u64, report);
+                    done.commit(&targets).await?;
+                    report.outcome = FlowOutcome::Committed { batch };
+                    return Ok(());
+                }
                 // Tables only deltalake's write operation writes: read whole.
                 None => delta::read_named(load.files(), source_schema)?,
             }
         }
     };
-    let events = event_parts(spec, &rules, &source_schema, rows, rc.now_micros).await?;
-    report.oldest_change_micros = oldest_commit_time(&events);
-    let done = stage_batch(target, &rules, &targets, events, rc.now_micros, report).await?;
-    finish(done, &targets, batch, report).await
-}
-
-/// Reports the staged batch and commits it.
-async fn finish(
-    done: streamed::Streamed,
-    targets: &streamed::Targets<'_>,
-    batch: i64,
-    report: &mut FlowReport,
-) -> Result<(), RunError> {
-    if done.metrics.late_after_gc > 0 {
-        report.warnings.push(format!(
-            "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",
-            done.metrics.late_after_gc,
-            super::TOMBSTONE_RETENTION
-        ));
-    }
-    report.cdc = Some(done.metrics);
-    report.rows_written = done.public_rows as u64;
-    done.commit(targets).await?;
+    // The planner's plan of the flow over the batch's rows, lowered to apply them.
+    let target = exec::ApplyTarget {
+        rules: Arc::new(rules),
+        name: target.name.clone(),
+        state_dir: state.dir.clone(),
+        public_dir: public.dir.clone(),
+        state_commit,
+        public_commit,
+        now_micros: rc.now_micros,
+        opened: std::sync::Mutex::new(Some((state, public))),
+    };
+    let plan = exec::apply_plan(spec, &source_schema, rows, target).await?;
+    let applied = exec::run_apply(plan).await?;
+    report.oldest_change_micros = applied.oldest_change;
+    report.warnings.extend(applied.note);
+    report_applied(&applied.metrics, applied.rows_written, report);
     report.outcome = FlowOutcome::Committed { batch };
     Ok(())
 }
 
-/// The batch applied and both tables' files staged, by the cheapest way the tables
-/// allow (`staging.rs`), else in memory.
-async fn stage_batch(
-    target: &Dataset,
-    rules: &Rules,
-    targets: &streamed::Targets<'_>,
-    events: Vec<RecordBatch>,
-    now_micros: i64,
-    report: &mut FlowReport,
-) -> Result<streamed::Streamed, RunError> {
-    let events = match staging::stage(rules, targets, events, now_micros).await? {
-        Staging::Staged(done) => return Ok(*done),
-        Staging::InMemory(events) => events,
-    };
-    let (state, public) = (targets.state, targets.public);
-    let applied = apply_in_memory(target, rules, state, public, &events, now_micros)?;
-    if let Some(change) = delta::added_columns(
-        public.arrow_schema().as_ref(),
-        &rules.public_schema(),
-        &target.name,
-    ) {
-        report.warnings.push(change);
+/// What the batch did, in the flow's report.
+fn report_applied(metrics: &ApplyMetrics, rows_written: u64, report: &mut FlowReport) {
+    if metrics.late_after_gc > 0 {
+        report.warnings.push(format!(
+            "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",
+            metrics.late_after_gc,
+            super::TOMBSTONE_RETENTION
+        ));
     }
-    streamed::Streamed::staged(applied, rules, targets).await
-}
-
-/// The batch applied with both tables read whole.
-fn apply_in_memory(
-    target: &Dataset,
-    rules: &Rules,
-    state: &Table,
-    public: &Table,
-    events: &RecordBatch,
-    now_micros: i64,
-) -> Result<kernel::Applied, RunError> {
-    let stored = state.read_batches(&rules.state_schema())?;
-    let published = public.read_batches(&rules.public_schema())?;
-    let visible = match state.exists() && !public.exists() {
-        true if rules.narrow_state() => return Err(lost_published(target)),
-        true => Visible::Recompute,
-        false => Visible::Rows(published),
-    };
-    Ok(super::apply(rules, stored, visible, events, now_micros)?)
+    report.cdc = Some(*metrics);
+    report.rows_written = rows_written;
 }
 
 /// The commits of a batch to the published table and to the state, both carrying the
@@ -254,17 +220,6 @@ fn published_commit(target: &Dataset, txns: Vec<(String, i64)>) -> Commit {
     commit
 }
 
-fn lost_published(target: &Dataset) -> RunError {
-    RunError::input(format!(
-        "the published table `{}` is missing or behind its AUTO CDC state, which keeps no values to rebuild it from",
-        target.name
-    ))
-    .with_help(format!(
-        "run `cdcflow run --full-refresh {}` to rebuild it from its sources",
-        target.name
-    ))
-}
-
 /// Derives the published table from the state again when it is behind the state (a
 /// version that committed both at once was stopped between them); true when it did.
 async fn sync_published(
@@ -291,7 +246,7 @@ async fn sync_published(
         return Ok(false);
     }
     if rules.narrow_state() {
-        return Err(lost_published(target));
+        return Err(exec::lost_published(&target.name));
     }
     tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
     let stored = state.read_batches(&rules.state_schema())?;
@@ -490,27 +445,4 @@ impl Shape {
         let text = serde_json::to_string_pretty(self).unwrap_or_default();
         crate::checkpoint::write_atomic(path, text.as_bytes())
     }
-}
-
-/// The earliest source commit time among the `events` parts, when the SEQUENCE BY value
-/// is a timestamp (or a struct whose first field is one), µs since the epoch.
-pub(super) fn oldest_commit_time(events: &[RecordBatch]) -> Option<i64> {
-    events.iter().filter_map(oldest_commit_time_of).min()
-}
-
-fn oldest_commit_time_of(events: &RecordBatch) -> Option<i64> {
-    use datafusion::arrow::array::{Array, AsArray};
-    use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
-    let seq = events.column_by_name(kernel::SEQ)?;
-    let first = match seq.data_type() {
-        DataType::Struct(_) => Arc::clone(seq.as_struct().columns().first()?),
-        _ => Arc::clone(seq),
-    };
-    match first.data_type() {
-        DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            datafusion::arrow::compute::min(first.as_primitive::<TimestampMicrosecondType>())
-        }
-        _ => None,
-    }
-    .filter(|_| !first.is_empty())
 }

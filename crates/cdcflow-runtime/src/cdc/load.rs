@@ -119,7 +119,7 @@ impl GroupedLoad {
                 rows.extend(kept.into_iter().map(|b| (origin.clone(), b)));
             }
             let events = event_parts(spec, rules, source, rows, now_micros).await?;
-            let oldest = super::flow::oldest_commit_time(&events);
+            let oldest = super::exec::oldest_commit_time(&events);
             if let Some(o) = oldest {
                 *oldest_change = Some(oldest_change.map_or(o, |c| c.min(o)));
             }

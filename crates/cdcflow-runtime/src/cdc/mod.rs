@@ -4,6 +4,7 @@
 mod apply_error;
 mod decision;
 pub mod events;
+pub mod exec;
 pub(crate) mod flow;
 pub mod kernel;
 mod keyset;

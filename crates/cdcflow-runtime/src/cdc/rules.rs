@@ -24,10 +24,10 @@ pub const RECORDED_AT: &str = "__cdcflow_recorded_at";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i8)]
 pub enum Op {
-    Upsert = 0,
-    Delete = 1,
+    Upsert = cdcflow_plan::autocdc::UPSERT,
+    Delete = cdcflow_plan::autocdc::DELETE,
     /// Removes every key whose state is older; has no key.
-    Truncate = 2,
+    Truncate = cdcflow_plan::autocdc::TRUNCATE,
     /// Marker: the newest sequence value of a tombstone collected by GC; has no key.
     GcHorizon = 3,
 }

@@ -12,8 +12,8 @@ mod table;
 
 use std::path::Path;
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::{Dataset, FlowKind, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 
 pub use choose::Policy;
 use table::Target;

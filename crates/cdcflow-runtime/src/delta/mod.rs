@@ -41,6 +41,7 @@ pub use rewrite::{Rewrite, rewrite};
 pub use sink::Sink;
 
 /// A Delta table location and, when it exists, the table.
+#[derive(Debug)]
 pub struct Table {
     pub dir: PathBuf,
     pub table: Option<DeltaTable>,
@@ -480,8 +481,9 @@ pub enum Mode {
     Merge,
 }
 
-/// What a commit records besides the data.
-#[derive(Debug, Clone, Default)]
+/// What a commit records besides the data (data itself: an execution plan that commits
+/// carries it across machines, `cdc::exec::codec`).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Commit {
     /// (application id, batch) pairs: a rerun of a committed batch is detected by them.
     pub txns: Vec<(String, i64)>,

@@ -15,7 +15,7 @@ pub const BATCH_KEY: &str = "cdcflow.batch";
 pub const KIND_KEY: &str = "cdcflow.operation";
 
 /// What a commit does to its table.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Operation {
     /// A plain write of cdcflow's own bookkeeping (the event log, quarantined records):
     /// deltalake's `WRITE`.

@@ -36,8 +36,8 @@ mod state;
 
 use std::path::Path;
 
+use cdcflow_plan::DatasetKind;
 use cdcflow_plan::{Dataset, FlowKind, Input, Pipeline};
-use cdcflow_sql::ast::DatasetKind;
 use serde::Serialize;
 
 use crate::checkpoint::Checkpoint;

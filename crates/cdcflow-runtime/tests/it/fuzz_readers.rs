@@ -39,7 +39,7 @@ fn source(format: FileFormat, dir: &std::path::Path) -> ReadFiles {
         schema_hints: None,
         inferred_schema: None,
         metadata: false,
-        span: cdcflow_sql::Span::empty(),
+        span: cdcflow_plan::Span::empty(),
     }
 }
 

@@ -33,7 +33,7 @@ fn source(dir: &std::path::Path, schema: SchemaRef, declared: bool) -> ReadFiles
         schema_hints: None,
         inferred_schema: (!declared).then_some(schema),
         metadata: false,
-        span: cdcflow_sql::Span::empty(),
+        span: cdcflow_plan::Span::empty(),
     }
 }
 

@@ -8,6 +8,7 @@
     clippy::cast_possible_truncation
 )]
 
+mod codec;
 mod compaction;
 mod containment;
 mod delta_writes;

@@ -1,0 +1,261 @@
+//! AUTO CDC as DataFusion execution plans. A batch runs the planner's plan of its flow
+//! ([`AutoCdcNode::plan`]) with the batch's rows as the source: DataFusion plans and
+//! optimizes the WHERE and the event projection, and [`AutoCdcPlanner`] lowers the node
+//! into [`AutoCdcApplyExec`] over [`AutoCdcEventsExec`]:
+//!
+//! ```text
+//! AutoCdcApplyExec: apply the events to the state and published table, commit both
+//!   AutoCdcEventsExec: cast, sequence value, recording time; null keys fail the batch
+//!     ProjectionExec: the target's columns, the sequence fields, the operation, origin
+//!       FilterExec: WHERE (legacy APPLY CHANGES)
+//!         DataSourceExec: the batch's source rows
+//! ```
+
+/// The methods every AUTO CDC execution plan shares: one input (`self.input`), taken
+/// whole in one partition (the batch is counted and committed whole), no expressions of
+/// its own, its metrics in `self.metrics`.
+macro_rules! one_input_in_one_partition {
+    () => {
+        fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
+            &self.properties
+        }
+
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            vec![&self.input]
+        }
+
+        fn required_input_distribution(&self) -> Vec<datafusion::physical_plan::Distribution> {
+            self.input_distribution_requirements().into_per_child()
+        }
+
+        fn input_distribution_requirements(
+            &self,
+        ) -> datafusion::physical_plan::InputDistributionRequirements {
+            datafusion::physical_plan::InputDistributionRequirements::new(vec![
+                datafusion::physical_plan::Distribution::SinglePartition,
+            ])
+        }
+
+        fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+            vec![false]
+        }
+
+        fn apply_expressions(
+            &self,
+            _f: &mut dyn FnMut(
+                &std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+            ) -> datafusion::error::Result<
+                datafusion::common::tree_node::TreeNodeRecursion,
+            >,
+        ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        }
+
+        fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+            Some(self.metrics.clone_inner())
+        }
+    };
+}
+
+mod apply;
+pub mod codec;
+mod events;
+
+use std::sync::Arc;
+
+use cdcflow_plan::autocdc::{AutoCdcNode, AutoCdcSpec, ORIGIN};
+use datafusion::arrow::array::{DictionaryArray, RecordBatch, StringArray, UInt32Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
+use datafusion::common::DataFusionError;
+use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, collect};
+use datafusion::physical_plan::{Partitioning, PlanProperties};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+
+pub(crate) use apply::lost_published;
+pub use apply::{Applied, ApplyTarget, AutoCdcApplyExec};
+pub use events::{AutoCdcEventsExec, EventChecks, oldest_commit_time};
+
+use super::kernel::Rules;
+use crate::RunError;
+
+/// The properties of a plan of one partition with `schema`.
+fn one_partition(schema: SchemaRef, emission: EmissionType) -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(schema),
+        Partitioning::UnknownPartitioning(1),
+        emission,
+        Boundedness::Bounded,
+    ))
+}
+
+/// Source rows, each batch with the name of what it was read from.
+pub type Sourced = Vec<(String, RecordBatch)>;
+
+impl EventChecks {
+    /// The checks of `spec`'s events under `rules`, recorded at `now_micros`.
+    pub fn of(spec: &AutoCdcSpec, rules: Arc<Rules>, now_micros: i64) -> Self {
+        Self {
+            rules,
+            source: spec.source.clone(),
+            sequence: spec
+                .sequence
+                .iter()
+                .map(|f| (f.name.clone(), f.data_type.clone()))
+                .collect(),
+            now_micros,
+        }
+    }
+}
+
+/// Lowers an [`AutoCdcNode`] into [`AutoCdcApplyExec`] over [`AutoCdcEventsExec`] over
+/// the node's physical input (the event projection).
+#[derive(Debug)]
+pub struct AutoCdcPlanner {
+    checks: Arc<EventChecks>,
+    target: Arc<ApplyTarget>,
+}
+
+#[async_trait::async_trait]
+impl ExtensionPlanner for AutoCdcPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        _session: &dyn datafusion::catalog::Session,
+        _planning_ctx: &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext,
+    ) -> datafusion::error::Result<Option<Arc<dyn ExecutionPlan>>> {
+        if node.as_any().downcast_ref::<AutoCdcNode>().is_none() {
+            return Ok(None);
+        }
+        let [input] = physical_inputs else {
+            return Err(DataFusionError::Internal(
+                "an AUTO CDC node has one input".into(),
+            ));
+        };
+        let events = Arc::new(AutoCdcEventsExec::new(
+            Arc::clone(input),
+            Arc::clone(&self.checks),
+        ));
+        Ok(Some(Arc::new(AutoCdcApplyExec::new(
+            events,
+            Arc::clone(&self.target),
+        ))))
+    }
+}
+
+/// DataFusion's physical planner with [`AutoCdcPlanner`].
+#[derive(Debug)]
+struct AutoCdcQueryPlanner(Arc<AutoCdcPlanner>);
+
+#[async_trait::async_trait]
+impl QueryPlanner for AutoCdcQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn datafusion::catalog::Session,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let lowering: Arc<dyn ExtensionPlanner + Send + Sync> =
+            Arc::<AutoCdcPlanner>::clone(&self.0);
+        DefaultPhysicalPlanner::with_extension_planners(vec![lowering])
+            .create_physical_plan(logical_plan, session)
+            .await
+    }
+}
+
+/// A session with the dialect's functions whose planner lowers AUTO CDC nodes to
+/// apply `target`.
+fn session(lowering: Option<AutoCdcPlanner>) -> SessionState {
+    let state = cdcflow_plan::functions::session_context().state();
+    match lowering {
+        Some(l) => SessionStateBuilder::new_from_existing(state)
+            .with_query_planner(Arc::new(AutoCdcQueryPlanner(Arc::new(l))))
+            .build(),
+        None => state,
+    }
+}
+
+/// The physical plan of one batch of `spec`'s flow over `rows` (of `source` schema):
+/// the planner's plan over the rows, lowered to apply `target` and commit it.
+pub async fn apply_plan(
+    spec: &Arc<AutoCdcSpec>,
+    source: &SchemaRef,
+    rows: Sourced,
+    target: ApplyTarget,
+) -> Result<Arc<dyn ExecutionPlan>, RunError> {
+    let rules = Arc::clone(&target.rules);
+    let checks = Arc::new(EventChecks::of(spec, rules, target.now_micros));
+    let state = session(Some(AutoCdcPlanner {
+        checks,
+        target: Arc::new(target),
+    }));
+    let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(sourced(source, rows)?))?;
+    Ok(state.create_physical_plan(&logical).await?)
+}
+
+/// Runs a plan of [`apply_plan`]: what the apply did.
+pub async fn run_apply(plan: Arc<dyn ExecutionPlan>) -> Result<Applied, RunError> {
+    let task = cdcflow_plan::functions::session_context().task_ctx();
+    let rows = collect(plan, task).await?;
+    Applied::from_batches(&rows)
+}
+
+/// The physical plan that turns `rows` (of `source` schema) into `spec`'s checked
+/// events under `rules`: the node's input planned, under [`AutoCdcEventsExec`].
+pub async fn events_plan(
+    spec: &Arc<AutoCdcSpec>,
+    checks: EventChecks,
+    source: &SchemaRef,
+    rows: Sourced,
+) -> Result<Arc<dyn ExecutionPlan>, RunError> {
+    let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(sourced(source, rows)?))?;
+    let node = AutoCdcNode::of(&logical)
+        .ok_or_else(|| RunError::internal("an AUTO CDC plan without its node"))?;
+    let mut input = session(None).create_physical_plan(&node.input).await?;
+    if input.output_partitioning().partition_count() > 1 {
+        input = Arc::new(CoalescePartitionsExec::new(input));
+    }
+    Ok(Arc::new(AutoCdcEventsExec::new(input, Arc::new(checks))))
+}
+
+/// The checked events of `rows`, in parts as the source rows come (columns that pass
+/// through unchanged share the source rows' buffers).
+pub async fn run_events(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>, RunError> {
+    let task = cdcflow_plan::functions::session_context().task_ctx();
+    Ok(collect(plan, task).await?)
+}
+
+/// The batch's rows as one table, each row with the name of what it was read from in
+/// [`ORIGIN`] (a dictionary: one name per part, four bytes a row).
+fn sourced(source: &SchemaRef, rows: Sourced) -> Result<Arc<MemTable>, RunError> {
+    let schema = origin_schema(source);
+    let mut batches = Vec::with_capacity(rows.len());
+    for (origin, b) in rows {
+        let keys = UInt32Array::from_value(0, b.num_rows());
+        let names = Arc::new(StringArray::from(vec![origin]));
+        let origin: DictionaryArray<UInt32Type> = DictionaryArray::try_new(keys, names)?;
+        let mut columns = b.columns().to_vec();
+        columns.push(Arc::new(origin));
+        batches.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+    }
+    Ok(Arc::new(MemTable::try_new(schema, vec![batches])?))
+}
+
+/// `source` with [`ORIGIN`].
+fn origin_schema(source: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = source.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(
+        ORIGIN,
+        DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8)),
+        false,
+    ));
+    Arc::new(Schema::new(fields))
+}
