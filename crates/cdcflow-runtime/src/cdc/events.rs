@@ -46,8 +46,10 @@ pub async fn event_parts(
     }
     let spec = Arc::new(spec.clone());
     let checks = EventChecks::of(&spec, Arc::new(rules.clone()), now_micros);
-    let plan = exec::events_plan(&spec, checks, source, rows).await?;
-    exec::run_events(plan).await
+    exec::events_plan(&spec, checks, source, rows)
+        .await?
+        .collect()
+        .await
 }
 
 /// The physical plan that turns a batch of `source` rows into events ([`to_events`]),
@@ -59,7 +61,7 @@ pub async fn event_plan(
 ) -> Result<Arc<dyn ExecutionPlan>, RunError> {
     let spec = Arc::new(spec.clone());
     let checks = EventChecks::of(&spec, Arc::new(rules.clone()), 0);
-    exec::events_plan(&spec, checks, source, vec![]).await
+    Ok(exec::events_plan(&spec, checks, source, vec![]).await?.plan)
 }
 
 /// Event `parts` as one batch, put together a column at a time: each column's parts

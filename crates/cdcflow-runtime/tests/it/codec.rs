@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use cdcflow_plan::Pipeline;
 use cdcflow_plan::autocdc::AutoCdcSpec;
 use cdcflow_runtime::cdc::exec::codec::AutoCdcCodec;
-use cdcflow_runtime::cdc::exec::{Applied, ApplyTarget, apply_plan, run_apply};
+use cdcflow_runtime::cdc::exec::{Applied, ApplyTarget, BatchPlan, apply_plan, run_apply};
 use cdcflow_runtime::cdc::rules_for;
 use cdcflow_runtime::delta::{Commit, Table};
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
@@ -88,7 +88,7 @@ fn target(pipeline: &Pipeline, spec: &AutoCdcSpec, root: &Path, batch: i64) -> A
 }
 
 /// The plan through bytes and back, decoded in a session of its own.
-fn round_trip(plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+fn round_trip(plan: &Arc<dyn ExecutionPlan>) -> BatchPlan {
     let codec = AutoCdcCodec;
     let bytes =
         physical_plan_to_bytes_with_extension_codec(Arc::clone(plan), &codec).expect("encode");
@@ -101,7 +101,10 @@ fn round_trip(plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
             .to_string()
     };
     assert_eq!(shown(plan), shown(&decoded));
-    decoded
+    BatchPlan {
+        plan: decoded,
+        task,
+    }
 }
 
 /// Both tables of a target, sorted rows printed.
@@ -164,7 +167,9 @@ async fn an_auto_cdc_plan_sent_through_the_codec_gives_the_same_tables() {
             let plan = apply_plan(&spec, &source_schema(), rows, at(there.path()))
                 .await
                 .expect("plan");
-            let applied_there = run_apply(round_trip(&plan)).await.expect("apply there");
+            let applied_there = run_apply(round_trip(&plan.plan))
+                .await
+                .expect("apply there");
             assert_eq!(applied_here, applied_there, "{flow} batch {b}");
             assert!(applied_here.metrics.events > 0, "{flow}: {applied_here:?}");
         }

@@ -68,6 +68,7 @@ use datafusion::arrow::array::{DictionaryArray, RecordBatch, StringArray, UInt32
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::common::DataFusionError;
 use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::execution::TaskContext;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
@@ -183,6 +184,19 @@ fn session(lowering: Option<AutoCdcPlanner>) -> SessionState {
     }
 }
 
+/// A batch's physical plan and the task context of the session that planned it.
+pub struct BatchPlan {
+    pub plan: Arc<dyn ExecutionPlan>,
+    pub task: Arc<TaskContext>,
+}
+
+impl BatchPlan {
+    /// Runs the plan; its input is let go as the plan consumes it.
+    pub async fn collect(self) -> Result<Vec<RecordBatch>, RunError> {
+        Ok(collect(self.plan, self.task).await?)
+    }
+}
+
 /// The physical plan of one batch of `spec`'s flow over `rows` (of `source` schema):
 /// the planner's plan over the rows, lowered to apply `target` and commit it.
 pub async fn apply_plan(
@@ -190,7 +204,7 @@ pub async fn apply_plan(
     source: &SchemaRef,
     rows: Sourced,
     target: ApplyTarget,
-) -> Result<Arc<dyn ExecutionPlan>, RunError> {
+) -> Result<BatchPlan, RunError> {
     let rules = Arc::clone(&target.rules);
     let checks = Arc::new(EventChecks::of(spec, rules, target.now_micros));
     let state = session(Some(AutoCdcPlanner {
@@ -198,39 +212,39 @@ pub async fn apply_plan(
         target: Arc::new(target),
     }));
     let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(sourced(source, rows)?))?;
-    Ok(state.create_physical_plan(&logical).await?)
+    Ok(BatchPlan {
+        plan: state.create_physical_plan(&logical).await?,
+        task: state.task_ctx(),
+    })
 }
 
 /// Runs a plan of [`apply_plan`]: what the apply did.
-pub async fn run_apply(plan: Arc<dyn ExecutionPlan>) -> Result<Applied, RunError> {
-    let task = cdcflow_plan::functions::session_context().task_ctx();
-    let rows = collect(plan, task).await?;
-    Applied::from_batches(&rows)
+pub async fn run_apply(plan: BatchPlan) -> Result<Applied, RunError> {
+    Applied::from_batches(&plan.collect().await?)
 }
 
 /// The physical plan that turns `rows` (of `source` schema) into `spec`'s checked
-/// events under `rules`: the node's input planned, under [`AutoCdcEventsExec`].
+/// events under `checks`: the node's input planned, under [`AutoCdcEventsExec`]. Run
+/// it with [`BatchPlan::collect`]: the events come in parts as the source rows do
+/// (columns that pass through unchanged share the source rows' buffers).
 pub async fn events_plan(
     spec: &Arc<AutoCdcSpec>,
     checks: EventChecks,
     source: &SchemaRef,
     rows: Sourced,
-) -> Result<Arc<dyn ExecutionPlan>, RunError> {
+) -> Result<BatchPlan, RunError> {
     let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(sourced(source, rows)?))?;
     let node = AutoCdcNode::of(&logical)
         .ok_or_else(|| RunError::internal("an AUTO CDC plan without its node"))?;
-    let mut input = session(None).create_physical_plan(&node.input).await?;
+    let state = session(None);
+    let mut input = state.create_physical_plan(&node.input).await?;
     if input.output_partitioning().partition_count() > 1 {
         input = Arc::new(CoalescePartitionsExec::new(input));
     }
-    Ok(Arc::new(AutoCdcEventsExec::new(input, Arc::new(checks))))
-}
-
-/// The checked events of `rows`, in parts as the source rows come (columns that pass
-/// through unchanged share the source rows' buffers).
-pub async fn run_events(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>, RunError> {
-    let task = cdcflow_plan::functions::session_context().task_ctx();
-    Ok(collect(plan, task).await?)
+    Ok(BatchPlan {
+        plan: Arc::new(AutoCdcEventsExec::new(input, Arc::new(checks))),
+        task: state.task_ctx(),
+    })
 }
 
 /// The batch's rows as one table, each row with the name of what it was read from in
