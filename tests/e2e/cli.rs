@@ -181,6 +181,35 @@ fn explain_analyze_runs_each_query_over_its_next_batch_and_commits_nothing() {
 
     // Read-only: no table, checkpoint or log changed, and the next run has nothing new.
     assert_eq!(before, listing(dir.path()));
+
+    // Two changes reach the bronze table; the AUTO CDC flow's events are made over them
+    // and counted, and its apply, which would commit, is not run.
+    let landed = dir.path().join("landing/orders/0100.json");
+    fs::write(
+        &landed,
+        "{\"order_id\": 100, \"customer_id\": 1, \"status\": \"closed\", \"amount\": 25.50, \"operation\": \"UPDATE\", \"commit_ts\": \"2024-06-09T10:00:00Z\", \"log_position\": 900}\n{\"order_id\": 900, \"customer_id\": 9, \"status\": \"placed\", \"amount\": 1.00, \"operation\": \"INSERT\", \"commit_ts\": \"2024-06-09T10:00:01Z\", \"log_position\": 901}\n",
+    )
+    .expect("land");
+    fs::File::options()
+        .write(true)
+        .open(&landed)
+        .and_then(|f| {
+            f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        })
+        .expect("mtime");
+    let out = cdcflow(&["run", "-p", p, "--flow", "bronze_order_changes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = listing(dir.path());
+    let out = cdcflow(&["explain", "-p", p, "--flow", "orders_changes", "--analyze"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("AutoCdcApplyExec was not run"), "{text}");
+    let events = text
+        .lines()
+        .find(|l| l.contains("AutoCdcEventsExec:"))
+        .unwrap_or_default();
+    assert!(events.contains("metrics=[output_rows=2"), "{text}");
+    assert_eq!(before, listing(dir.path()));
     let out = cdcflow(&["run", "-p", p]);
     assert!(out.status.success(), "{}", stderr(&out));
 }

@@ -185,6 +185,32 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// Whether running `flow` reads a server: one of its inputs does, or a view it
+    /// reads does (a view is run by its readers), however deep.
+    pub fn reads_a_server(&self, flow: &Flow) -> bool {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut inputs: Vec<&Input> = flow.inputs.iter().collect();
+        while let Some(input) = inputs.pop() {
+            if input.reads_a_server() {
+                return true;
+            }
+            let Input::Dataset { name, .. } = input else {
+                continue;
+            };
+            let is_view = self
+                .dataset(name)
+                .is_some_and(|d| d.kind == DatasetKind::View);
+            if !is_view || seen.iter().any(|s| s.eq_ignore_ascii_case(name)) {
+                continue;
+            }
+            seen.push(name);
+            for f in self.flows_into(name) {
+                inputs.extend(f.inputs.iter());
+            }
+        }
+        false
+    }
+
     pub fn dataset(&self, name: &str) -> Option<&Dataset> {
         self.datasets
             .iter()

@@ -42,24 +42,12 @@ pub(crate) async fn run(
     spec: &Arc<AutoCdcSpec>,
     report: &mut FlowReport,
 ) -> Result<(), RunError> {
-    let target = dataset(&rc.pipeline, &flow.target)?;
-    let source = dataset(&rc.pipeline, &spec.source)?;
-    let source_schema = source.schema.clone().ok_or_else(|| {
-        RunError::input(format!(
-            "flow `{}`: the schema of `{}` is not known",
-            flow.name, source.name
-        ))
-    })?;
-    let mut rules = rules_for(spec, &source_schema, &target.properties)?;
-    if target.def.columns.iter().any(|c| c.generated.is_some()) {
-        let planner = Planner::with_state(rc.ctx.state());
-        rules.generated = crate::generated::for_auto_cdc(
-            target,
-            &planner,
-            &rc.ctx.state(),
-            &rules.computed_from(),
-        )?;
-    }
+    let Prepared {
+        target,
+        source,
+        source_schema,
+        rules,
+    } = prepare(rc, flow, spec)?;
     let state_dir = layout::state_dir(&rc.storage, &target.name)?;
     let public_dir = layout::table_dir(&rc.storage, target)?;
     let state = Table::open(&state_dir).await?;
@@ -168,6 +156,107 @@ pub(crate) async fn run(
     report_applied(&applied.metrics, applied.rows_written, report);
     report.outcome = FlowOutcome::Committed { batch };
     Ok(())
+}
+
+/// A flow's target, source and the rules it is applied by.
+struct Prepared<'p> {
+    target: &'p Dataset,
+    source: &'p Dataset,
+    source_schema: SchemaRef,
+    rules: Rules,
+}
+
+fn prepare<'p>(
+    rc: &'p RunContext,
+    flow: &Flow,
+    spec: &AutoCdcSpec,
+) -> Result<Prepared<'p>, RunError> {
+    let target = dataset(&rc.pipeline, &flow.target)?;
+    let source = dataset(&rc.pipeline, &spec.source)?;
+    let source_schema = source.schema.clone().ok_or_else(|| {
+        RunError::input(format!(
+            "flow `{}`: the schema of `{}` is not known",
+            flow.name, source.name
+        ))
+    })?;
+    let mut rules = rules_for(spec, &source_schema, &target.properties)?;
+    if target.def.columns.iter().any(|c| c.generated.is_some()) {
+        let planner = Planner::with_state(rc.ctx.state());
+        rules.generated = crate::generated::for_auto_cdc(
+            target,
+            &planner,
+            &rc.ctx.state(),
+            &rules.computed_from(),
+        )?;
+    }
+    Ok(Prepared {
+        target,
+        source,
+        source_schema,
+        rules,
+    })
+}
+
+/// The physical plan of the flow's next batch over the input a run would read now, as
+/// a run executes it; with `analyze`, the metrics of making its events. The apply,
+/// which commits, is not run: nothing is written.
+pub(crate) async fn explain(
+    rc: &RunContext,
+    flow: &Flow,
+    spec: &Arc<AutoCdcSpec>,
+    analyze: bool,
+) -> Result<String, RunError> {
+    let Prepared {
+        target,
+        source,
+        source_schema,
+        rules,
+    } = prepare(rc, flow, spec)?;
+    let state = Table::open(&layout::state_dir(&rc.storage, &target.name)?).await?;
+    let public = Table::open(&layout::table_dir(&rc.storage, target)?).await?;
+    let app = layout::app_id(&flow.name);
+    let progress = rc.checkpoint(flow)?.load(&state, &app).await?;
+    let mut report = FlowReport::new(&flow.name, &flow.target, "explain");
+    let (read, offsets, _) = read_source(
+        rc,
+        spec,
+        source,
+        &source_schema,
+        &progress,
+        false,
+        &mut report,
+    )
+    .await?;
+    let rows = match read {
+        SourceRead::Rows(rows) => rows,
+        SourceRead::Grouped(load) => delta::read_named(load.files(), &source_schema)?,
+    };
+    let (public_commit, state_commit) =
+        commits(target, vec![(app, progress.next_batch())], &offsets);
+    let apply = exec::ApplyTarget {
+        rules: Arc::new(rules),
+        name: target.name.clone(),
+        state_dir: state.dir.clone(),
+        public_dir: public.dir.clone(),
+        state_commit,
+        public_commit,
+        now_micros: rc.now_micros,
+        opened: std::sync::Mutex::new(Some((state, public))),
+    };
+    let plan = exec::apply_plan(spec, &source_schema, rows, apply).await?;
+    if !analyze {
+        return Ok(datafusion::physical_plan::displayable(plan.plan.as_ref())
+            .indent(true)
+            .to_string());
+    }
+    exec::make_events(&plan).await?;
+    Ok(format!(
+        "(AutoCdcApplyExec was not run: it applies and commits the batch; the metrics are of making its events)\n{}",
+        datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
+            plan.plan.as_ref()
+        )
+        .indent(true)
+    ))
 }
 
 /// What the batch did, in the flow's report.

@@ -218,6 +218,15 @@ pub async fn apply_plan(
     })
 }
 
+/// Runs the inputs of a plan of [`apply_plan`], not the apply: the batch's events are
+/// made (and their metrics counted), and nothing is written.
+pub async fn make_events(plan: &BatchPlan) -> Result<(), RunError> {
+    for input in plan.plan.children() {
+        collect(Arc::clone(input), Arc::clone(&plan.task)).await?;
+    }
+    Ok(())
+}
+
 /// Runs a plan of [`apply_plan`]: what the apply did.
 pub async fn run_apply(plan: BatchPlan) -> Result<Applied, RunError> {
     Applied::from_batches(&plan.collect().await?)
