@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use cdcflow_plan::autocdc::{ORIGIN, TRUNCATE};
+use cdcflow_plan::autocdc::{AutoCdcSpec, ORIGIN, TRUNCATE};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch, StructArray,
 };
@@ -44,6 +44,20 @@ pub struct EventChecks {
 }
 
 impl EventChecks {
+    /// The checks of `spec`'s events under `rules`, recorded at `now_micros`.
+    pub fn of(spec: &AutoCdcSpec, rules: Arc<Rules>, now_micros: i64) -> Self {
+        Self {
+            rules,
+            source: spec.source.clone(),
+            sequence: spec
+                .sequence
+                .iter()
+                .map(|f| (f.name.clone(), f.data_type.clone()))
+                .collect(),
+            now_micros,
+        }
+    }
+
     fn key_names(&self) -> Vec<String> {
         let fields = self.rules.columns.fields();
         self.rules

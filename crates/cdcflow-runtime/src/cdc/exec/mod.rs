@@ -83,7 +83,6 @@ pub(crate) use apply::lost_published;
 pub use apply::{Applied, ApplyTarget, AutoCdcApplyExec};
 pub use events::{AutoCdcEventsExec, EventChecks, oldest_commit_time};
 
-use super::kernel::Rules;
 use crate::RunError;
 
 /// The properties of a plan of one partition with `schema`.
@@ -98,22 +97,6 @@ fn one_partition(schema: SchemaRef, emission: EmissionType) -> Arc<PlanPropertie
 
 /// Source rows, each batch with the name of what it was read from.
 pub type Sourced = Vec<(String, RecordBatch)>;
-
-impl EventChecks {
-    /// The checks of `spec`'s events under `rules`, recorded at `now_micros`.
-    pub fn of(spec: &AutoCdcSpec, rules: Arc<Rules>, now_micros: i64) -> Self {
-        Self {
-            rules,
-            source: spec.source.clone(),
-            sequence: spec
-                .sequence
-                .iter()
-                .map(|f| (f.name.clone(), f.data_type.clone()))
-                .collect(),
-            now_micros,
-        }
-    }
-}
 
 /// Lowers an [`AutoCdcNode`] into [`AutoCdcApplyExec`] over [`AutoCdcEventsExec`] over
 /// the node's physical input (the event projection).
