@@ -139,16 +139,13 @@ pub(crate) async fn run(
         }
     };
     // The planner's plan of the flow over the batch's rows, lowered to apply them.
-    let target = exec::ApplyTarget {
-        rules: Arc::new(rules),
-        name: target.name.clone(),
-        state_dir: state.dir.clone(),
-        public_dir: public.dir.clone(),
-        state_commit,
-        public_commit,
-        now_micros: rc.now_micros,
-        opened: std::sync::Mutex::new(Some((state, public))),
-    };
+    let target = exec::ApplyTarget::of_opened(
+        rules,
+        &target.name,
+        (state, public),
+        (state_commit, public_commit),
+        rc.now_micros,
+    );
     let plan = exec::apply_plan(spec, &source_schema, rows, target).await?;
     let applied = exec::run_apply(plan).await?;
     report.oldest_change_micros = applied.oldest_change;
@@ -233,16 +230,13 @@ pub(crate) async fn explain(
     };
     let (public_commit, state_commit) =
         commits(target, vec![(app, progress.next_batch())], &offsets);
-    let apply = exec::ApplyTarget {
-        rules: Arc::new(rules),
-        name: target.name.clone(),
-        state_dir: state.dir.clone(),
-        public_dir: public.dir.clone(),
-        state_commit,
-        public_commit,
-        now_micros: rc.now_micros,
-        opened: std::sync::Mutex::new(Some((state, public))),
-    };
+    let apply = exec::ApplyTarget::of_opened(
+        rules,
+        &target.name,
+        (state, public),
+        (state_commit, public_commit),
+        rc.now_micros,
+    );
     let plan = exec::apply_plan(spec, &source_schema, rows, apply).await?;
     if !analyze {
         return Ok(datafusion::physical_plan::displayable(plan.plan.as_ref())

@@ -48,6 +48,27 @@ pub struct ApplyTarget {
 }
 
 impl ApplyTarget {
+    /// The target `name` of `rules`, its (state, published) tables as a run opened them,
+    /// and their commits.
+    pub fn of_opened(
+        rules: Rules,
+        name: &str,
+        (state, public): (Table, Table),
+        (state_commit, public_commit): (Commit, Commit),
+        now_micros: i64,
+    ) -> Self {
+        Self {
+            rules: Arc::new(rules),
+            name: name.to_string(),
+            state_dir: state.dir.clone(),
+            public_dir: public.dir.clone(),
+            state_commit,
+            public_commit,
+            now_micros,
+            opened: Mutex::new(Some((state, public))),
+        }
+    }
+
     async fn tables(&self) -> Result<(Table, Table), RunError> {
         let opened = match self.opened.lock() {
             Ok(mut o) => o.take(),
