@@ -10,7 +10,6 @@ use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, new_empty_array};
 use datafusion::arrow::compute::concat;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::error::ArrowError;
-use datafusion::physical_plan::ExecutionPlan;
 
 use super::exec::{self, EventChecks};
 use super::kernel::Rules;
@@ -50,18 +49,6 @@ pub async fn event_parts(
         .await?
         .collect()
         .await
-}
-
-/// The physical plan that turns a batch of `source` rows into events ([`to_events`]),
-/// as `cdcflow explain --physical` shows it.
-pub async fn event_plan(
-    spec: &AutoCdcSpec,
-    rules: &Rules,
-    source: &SchemaRef,
-) -> Result<Arc<dyn ExecutionPlan>, RunError> {
-    let spec = Arc::new(spec.clone());
-    let checks = EventChecks::of(&spec, Arc::new(rules.clone()), 0);
-    Ok(exec::events_plan(&spec, checks, source, vec![]).await?.plan)
 }
 
 /// Event `parts` as one batch, put together a column at a time: each column's parts
