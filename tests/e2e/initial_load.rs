@@ -1,7 +1,8 @@
 //! A large first batch of an AUTO CDC target is read and applied a group of keys at a
 //! time (`cdc/load.rs`): the tables equal those of the same events read whole, for a
 //! single integer key (key ranges) and a composite key (key hashes), SCD types 1 and 2,
-//! with deletes, re-inserts, duplicates and events out of order.
+//! with deletes, re-inserts, duplicates and events out of order; `explain --physical`
+//! shows the key groups as the partitions of the batch's scan.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -88,6 +89,25 @@ fn run(dir: &Path, group_bytes: Option<&str>) -> String {
     stderr(&out)
 }
 
+/// Lands the bronze table, and checks that the physical plan of the first batch of
+/// `by_id_cdc` reads it in key groups.
+fn explain_groups(dir: &Path) {
+    let p = dir.to_str().expect("utf-8");
+    let out = crate::cdcflow(&["run", "-p", p, "--flow", "bronze"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["explain", "-p", p, "--flow", "by_id_cdc", "--physical"])
+        .env("CDCFLOW_LOAD_GROUP_BYTES", "4096")
+        .output()
+        .expect("run cdcflow");
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("KeyGroupsExec: groups="), "{text}");
+    assert!(text.contains("by=key range"), "{text}");
+    assert!(text.contains("key_groups="), "{text}");
+    assert!(!text.contains("RepartitionExec"), "{text}");
+}
+
 fn query(dir: &Path, sql: &str) -> String {
     let out = crate::cdcflow(&["query", "-p", dir.to_str().expect("utf-8"), sql]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
@@ -107,6 +127,9 @@ fn a_first_batch_read_in_key_groups_gives_the_tables_of_one_read() {
         !log.contains("key groups"),
         "a small load is read whole: {log}"
     );
+    // The plan of the first batch scans the key groups, and the apply takes them
+    // apart (explain writes nothing).
+    explain_groups(grouped.path());
     // A few kilobytes a group: the bronze table's files make many groups.
     let log = run(grouped.path(), Some("4096"));
     for (flow, by) in [("by_id_cdc", "key range"), ("history_cdc", "key hash")] {

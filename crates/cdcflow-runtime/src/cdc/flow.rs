@@ -18,11 +18,11 @@ use cdcflow_plan::{Dataset, Flow, Input, Pipeline};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
-use super::events::Sourced;
+use super::exec::{self, BatchSource};
 use super::kernel::{Rules, Visible};
 use super::load::GroupedLoad;
 use super::rules::ApplyMetrics;
-use super::{exec, rules_for, streamed};
+use super::rules_for;
 use crate::checkpoint::{Offsets, Processed};
 use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table};
@@ -112,33 +112,7 @@ pub(crate) async fn run(
         public_commit.doing(operation.clone()),
         state_commit.doing(operation),
     );
-    let rows = match read {
-        SourceRead::Rows(rows) => rows,
-        SourceRead::Grouped(load) => {
-            let targets = streamed::Targets {
-                state: &state,
-                state_commit: &state_commit,
-                public: &public,
-                public_commit: &public_commit,
-            };
-            let (source_schema, now) = (&source_schema, rc.now_micros);
-            let oldest = &mut report.oldest_change_micros;
-            match load
-                .apply(spec, &rules, source_schema, &targets, now, oldest)
-                .await?
-            {
-                Some(done) => {
-                    report_applied(&done.metrics, done.public_rows as u64, report);
-                    done.commit(&targets).await?;
-                    report.outcome = FlowOutcome::Committed { batch };
-                    return Ok(());
-                }
-                // Tables only deltalake's write operation writes: read whole.
-                None => delta::read_named(load.files(), source_schema)?,
-            }
-        }
-    };
-    // The planner's plan of the flow over the batch's rows, lowered to apply them.
+    // The planner's plan of the flow over the batch's input, lowered to apply it.
     let target = exec::ApplyTarget::of_opened(
         rules,
         &target.name,
@@ -146,7 +120,7 @@ pub(crate) async fn run(
         (state_commit, public_commit),
         rc.now_micros,
     );
-    let plan = exec::apply_plan(spec, &source_schema, rows, target).await?;
+    let plan = exec::apply_plan(spec, &source_schema, read, target).await?;
     let applied = exec::run_apply(plan).await?;
     report.oldest_change_micros = applied.oldest_change;
     report.warnings.extend(applied.note);
@@ -214,20 +188,17 @@ pub(crate) async fn explain(
     let app = layout::app_id(&flow.name);
     let progress = rc.checkpoint(flow)?.load(&state, &app).await?;
     let mut report = FlowReport::new(&flow.name, &flow.target, "explain");
+    let first_load = !state.exists() && !public.exists();
     let (read, offsets, _) = read_source(
         rc,
         spec,
         source,
         &source_schema,
         &progress,
-        false,
+        first_load,
         &mut report,
     )
     .await?;
-    let rows = match read {
-        SourceRead::Rows(rows) => rows,
-        SourceRead::Grouped(load) => delta::read_named(load.files(), &source_schema)?,
-    };
     let (public_commit, state_commit) =
         commits(target, vec![(app, progress.next_batch())], &offsets);
     let apply = exec::ApplyTarget::of_opened(
@@ -237,7 +208,7 @@ pub(crate) async fn explain(
         (state_commit, public_commit),
         rc.now_micros,
     );
-    let plan = exec::apply_plan(spec, &source_schema, rows, apply).await?;
+    let plan = exec::apply_plan(spec, &source_schema, read, apply).await?;
     if !analyze {
         return Ok(datafusion::physical_plan::displayable(plan.plan.as_ref())
             .indent(true)
@@ -364,7 +335,7 @@ async fn read_source(
     progress: &Processed,
     first_load: bool,
     report: &mut FlowReport,
-) -> Result<(SourceRead, Offsets, bool), RunError> {
+) -> Result<(BatchSource, Offsets, bool), RunError> {
     let batch = progress.next_batch();
     let mut offsets = Offsets {
         batch,
@@ -384,8 +355,8 @@ async fn read_source(
                 false => None,
             };
             let read = match grouped {
-                Some(load) => SourceRead::Grouped(load),
-                None => SourceRead::Rows(delta::read_named(&files, schema)?),
+                Some(load) => BatchSource::KeyGroups(load),
+                None => BatchSource::Rows(delta::read_named(&files, schema)?),
             };
             let has_new = read.rows() > 0;
             Ok((read, offsets, has_new))
@@ -422,7 +393,7 @@ async fn read_source(
             report.partition_lag = std::mem::take(&mut inputs.partition_lag);
             let origin = format!("view {}", source.name);
             Ok((
-                SourceRead::Rows(rows.into_iter().map(|b| (origin.clone(), b)).collect()),
+                BatchSource::Rows(rows.into_iter().map(|b| (origin.clone(), b)).collect()),
                 inputs.offsets,
                 has_new,
             ))
@@ -432,26 +403,10 @@ async fn read_source(
             let all = table.read_all(schema)?;
             let has_new = all.num_rows() > 0;
             Ok((
-                SourceRead::Rows(vec![(source.name.clone(), all)]),
+                BatchSource::Rows(vec![(source.name.clone(), all)]),
                 offsets,
                 has_new,
             ))
-        }
-    }
-}
-
-/// What a batch reads from its source: its rows, or, for a large first batch, the files
-/// to read a group of keys at a time (`load.rs`).
-enum SourceRead {
-    Rows(Sourced),
-    Grouped(GroupedLoad),
-}
-
-impl SourceRead {
-    fn rows(&self) -> u64 {
-        match self {
-            Self::Rows(rows) => rows.iter().map(|(_, b)| b.num_rows() as u64).sum(),
-            Self::Grouped(load) => load.rows,
         }
     }
 }

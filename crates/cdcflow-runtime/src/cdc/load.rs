@@ -9,7 +9,9 @@
 //! each group the source is read again, each batch cut down to the group's keys as it
 //! is decoded, turned into events and decided, its rows written into the same files.
 //! The rules are per key, so the tables are those of one load; the price is one read of
-//! the source per group (docs/benchmarks.md has it).
+//! the source per group (docs/benchmarks.md has it). In the batch's plan the groups are
+//! the partitions of its scan (`exec/groups.rs`), which the apply takes one after
+//! another (`exec/apply.rs`), so the plan that runs is the planner's, as for any batch.
 //!
 //! A single integer key is split into key ranges, so that the files keep narrow key
 //! ranges that later batches prune by; other keys by hash. Flows with APPLY AS TRUNCATE
@@ -22,11 +24,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Arra
 use datafusion::arrow::compute::{cast, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
-use super::events::event_parts;
-use super::kernel::Rules;
 use super::keyset::hashes;
-use super::partitioned::{Load, PARTITION_ROWS};
-use super::streamed::{Streamed, Targets};
 use crate::RunError;
 use crate::delta::{DataFile, read};
 
@@ -47,85 +45,89 @@ fn group_bytes() -> u64 {
 }
 
 /// A first batch to be read a group of keys at a time: the source files (each named for
-/// messages) and how many groups.
-pub(super) struct GroupedLoad {
-    files: Vec<(String, DataFile)>,
-    groups: usize,
+/// messages), how many groups, and which group a row's key falls in. The batch's plan
+/// reads it as one partition per group (`exec/groups.rs`), and the apply takes the
+/// groups one after another (`exec/apply.rs`).
+#[derive(Debug)]
+pub struct GroupedLoad {
+    pub(crate) files: Vec<(String, DataFile)>,
+    pub(crate) groups: usize,
     /// Rows of the files, as their footers count them.
     pub rows: u64,
+    /// The source's schema, as the files are read.
+    pub(crate) source: SchemaRef,
+    /// The positions of the flow's keys among the source's columns.
+    pub(crate) keys: Vec<usize>,
+    pub(crate) grouping: Grouping,
 }
 
 impl GroupedLoad {
-    /// The source files, each named for messages.
-    pub(super) fn files(&self) -> &[(String, DataFile)] {
-        &self.files
-    }
-
-    /// The grouped load of `files`, the first batch of `spec`'s target; `None` when
-    /// they fit in one group or the flow has a TRUNCATE.
-    pub(super) fn plan(
+    /// The grouped load of `files` (of `source` schema), the first batch of `spec`'s
+    /// target; `None` when they fit in one group or the flow has a TRUNCATE.
+    pub(crate) fn plan(
         spec: &AutoCdcSpec,
         files: &[(String, DataFile)],
         source: &SchemaRef,
+    ) -> Result<Option<Self>, RunError> {
+        Self::plan_in_groups_of(spec, files, source, group_bytes())
+    }
+
+    /// [`GroupedLoad::plan`] with groups of about `group_bytes` bytes of source rows.
+    pub fn plan_in_groups_of(
+        spec: &AutoCdcSpec,
+        files: &[(String, DataFile)],
+        source: &SchemaRef,
+        group_bytes: u64,
     ) -> Result<Option<Self>, RunError> {
         if spec.truncate_when.is_some() || files.is_empty() {
             return Ok(None);
         }
         let data: Vec<DataFile> = files.iter().map(|(_, f)| f.clone()).collect();
         let (rows, bytes) = read::memory_size(&data, source)?;
-        let groups = usize::try_from(bytes.div_ceil(group_bytes())).unwrap_or(usize::MAX);
+        let groups = usize::try_from(bytes.div_ceil(group_bytes.max(1))).unwrap_or(usize::MAX);
         if groups <= 1 {
             return Ok(None);
         }
+        let keys = source_keys(spec, source)?;
+        let grouping = Grouping::of(&data, groups, source, &keys)?;
+        tracing::info!(
+            flow = %spec.flow,
+            groups,
+            rows,
+            by = grouping.name(),
+            "initial load read in key groups"
+        );
         Ok(Some(Self {
             files: files.to_vec(),
             groups,
             rows,
+            source: Arc::clone(source),
+            keys,
+            grouping,
         }))
     }
 
-    /// Applies the load into `targets` a group at a time and stages both tables' files;
-    /// `None` when the tables need deltalake's write operation (nothing is written: the
-    /// caller reads the source whole instead). Sets `oldest_change` to the oldest
-    /// commit time of the events, where the sequence is one.
-    pub(super) async fn apply(
-        &self,
-        spec: &AutoCdcSpec,
-        rules: &Rules,
-        source: &SchemaRef,
-        targets: &Targets<'_>,
-        now_micros: i64,
-        oldest_change: &mut Option<i64>,
-    ) -> Result<Option<Streamed>, RunError> {
-        let rows = usize::try_from(self.rows).unwrap_or(usize::MAX);
-        let Some(mut load) = Load::new(rules, targets, rows).await? else {
-            return Ok(None);
-        };
-        let keys = source_keys(spec, source)?;
-        let grouping = Grouping::of(self, source, &keys)?;
-        tracing::info!(
-            flow = %spec.flow,
-            groups = self.groups,
-            rows = self.rows,
-            by = grouping.name(),
-            "initial load read in key groups"
-        );
-        for group in 0..self.groups {
-            let mut rows = Vec::new();
-            for (origin, file) in &self.files {
-                let kept = read::read_files_where(std::slice::from_ref(file), source, |b| {
-                    grouping.keep(&b, &keys, group)
-                })?;
-                rows.extend(kept.into_iter().map(|b| (origin.clone(), b)));
-            }
-            let events = event_parts(spec, rules, source, rows, now_micros).await?;
-            let oldest = super::exec::oldest_commit_time(&events);
-            if let Some(o) = oldest {
-                *oldest_change = Some(oldest_change.map_or(o, |c| c.min(o)));
-            }
-            load.add(&events, now_micros, PARTITION_ROWS).await?;
+    /// The number of key groups.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// How the keys are grouped, for plans' display.
+    pub fn grouping_name(&self) -> &'static str {
+        self.grouping.name()
+    }
+
+    /// The source rows whose key is in `group`, each batch with the name of its file;
+    /// what the group drops is never held at once.
+    pub(crate) fn read_group(&self, group: usize) -> Result<Vec<(String, RecordBatch)>, RunError> {
+        let mut rows = Vec::new();
+        for (origin, file) in &self.files {
+            let kept = read::read_files_where(std::slice::from_ref(file), &self.source, |b| {
+                self.grouping.keep(&b, &self.keys, group)
+            })?;
+            rows.extend(kept.into_iter().map(|b| (origin.clone(), b)));
         }
-        Ok(Some(load.finish().await?))
+        Ok(rows)
     }
 }
 
@@ -149,7 +151,8 @@ fn source_keys(spec: &AutoCdcSpec, source: &Schema) -> Result<Vec<usize>, RunErr
 }
 
 /// Which group a source row's key falls in.
-enum Grouping {
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Grouping {
     /// A single integer key: the group is the range between these bounds.
     Ranges(Vec<i64>),
     /// Any other key: the group is taken from the key's hash.
@@ -164,8 +167,14 @@ impl Grouping {
         }
     }
 
-    fn of(load: &GroupedLoad, source: &SchemaRef, keys: &[usize]) -> Result<Self, RunError> {
-        let groups = load.groups as u64;
+    /// The grouping of the keys of `files` into `count` groups.
+    fn of(
+        files: &[DataFile],
+        count: usize,
+        source: &SchemaRef,
+        keys: &[usize],
+    ) -> Result<Self, RunError> {
+        let groups = count as u64;
         let [key] = keys else {
             return Ok(Self::Hash(groups));
         };
@@ -174,8 +183,7 @@ impl Grouping {
         }
         // Only the key column is decoded to sample it.
         let key_schema: SchemaRef = Arc::new(Schema::new(vec![source.field(*key).clone()]));
-        let data: Vec<DataFile> = load.files.iter().map(|(_, f)| f.clone()).collect();
-        let samples = read::read_files_where(&data, &key_schema, |b| {
+        let samples = read::read_files_where(files, &key_schema, |b| {
             let keys = integers(b.column(0))?;
             let sampled: Vec<i64> = keys.iter().step_by(SAMPLE_STEP).flatten().collect();
             let column = Arc::new(Int64Array::from(sampled));
@@ -190,8 +198,8 @@ impl Grouping {
         if sample.is_empty() {
             return Ok(Self::Hash(groups));
         }
-        let mut bounds: Vec<i64> = (1..load.groups)
-            .map(|i| sample[i * sample.len() / load.groups])
+        let mut bounds: Vec<i64> = (1..count)
+            .map(|i| sample[i * sample.len() / count])
             .collect();
         bounds.dedup();
         Ok(Self::Ranges(bounds))

@@ -8,7 +8,7 @@ pub mod exec;
 pub(crate) mod flow;
 pub mod kernel;
 mod keyset;
-mod load;
+pub mod load;
 pub mod merged;
 pub mod partitioned;
 pub mod rules;

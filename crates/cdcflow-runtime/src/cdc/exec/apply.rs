@@ -2,6 +2,7 @@
 //! table (by the cheapest way the tables allow, `staging.rs`, else in memory), both
 //! tables committed, and one row out that says what the apply did
 //! ([`cdcflow_plan::autocdc::applied_schema`]), as a DML statement returns its count.
+//! A large first batch comes as key groups (`groups.rs`), taken one after another.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -16,14 +17,16 @@ use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties, SendableRecordBatchStream,
 };
 use futures::TryStreamExt;
 
 use super::events::{external, oldest_commit_time};
-use super::one_partition;
+use super::{Parts, plan_properties};
 use crate::RunError;
 use crate::cdc::kernel::{self, Rules, Visible};
+use crate::cdc::partitioned::{Load, PARTITION_ROWS};
 use crate::cdc::rules::ApplyMetrics;
 use crate::cdc::staging::{self, Staging};
 use crate::cdc::streamed::{Streamed, Targets};
@@ -83,26 +86,90 @@ impl ApplyTarget {
         }
     }
 
+    /// Where the commits of `state` and `public` go.
+    fn targets<'t>(&'t self, state: &'t Table, public: &'t Table) -> Targets<'t> {
+        Targets {
+            state,
+            state_commit: &self.state_commit,
+            public,
+            public_commit: &self.public_commit,
+        }
+    }
+
     /// Applies `events`, commits both tables, and says what it did.
     async fn apply(&self, events: Vec<RecordBatch>) -> Result<Applied, RunError> {
         let (state, public) = self.tables().await?;
-        let targets = Targets {
-            state: &state,
-            state_commit: &self.state_commit,
-            public: &public,
-            public_commit: &self.public_commit,
+        self.apply_to(&self.targets(&state, &public), events).await
+    }
+
+    /// Applies a first batch's `groups` key groups, the partitions of `input` (about
+    /// `rows` source rows in all), one group after another into the same files
+    /// (`partitioned.rs`), and commits both tables.
+    async fn apply_groups(
+        &self,
+        input: &Arc<dyn ExecutionPlan>,
+        context: Arc<TaskContext>,
+        groups: usize,
+        rows: u64,
+    ) -> Result<Applied, RunError> {
+        let (state, public) = self.tables().await?;
+        let targets = self.targets(&state, &public);
+        let rules = self.rules.as_ref();
+        let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+        let Some(mut load) = Load::new(rules, &targets, rows).await? else {
+            // Tables only deltalake's write operation writes: all groups at once.
+            let mut events = Vec::new();
+            for group in 0..groups {
+                events.extend(group_events(input, &context, group).await?);
+            }
+            return self.apply_to(&targets, events).await;
         };
+        let mut oldest_change: Option<i64> = None;
+        for group in 0..groups {
+            let events = group_events(input, &context, group).await?;
+            if let Some(o) = oldest_commit_time(&events) {
+                oldest_change = Some(oldest_change.map_or(o, |c| c.min(o)));
+            }
+            load.add(&events, self.now_micros, PARTITION_ROWS).await?;
+        }
+        let done = load.finish().await?;
+        let applied = Applied {
+            metrics: done.metrics,
+            rows_written: done.public_rows as u64,
+            oldest_change,
+            note: None,
+        };
+        done.commit(&targets).await?;
+        Ok(applied)
+    }
+
+    /// Applies `events` to `targets`, commits both, and says what it did.
+    async fn apply_to(
+        &self,
+        targets: &Targets<'_>,
+        events: Vec<RecordBatch>,
+    ) -> Result<Applied, RunError> {
         let oldest_change = oldest_commit_time(&events);
-        let (done, note) = stage(self, &targets, events).await?;
+        let (done, note) = stage(self, targets, events).await?;
         let applied = Applied {
             metrics: done.metrics,
             rows_written: done.public_rows as u64,
             oldest_change,
             note,
         };
-        done.commit(&targets).await?;
+        done.commit(targets).await?;
         Ok(applied)
     }
+}
+
+/// The events of key group `group`, partition `group` of `input`.
+async fn group_events(
+    input: &Arc<dyn ExecutionPlan>,
+    context: &Arc<TaskContext>,
+    group: usize,
+) -> Result<Vec<RecordBatch>, RunError> {
+    let events = input.execute(group, Arc::clone(context))?;
+    Ok(events.try_collect().await?)
 }
 
 /// What applying a batch did: the row [`AutoCdcApplyExec`] returns.
@@ -232,22 +299,32 @@ pub(crate) fn lost_published(target: &str) -> RunError {
 pub struct AutoCdcApplyExec {
     input: Arc<dyn ExecutionPlan>,
     target: Arc<ApplyTarget>,
+    parts: Parts,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl AutoCdcApplyExec {
-    pub fn new(input: Arc<dyn ExecutionPlan>, target: Arc<ApplyTarget>) -> Self {
+    pub fn new(input: Arc<dyn ExecutionPlan>, target: Arc<ApplyTarget>, parts: Parts) -> Self {
         Self {
             input,
             target,
-            properties: one_partition(applied_schema(), EmissionType::Final),
+            parts,
+            properties: plan_properties(
+                applied_schema(),
+                Partitioning::UnknownPartitioning(1),
+                EmissionType::Final,
+            ),
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
     pub fn target(&self) -> &Arc<ApplyTarget> {
         &self.target
+    }
+
+    pub fn parts(&self) -> Parts {
+        self.parts
     }
 }
 
@@ -261,12 +338,13 @@ impl DisplayAs for AutoCdcApplyExec {
             if rules.scd2 { 2 } else { 1 },
             self.target.state_dir.display(),
             self.target.public_dir.display()
-        )
+        )?;
+        self.parts.fmt_as(f)
     }
 }
 
 impl ExecutionPlan for AutoCdcApplyExec {
-    one_input_in_one_partition!();
+    one_input!();
 
     fn name(&self) -> &'static str {
         "AutoCdcApplyExec"
@@ -279,7 +357,11 @@ impl ExecutionPlan for AutoCdcApplyExec {
         let input = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("AutoCdcApplyExec takes one input".into()))?;
-        Ok(Arc::new(Self::new(input, Arc::clone(&self.target))))
+        Ok(Arc::new(Self::new(
+            input,
+            Arc::clone(&self.target),
+            self.parts,
+        )))
     }
 
     fn execute(
@@ -292,12 +374,29 @@ impl ExecutionPlan for AutoCdcApplyExec {
                 "AutoCdcApplyExec has one partition, not {partition}"
             )));
         }
-        let input = self.input.execute(0, context)?;
         let target = Arc::clone(&self.target);
         let counters = Counters::new(&self.metrics);
+        let (input, parts) = (Arc::clone(&self.input), self.parts);
+        let given = input.output_partitioning().partition_count();
+        if let Parts::KeyGroups { groups, .. } = parts
+            && given != groups
+        {
+            // Rows dealt between the groups would break them: keys would be shared.
+            return Err(DataFusionError::Internal(format!(
+                "AutoCdcApplyExec expected {groups} key groups, its input has {given} partitions"
+            )));
+        }
         let one = futures::stream::once(async move {
-            let events: Vec<RecordBatch> = input.try_collect().await?;
-            let applied = target.apply(events).await.map_err(external)?;
+            let applied = match parts {
+                Parts::One => {
+                    let events: Vec<RecordBatch> = input.execute(0, context)?.try_collect().await?;
+                    target.apply(events).await
+                }
+                Parts::KeyGroups { groups, rows } => {
+                    target.apply_groups(&input, context, groups, rows).await
+                }
+            }
+            .map_err(external)?;
             counters.record(&applied);
             applied.to_batch().map_err(external)
         });

@@ -2,8 +2,10 @@
 //! physical plan can be sent to another process, as a distributed DataFusion engine
 //! (Ballista, datafusion-distributed) sends plans to its executors (docs/scale-out.md).
 //! DataFusion's own nodes below them (projection, filter, the scan) are datafusion-proto's;
-//! this codec adds the two of cdcflow: the rules, the tables' folders and what their
-//! commits record, as JSON with Arrow types as IPC schemas.
+//! this codec adds cdcflow's three: the events and the apply (the rules, the tables'
+//! folders and what their commits record) and a first batch's key-group scan (the
+//! source files, their deletion vectors and log entries, and the grouping), as JSON with
+//! Arrow types as IPC schemas.
 
 use std::io::Cursor;
 use std::path::PathBuf;
@@ -18,11 +20,13 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use serde::{Deserialize, Serialize};
 
-use super::{ApplyTarget, AutoCdcApplyExec, AutoCdcEventsExec, EventChecks};
+use super::{ApplyTarget, AutoCdcApplyExec, AutoCdcEventsExec, EventChecks, KeyGroupsExec, Parts};
 use crate::cdc::kernel::Rules;
-use crate::delta::Commit;
+use crate::cdc::load::{GroupedLoad, Grouping};
+use crate::delta::{Commit, DataFile};
 
-/// Encodes and decodes [`AutoCdcEventsExec`] and [`AutoCdcApplyExec`].
+/// Encodes and decodes [`AutoCdcEventsExec`], [`AutoCdcApplyExec`] and
+/// [`KeyGroupsExec`].
 #[derive(Debug, Default)]
 pub struct AutoCdcCodec;
 
@@ -34,6 +38,7 @@ enum Wire {
         source: String,
         sequence: Vec<(String, Vec<u8>)>,
         now_micros: i64,
+        parts: Parts,
     },
     Apply {
         rules: RulesWire,
@@ -43,7 +48,61 @@ enum Wire {
         state_commit: Box<Commit>,
         public_commit: Box<Commit>,
         now_micros: i64,
+        parts: Parts,
     },
+    KeyGroups {
+        files: Vec<FileWire>,
+        groups: usize,
+        rows: u64,
+        source: Vec<u8>,
+        keys: Vec<usize>,
+        grouping: Grouping,
+        projection: Option<Vec<usize>>,
+    },
+}
+
+/// A source file of a [`GroupedLoad`] on the wire: the name messages give it, its path,
+/// the rows its deletion vector removes (as the vector's own bytes) and its log entry.
+#[derive(Serialize, Deserialize)]
+struct FileWire {
+    origin: String,
+    path: PathBuf,
+    deleted: Option<Vec<u8>>,
+    add: Option<deltalake::kernel::Add>,
+}
+
+impl FileWire {
+    fn of((origin, file): &(String, DataFile)) -> Result<Self> {
+        let deleted = match &file.deleted {
+            Some(d) => {
+                let mut bytes = Vec::new();
+                d.serialize_into(&mut bytes)?;
+                Some(bytes)
+            }
+            None => None,
+        };
+        Ok(Self {
+            origin: origin.clone(),
+            path: file.path.clone(),
+            deleted,
+            add: file.add.clone(),
+        })
+    }
+
+    fn file(self) -> Result<(String, DataFile)> {
+        let deleted = match self.deleted {
+            Some(bytes) => Some(Arc::new(roaring::RoaringTreemap::deserialize_from(
+                bytes.as_slice(),
+            )?)),
+            None => None,
+        };
+        let file = DataFile {
+            path: self.path,
+            deleted,
+            add: self.add,
+        };
+        Ok((self.origin, file))
+    }
 }
 
 /// [`Rules`] on the wire.
@@ -104,20 +163,21 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
         _ctx: &TaskContext,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let [input] = inputs else {
-            return Err(DataFusionError::Internal(
-                "an AUTO CDC execution plan has one input".into(),
-            ));
-        };
-        let input = Arc::clone(input);
         let wire: Wire = serde_json::from_slice(buf)
             .map_err(|e| DataFusionError::Internal(format!("an AUTO CDC plan node: {e}")))?;
+        let input = || match inputs {
+            [input] => Ok(Arc::clone(input)),
+            _ => Err(DataFusionError::Internal(
+                "an AUTO CDC events or apply plan has one input".into(),
+            )),
+        };
         Ok(match wire {
             Wire::Events {
                 rules,
                 source,
                 sequence,
                 now_micros,
+                parts,
             } => {
                 let sequence = sequence
                     .into_iter()
@@ -129,7 +189,7 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                     sequence,
                     now_micros,
                 };
-                Arc::new(AutoCdcEventsExec::new(input, Arc::new(checks)))
+                Arc::new(AutoCdcEventsExec::new(input()?, Arc::new(checks), parts))
             }
             Wire::Apply {
                 rules,
@@ -139,6 +199,7 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                 state_commit,
                 public_commit,
                 now_micros,
+                parts,
             } => {
                 let target = ApplyTarget {
                     rules: Arc::new(rules.rules()?),
@@ -150,7 +211,29 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                     now_micros,
                     opened: Mutex::new(None),
                 };
-                Arc::new(AutoCdcApplyExec::new(input, Arc::new(target)))
+                Arc::new(AutoCdcApplyExec::new(input()?, Arc::new(target), parts))
+            }
+            Wire::KeyGroups {
+                files,
+                groups,
+                rows,
+                source,
+                keys,
+                grouping,
+                projection,
+            } => {
+                let load = GroupedLoad {
+                    files: files
+                        .into_iter()
+                        .map(FileWire::file)
+                        .collect::<Result<_>>()?,
+                    groups,
+                    rows,
+                    source: schema_of(&source)?,
+                    keys,
+                    grouping,
+                };
+                Arc::new(KeyGroupsExec::new(Arc::new(load), projection)?)
             }
         })
     }
@@ -172,6 +255,7 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                     .map(|(name, t)| Ok((name.clone(), type_bytes(t)?)))
                     .collect::<Result<_>>()?,
                 now_micros: checks.now_micros,
+                parts: events.parts(),
             }
         } else if let Some(apply) = node.downcast_ref::<AutoCdcApplyExec>() {
             let t = apply.target();
@@ -183,6 +267,18 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                 state_commit: Box::new(t.state_commit.clone()),
                 public_commit: Box::new(t.public_commit.clone()),
                 now_micros: t.now_micros,
+                parts: apply.parts(),
+            }
+        } else if let Some(scan) = node.downcast_ref::<KeyGroupsExec>() {
+            let load = scan.load();
+            Wire::KeyGroups {
+                files: load.files.iter().map(FileWire::of).collect::<Result<_>>()?,
+                groups: load.groups,
+                rows: load.rows,
+                source: schema_bytes(&load.source)?,
+                keys: load.keys.clone(),
+                grouping: load.grouping.clone(),
+                projection: scan.projection().cloned(),
             }
         } else {
             return Err(DataFusionError::NotImplemented(format!(

@@ -3,7 +3,8 @@
 //! cast to the target's type, the sequence fields as one value, the recording time.
 //! A row with a null key or a null sequence value cannot be applied: they are counted
 //! per origin, and the stream ends in an error naming them all, so that nothing of the
-//! batch is applied.
+//! batch is applied. Over a first batch's key groups, each group is a partition of its
+//! own and is checked on its own (a null key is always in the first group).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,7 +26,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use super::one_partition;
+use super::{Parts, plan_properties};
 use crate::cdc::kernel::Rules;
 use crate::{ErrorCode, RunError};
 
@@ -181,23 +182,29 @@ struct Checking {
 pub struct AutoCdcEventsExec {
     input: Arc<dyn ExecutionPlan>,
     checks: Arc<EventChecks>,
+    parts: Parts,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl AutoCdcEventsExec {
-    pub fn new(input: Arc<dyn ExecutionPlan>, checks: Arc<EventChecks>) -> Self {
+    pub fn new(input: Arc<dyn ExecutionPlan>, checks: Arc<EventChecks>, parts: Parts) -> Self {
         let schema = checks.rules.event_schema();
         Self {
             input,
             checks,
-            properties: one_partition(schema, EmissionType::Incremental),
+            parts,
+            properties: plan_properties(schema, parts.partitioning(), EmissionType::Incremental),
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
     pub fn checks(&self) -> &Arc<EventChecks> {
         &self.checks
+    }
+
+    pub fn parts(&self) -> Parts {
+        self.parts
     }
 }
 
@@ -215,12 +222,13 @@ impl DisplayAs for AutoCdcEventsExec {
             self.checks.source,
             self.checks.key_names().join(", "),
             seq.join(", ")
-        )
+        )?;
+        self.parts.fmt_as(f)
     }
 }
 
 impl ExecutionPlan for AutoCdcEventsExec {
-    one_input_in_one_partition!();
+    one_input!();
 
     fn name(&self) -> &'static str {
         "AutoCdcEventsExec"
@@ -233,7 +241,11 @@ impl ExecutionPlan for AutoCdcEventsExec {
         let input = children
             .pop()
             .ok_or_else(|| DataFusionError::Internal("AutoCdcEventsExec takes one input".into()))?;
-        Ok(Arc::new(Self::new(input, Arc::clone(&self.checks))))
+        Ok(Arc::new(Self::new(
+            input,
+            Arc::clone(&self.checks),
+            self.parts,
+        )))
     }
 
     fn execute(

@@ -10,11 +10,14 @@
 //!       FilterExec: WHERE (legacy APPLY CHANGES)
 //!         DataSourceExec: the batch's source rows
 //! ```
+//!
+//! A large first batch scans [`KeyGroupsExec`] instead, one partition per group of its
+//! keys, and the two plans above take the partitions apart ([`Parts::KeyGroups`]).
 
-/// The methods every AUTO CDC execution plan shares: one input (`self.input`), taken
-/// whole in one partition (the batch is counted and committed whole), no expressions of
-/// its own, its metrics in `self.metrics`.
-macro_rules! one_input_in_one_partition {
+/// The methods every AUTO CDC execution plan shares: one input (`self.input`), whose
+/// partitions it takes as `self.parts` says, no expressions of its own, its metrics in
+/// `self.metrics`.
+macro_rules! one_input {
     () => {
         fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
             &self.properties
@@ -32,7 +35,7 @@ macro_rules! one_input_in_one_partition {
             &self,
         ) -> datafusion::physical_plan::InputDistributionRequirements {
             datafusion::physical_plan::InputDistributionRequirements::new(vec![
-                datafusion::physical_plan::Distribution::SinglePartition,
+                self.parts.required(),
             ])
         }
 
@@ -60,6 +63,7 @@ macro_rules! one_input_in_one_partition {
 mod apply;
 pub mod codec;
 mod events;
+mod groups;
 
 use std::sync::Arc;
 
@@ -82,14 +86,76 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 pub(crate) use apply::lost_published;
 pub use apply::{Applied, ApplyTarget, AutoCdcApplyExec};
 pub use events::{AutoCdcEventsExec, EventChecks, oldest_commit_time};
+pub use groups::{KeyGroupsExec, KeyGroupsTable};
 
 use crate::RunError;
+use crate::cdc::load::GroupedLoad;
 
-/// The properties of a plan of one partition with `schema`.
-fn one_partition(schema: SchemaRef, emission: EmissionType) -> Arc<PlanProperties> {
+/// How an AUTO CDC execution plan takes its input's partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Parts {
+    /// The batch whole, in one partition: it is counted and committed whole.
+    #[default]
+    One,
+    /// A large first batch's key groups ([`KeyGroupsExec`]), `groups` partitions that
+    /// share no key, of about `rows` source rows in all: each is made into events on
+    /// its own, and the apply takes one after another.
+    KeyGroups { groups: usize, rows: u64 },
+}
+
+impl Parts {
+    /// The distribution these parts need of the input.
+    fn required(&self) -> datafusion::physical_plan::Distribution {
+        use datafusion::physical_plan::Distribution;
+        match self {
+            Self::One => Distribution::SinglePartition,
+            // The groups are the partitions as the scan made them.
+            Self::KeyGroups { .. } => Distribution::UnspecifiedDistribution,
+        }
+    }
+
+    /// The key groups a plan's scan reads, if it is a [`KeyGroupsExec`].
+    fn of_input(plan: &Arc<dyn ExecutionPlan>) -> Self {
+        if let Some(scan) = plan.downcast_ref::<KeyGroupsExec>() {
+            let load = scan.load();
+            return Self::KeyGroups {
+                groups: load.groups(),
+                rows: load.rows,
+            };
+        }
+        plan.children()
+            .into_iter()
+            .map(Self::of_input)
+            .find(|p| *p != Self::One)
+            .unwrap_or(Self::One)
+    }
+
+    /// Appended to a plan's line in `explain`.
+    fn fmt_as(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Self::One => Ok(()),
+            Self::KeyGroups { groups, .. } => write!(f, " key_groups={groups}"),
+        }
+    }
+
+    /// The partitions of the plan's output: the groups stay apart.
+    fn partitioning(&self) -> Partitioning {
+        match self {
+            Self::One => Partitioning::UnknownPartitioning(1),
+            Self::KeyGroups { groups, .. } => Partitioning::UnknownPartitioning(*groups),
+        }
+    }
+}
+
+/// The properties of a bounded plan with `schema` and `partitioning`.
+fn plan_properties(
+    schema: SchemaRef,
+    partitioning: Partitioning,
+    emission: EmissionType,
+) -> Arc<PlanProperties> {
     Arc::new(PlanProperties::new(
         EquivalenceProperties::new(schema),
-        Partitioning::UnknownPartitioning(1),
+        partitioning,
         emission,
         Boundedness::Bounded,
     ))
@@ -125,13 +191,16 @@ impl ExtensionPlanner for AutoCdcPlanner {
                 "an AUTO CDC node has one input".into(),
             ));
         };
+        let parts = Parts::of_input(input);
         let events = Arc::new(AutoCdcEventsExec::new(
             Arc::clone(input),
             Arc::clone(&self.checks),
+            parts,
         ));
         Ok(Some(Arc::new(AutoCdcApplyExec::new(
             events,
             Arc::clone(&self.target),
+            parts,
         ))))
     }
 }
@@ -155,15 +224,42 @@ impl QueryPlanner for AutoCdcQueryPlanner {
     }
 }
 
-/// A session with the dialect's functions whose planner lowers AUTO CDC nodes to
-/// apply `target`.
-fn session(lowering: Option<AutoCdcPlanner>) -> SessionState {
+/// A session with the dialect's functions whose planner lowers AUTO CDC nodes with
+/// `lowering`. Over key groups, DataFusion must not deal rows round-robin between
+/// partitions: the groups would share keys.
+fn session(lowering: Option<AutoCdcPlanner>, key_groups: bool) -> SessionState {
     let state = cdcflow_plan::functions::session_context().state();
+    let mut config = state.config().clone();
+    if key_groups {
+        config
+            .options_mut()
+            .optimizer
+            .enable_round_robin_repartition = false;
+    }
+    let builder = SessionStateBuilder::new_from_existing(state).with_config(config);
     match lowering {
-        Some(l) => SessionStateBuilder::new_from_existing(state)
+        Some(l) => builder
             .with_query_planner(Arc::new(AutoCdcQueryPlanner(Arc::new(l))))
             .build(),
-        None => state,
+        None => builder.build(),
+    }
+}
+
+/// What a batch's plan scans.
+pub enum BatchSource {
+    /// The batch's source rows, read.
+    Rows(Sourced),
+    /// A large first batch, read a group of its keys at a time (`load.rs`).
+    KeyGroups(GroupedLoad),
+}
+
+impl BatchSource {
+    /// The source rows the batch reads.
+    pub fn rows(&self) -> u64 {
+        match self {
+            Self::Rows(rows) => rows.iter().map(|(_, b)| b.num_rows() as u64).sum(),
+            Self::KeyGroups(load) => load.rows,
+        }
     }
 }
 
@@ -180,21 +276,28 @@ impl BatchPlan {
     }
 }
 
-/// The physical plan of one batch of `spec`'s flow over `rows` (of `source` schema):
-/// the planner's plan over the rows, lowered to apply `target` and commit it.
+/// The physical plan of one batch of `spec`'s flow over `input` (of `source` schema):
+/// the planner's plan over it, lowered to apply `target` and commit it.
 pub async fn apply_plan(
     spec: &Arc<AutoCdcSpec>,
     source: &SchemaRef,
-    rows: Sourced,
+    input: BatchSource,
     target: ApplyTarget,
 ) -> Result<BatchPlan, RunError> {
     let rules = Arc::clone(&target.rules);
     let checks = Arc::new(EventChecks::of(spec, rules, target.now_micros));
-    let state = session(Some(AutoCdcPlanner {
+    let lowering = AutoCdcPlanner {
         checks,
         target: Arc::new(target),
-    }));
-    let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(sourced(source, rows)?))?;
+    };
+    let (state, scan): (_, Arc<dyn datafusion::catalog::TableProvider>) = match input {
+        BatchSource::Rows(rows) => (session(Some(lowering), false), sourced(source, rows)?),
+        BatchSource::KeyGroups(load) => (
+            session(Some(lowering), true),
+            Arc::new(KeyGroupsTable::new(load)),
+        ),
+    };
+    let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(scan))?;
     Ok(BatchPlan {
         plan: state.create_physical_plan(&logical).await?,
         task: state.task_ctx(),
@@ -228,31 +331,41 @@ pub async fn events_plan(
     let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(sourced(source, rows)?))?;
     let node = AutoCdcNode::of(&logical)
         .ok_or_else(|| RunError::internal("an AUTO CDC plan without its node"))?;
-    let state = session(None);
+    let state = session(None, false);
     let mut input = state.create_physical_plan(&node.input).await?;
     if input.output_partitioning().partition_count() > 1 {
         input = Arc::new(CoalescePartitionsExec::new(input));
     }
     Ok(BatchPlan {
-        plan: Arc::new(AutoCdcEventsExec::new(input, Arc::new(checks))),
+        plan: Arc::new(AutoCdcEventsExec::new(input, Arc::new(checks), Parts::One)),
         task: state.task_ctx(),
     })
 }
 
 /// The batch's rows as one table, each row with the name of what it was read from in
-/// [`ORIGIN`] (a dictionary: one name per part, four bytes a row).
+/// [`ORIGIN`].
 fn sourced(source: &SchemaRef, rows: Sourced) -> Result<Arc<MemTable>, RunError> {
     let schema = origin_schema(source);
     let mut batches = Vec::with_capacity(rows.len());
     for (origin, b) in rows {
-        let keys = UInt32Array::from_value(0, b.num_rows());
-        let names = Arc::new(StringArray::from(vec![origin]));
-        let origin: DictionaryArray<UInt32Type> = DictionaryArray::try_new(keys, names)?;
-        let mut columns = b.columns().to_vec();
-        columns.push(Arc::new(origin));
-        batches.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+        batches.push(with_origin(&schema, origin, &b)?);
     }
     Ok(Arc::new(MemTable::try_new(schema, vec![batches])?))
+}
+
+/// `batch` of a source's rows with the name of what it was read from in [`ORIGIN`] (a
+/// dictionary: one name per part, four bytes a row), as `schema` ([`origin_schema`]).
+fn with_origin(
+    schema: &SchemaRef,
+    origin: String,
+    batch: &RecordBatch,
+) -> Result<RecordBatch, RunError> {
+    let keys = UInt32Array::from_value(0, batch.num_rows());
+    let names = Arc::new(StringArray::from(vec![origin]));
+    let origin: DictionaryArray<UInt32Type> = DictionaryArray::try_new(keys, names)?;
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(origin));
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 /// `source` with [`ORIGIN`].
