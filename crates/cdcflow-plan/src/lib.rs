@@ -31,6 +31,7 @@ mod relations;
 mod resolve;
 mod sql_spans;
 pub mod stateful;
+pub mod stored_shape;
 pub mod suggest;
 mod table_functions;
 pub mod table_properties;

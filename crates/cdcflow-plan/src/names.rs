@@ -8,6 +8,7 @@
 //! its storage folder.
 
 use std::fmt;
+use std::fmt::Write as _;
 
 /// The longest name, in bytes once lower-cased: most file systems allow 255 bytes per
 /// folder name, and a quarantine table adds `__quarantine` (12) to its target's name.
@@ -50,6 +51,30 @@ impl fmt::Display for NameProblem {
             Self::TooLong(n) => write!(f, "is {n} bytes long; at most {MAX_BYTES} fit a folder name"),
         }
     }
+}
+
+/// The folder name of a dataset or flow: its name lower-cased, with `/`, `\`, `:`,
+/// `%`, control characters and a leading `.` written as `@XX` (UTF-8 bytes, in hex),
+/// and `@` for the empty name. The result is always one plain folder name: never
+/// empty, `.`, `..` nor anything that separates folders. (`%` is no escape here: Delta
+/// reads it as one in a table's path.) Only names `validate` refuses are escaped, so a
+/// valid name spelled like an escaped one (`@2fx`) could share its folder with one.
+pub fn folder_name(name: &str) -> String {
+    let lower = name.to_lowercase();
+    if lower.is_empty() {
+        return "@".to_string();
+    }
+    let mut out = String::with_capacity(lower.len());
+    for (i, c) in lower.chars().enumerate() {
+        if escaped_char(c) || (i == 0 && c == '.') {
+            for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                let _ = write!(out, "@{b:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A character the runtime escapes in a folder name: it would separate folders, or

@@ -11,11 +11,10 @@
 //! and [`remove_dir_all`] checks again before it deletes. Fixed names (`_run.lock`,
 //! `system/event_log`) are built where they are used: they take nothing from a name.
 
-use std::fmt::Write as _;
 use std::path::{Component, Path, PathBuf};
 
 use cdcflow_plan::Dataset;
-use cdcflow_plan::names::escaped_char;
+pub use cdcflow_plan::names::folder_name;
 
 use crate::RunError;
 
@@ -62,30 +61,6 @@ pub fn remove_dir_all(storage: &Path, dir: &Path) -> Result<(), RunError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(RunError::io(dir, e)),
     }
-}
-
-/// The folder name of a dataset or flow: its name lower-cased, with `/`, `\`, `:`,
-/// `%`, control characters and a leading `.` written as `@XX` (UTF-8 bytes, in hex),
-/// and `@` for the empty name. The result is always one plain folder name: never
-/// empty, `.`, `..` nor anything that separates folders. (`%` is no escape here: Delta
-/// reads it as one in a table's path.) Only names `validate` refuses are escaped, so a
-/// valid name spelled like an escaped one (`@2fx`) could share its folder with one.
-pub fn folder_name(name: &str) -> String {
-    let lower = name.to_lowercase();
-    if lower.is_empty() {
-        return "@".to_string();
-    }
-    let mut out = String::with_capacity(lower.len());
-    for (i, c) in lower.chars().enumerate() {
-        if escaped_char(c) || (i == 0 && c == '.') {
-            for b in c.encode_utf8(&mut [0; 4]).bytes() {
-                let _ = write!(out, "@{b:02X}");
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// `<storage>/<area>/<folder name of name>`, checked.
@@ -152,6 +127,21 @@ mod tests {
             assert!(
                 matches!(parts.next(), Some(Component::Normal(_))) && parts.next().is_none(),
                 "{got} is one plain folder name"
+            );
+        }
+    }
+
+    #[test]
+    fn validate_reads_the_stored_shape_where_a_run_writes_it() {
+        let storage = Path::new("/data/pipe/_storage");
+        for flow in ["orders_cdc", "Silver Orders", "../x", "c:x"] {
+            let run = checkpoint_dir(storage, flow)
+                .expect("inside")
+                .join(cdcflow_plan::stored_shape::FILE);
+            assert_eq!(
+                run,
+                cdcflow_plan::stored_shape::path(storage, flow),
+                "{flow}"
             );
         }
     }

@@ -147,7 +147,8 @@ pub fn load_with_columns(
     let used = r.read_libraries(&config, &config_text, &conf);
     r.check_overrides(&config, overrides, &used);
     r.collect(&defaults);
-    r.check_moved_folders(&root.join(&config.storage));
+    let storage = root.join(&config.storage);
+    r.check_moved_folders(&storage);
     r.check_targets();
     r.check_change_source_readers();
     let order = r.order_datasets();
@@ -159,6 +160,7 @@ pub fn load_with_columns(
     r.check_declared_columns();
     r.check_expectations();
     r.check_table_properties();
+    r.check_stored_shapes(&storage);
     // Landing-file schemas were inferred once here; the run reuses them.
     for flow in &mut r.flows {
         for input in &mut flow.inputs {
@@ -712,6 +714,7 @@ mod plan_errors;
 mod references;
 mod schemas;
 mod source_query;
+mod stored_shape;
 mod streams;
 mod table_properties;
 mod view_depth;

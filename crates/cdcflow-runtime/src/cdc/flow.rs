@@ -13,6 +13,7 @@ use std::sync::Arc;
 use cdcflow_plan::DatasetKind;
 use cdcflow_plan::autocdc::AutoCdcSpec;
 use cdcflow_plan::planner::Planner;
+use cdcflow_plan::stored_shape::{self, Shape};
 use cdcflow_plan::table_properties::DELETION_VECTORS;
 use cdcflow_plan::{Dataset, Flow, Input, Pipeline};
 use datafusion::arrow::array::RecordBatch;
@@ -68,9 +69,9 @@ pub(crate) async fn run(
         return Ok(());
     }
     let shape = Shape::of(spec);
-    let shape_file = layout::checkpoint_dir(&rc.storage, &flow.name)?.join("shape.json");
+    let shape_file = layout::checkpoint_dir(&rc.storage, &flow.name)?.join(stored_shape::FILE);
     if committed.is_some() {
-        shape.check(&shape_file, &target.name)?;
+        check_shape(&shape, &shape_file, &target.name)?;
     }
     let batch = progress.next_batch();
     let first_load = !state.exists() && !public.exists();
@@ -99,7 +100,7 @@ pub(crate) async fn run(
         return Ok(());
     }
     checkpoint.write_intent(&offsets)?;
-    shape.record(&shape_file)?;
+    record_shape(&shape, &shape_file)?;
 
     let operation = Operation::AutoCdc {
         flow: spec.flow.clone(),
@@ -421,66 +422,25 @@ fn planner_table(
     Ok(datafusion::datasource::source_as_provider(&source)?)
 }
 
-/// What a target's state depends on: a change to any of it needs a full refresh.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Shape {
-    keys: Vec<String>,
-    sequence: Vec<String>,
-    scd_type: u8,
+/// Fails when the flow's keys, sequencing or SCD type differ from those the target
+/// was built with (`validate` warns of it first).
+fn check_shape(shape: &Shape, path: &std::path::Path, target: &str) -> Result<(), RunError> {
+    let Some(built) = Shape::read(path) else {
+        return Ok(());
+    };
+    let changes = shape.changes_from(&built);
+    if changes.is_empty() {
+        return Ok(());
+    }
+    Err(RunError::input(format!(
+        "{}; nothing was applied",
+        stored_shape::message(target, &changes)
+    ))
+    .with_help(stored_shape::help(target)))
 }
 
-impl Shape {
-    fn of(spec: &AutoCdcSpec) -> Self {
-        Self {
-            keys: spec.keys.iter().map(|k| k.to_lowercase()).collect(),
-            sequence: spec
-                .sequence
-                .iter()
-                .map(|f| format!("{} {}", f.name.to_lowercase(), f.data_type))
-                .collect(),
-            scd_type: spec.scd_type,
-        }
-    }
-
-    /// Fails when the flow's keys, sequencing or SCD type differ from those the target
-    /// was built with.
-    fn check(&self, path: &std::path::Path, target: &str) -> Result<(), RunError> {
-        let Ok(text) = std::fs::read_to_string(path) else {
-            return Ok(());
-        };
-        let Ok(built) = serde_json::from_str::<Shape>(&text) else {
-            return Ok(());
-        };
-        let mut changes = Vec::new();
-        if built.keys != self.keys {
-            changes.push(format!(
-                "KEYS ({}) -> ({})",
-                built.keys.join(", "),
-                self.keys.join(", ")
-            ));
-        }
-        if built.sequence != self.sequence {
-            changes.push(format!(
-                "SEQUENCE BY ({}) -> ({})",
-                built.sequence.join(", "),
-                self.sequence.join(", ")
-            ));
-        }
-        if built.scd_type != self.scd_type {
-            changes.push(format!("SCD TYPE {} -> {}", built.scd_type, self.scd_type));
-        }
-        if changes.is_empty() {
-            return Ok(());
-        }
-        Err(RunError::input(format!(
-            "`{target}` was built with other {}; its state cannot follow the change; nothing was applied",
-            changes.join(", ")
-        ))
-        .with_help(format!("run `cdcflow run --full-refresh {target}` to rebuild it from its sources")))
-    }
-
-    fn record(&self, path: &std::path::Path) -> Result<(), RunError> {
-        let text = serde_json::to_string_pretty(self).unwrap_or_default();
-        crate::checkpoint::write_atomic(path, text.as_bytes())
-    }
+/// Records the shape the target is built with, for the next batch to compare.
+fn record_shape(shape: &Shape, path: &std::path::Path) -> Result<(), RunError> {
+    let text = serde_json::to_string_pretty(shape).unwrap_or_default();
+    crate::checkpoint::write_atomic(path, text.as_bytes())
 }
