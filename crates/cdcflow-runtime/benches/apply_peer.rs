@@ -6,7 +6,7 @@
 //! than the batch), read the change batch, evaluate the flow's expressions with
 //! DataFusion, apply with the kernel, and commit both the internal state table and the
 //! published table to Delta (the published one at PATH), by the way a run takes
-//! (`cdc::staging`). `--path merge` (the default) seeds both tables as a run creates
+//! (`cdc::engine::stage`). `--path merge` (the default) seeds both tables as a run creates
 //! them, with deletion vectors allowed, so the batch is applied by merge-on-write;
 //! `--path rewrite` seeds them without, as a table whose TBLPROPERTIES turn deletion
 //! vectors off, so both tables stream through the apply and are rewritten. Build and run:
@@ -33,11 +33,10 @@ use std::time::Instant;
 
 use cdcflow_plan::autocdc::{AutoCdcSpec, SequenceField};
 use cdcflow_runtime::RunError;
+use cdcflow_runtime::cdc::engine::{self, Staging, Targets};
 use cdcflow_runtime::cdc::events::to_events;
 use cdcflow_runtime::cdc::kernel::{Op, RECORDED_AT, Rules};
 use cdcflow_runtime::cdc::rules_for;
-use cdcflow_runtime::cdc::staging::{self, Staging};
-use cdcflow_runtime::cdc::streamed::Targets;
 use cdcflow_runtime::delta::{self, Commit, DataFile, Mode, Table, conform, read_parquet, rewrite};
 use datafusion::arrow::array::{Array, AsArray, Int8Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
@@ -335,7 +334,7 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
     // As a run does it: the batch staged by the way the tables allow (merge-on-write,
     // or both tables streamed through the apply into new files), then the published
     // table is committed, then the state.
-    let done = match staging::stage(&rules, &targets, vec![events], 1)
+    let done = match engine::stage(&rules, &targets, vec![events], 1)
         .await
         .map_err(|e| e.to_string())?
     {

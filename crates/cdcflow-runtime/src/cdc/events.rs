@@ -6,10 +6,8 @@
 use std::sync::Arc;
 
 use cdcflow_plan::autocdc::AutoCdcSpec;
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, new_empty_array};
-use datafusion::arrow::compute::concat;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::error::ArrowError;
 
 use super::exec::{self, EventChecks};
 use super::kernel::Rules;
@@ -27,7 +25,7 @@ pub async fn to_events(
     now_micros: i64,
 ) -> Result<RecordBatch, RunError> {
     let parts = event_parts(spec, rules, source, rows, now_micros).await?;
-    Ok(concat_parts(&rules.event_schema(), parts)?)
+    Ok(super::engine::concat_parts(&rules.event_schema(), parts)?)
 }
 
 /// [`to_events`] in parts, as the flow's expressions give them. The parts share their
@@ -49,33 +47,4 @@ pub async fn event_parts(
         .await?
         .collect()
         .await
-}
-
-/// Event `parts` as one batch, put together a column at a time: each column's parts
-/// are let go once it is copied.
-pub fn concat_parts(
-    schema: &SchemaRef,
-    batches: Vec<RecordBatch>,
-) -> Result<RecordBatch, ArrowError> {
-    let mut columns: Vec<Vec<ArrayRef>> =
-        vec![Vec::with_capacity(batches.len()); schema.fields().len()];
-    for batch in batches {
-        for (c, column) in batch.columns().iter().enumerate() {
-            columns[c].push(Arc::clone(column));
-        }
-    }
-    let mut out = Vec::with_capacity(columns.len());
-    for (parts, field) in columns.iter_mut().zip(schema.fields()) {
-        let column = match parts.len() {
-            0 => new_empty_array(field.data_type()),
-            1 => parts.remove(0),
-            _ => {
-                let arrays: Vec<&dyn Array> = parts.iter().map(AsRef::as_ref).collect();
-                concat(&arrays)?
-            }
-        };
-        parts.clear();
-        out.push(column);
-    }
-    RecordBatch::try_new(Arc::clone(schema), out)
 }

@@ -19,9 +19,9 @@ use cdcflow_plan::{Dataset, Flow, Input, Pipeline};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
+use super::engine::GroupedLoad;
 use super::exec::{self, BatchSource};
 use super::kernel::{Rules, Visible};
-use super::load::GroupedLoad;
 use super::rules::ApplyMetrics;
 use super::rules_for;
 use crate::checkpoint::{Offsets, Processed};

@@ -1,21 +1,16 @@
-//! AUTO CDC: turning source rows into change events ([`events`]) and applying them
-//! ([`kernel`]).
+//! AUTO CDC: source rows turned into change events and applied, as the execution plans
+//! of a batch ([`exec`]); the rules that decide what one key's events make of its stored
+//! rows ([`rules`], [`kernel`]); and the fast ways many keys' decisions reach the tables
+//! ([`engine`]), where all the threads are.
 
 mod apply_error;
 mod decision;
+pub mod engine;
 pub mod events;
 pub mod exec;
 pub(crate) mod flow;
 pub mod kernel;
-mod keyset;
-pub mod load;
-pub mod merged;
-pub mod partitioned;
 pub mod rules;
-mod shares;
-pub mod staging;
-pub mod streamed;
-mod touched;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,8 +20,8 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::RunError;
 pub use apply_error::ApplyError;
+pub use engine::apply;
 use kernel::Rules;
-pub use touched::apply;
 
 pub use cdcflow_plan::table_properties::{DEFAULT_TOMBSTONE_RETENTION_SECS, TOMBSTONE_RETENTION};
 

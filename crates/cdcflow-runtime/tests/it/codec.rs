@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 
 use cdcflow_plan::Pipeline;
 use cdcflow_plan::autocdc::AutoCdcSpec;
+use cdcflow_runtime::cdc::engine::GroupedLoad;
 use cdcflow_runtime::cdc::exec::codec::AutoCdcCodec;
 use cdcflow_runtime::cdc::exec::{
     Applied, ApplyTarget, BatchPlan, BatchSource, apply_plan, run_apply,
 };
-use cdcflow_runtime::cdc::load::GroupedLoad;
 use cdcflow_runtime::cdc::rules_for;
 use cdcflow_runtime::delta::{Commit, DataFile, Table, read_named};
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};

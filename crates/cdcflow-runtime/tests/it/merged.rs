@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use cdcflow_runtime::cdc::apply;
+use cdcflow_runtime::cdc::engine::merged;
+use cdcflow_runtime::cdc::engine::{Streamed, Targets};
 use cdcflow_runtime::cdc::kernel::{Applied, Rules, Visible};
-use cdcflow_runtime::cdc::merged;
-use cdcflow_runtime::cdc::streamed::{Streamed, Targets};
 use cdcflow_runtime::delta::{Commit, Mode, Table, write};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::prelude::SessionContext;

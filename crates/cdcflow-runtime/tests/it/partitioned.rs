@@ -6,9 +6,9 @@
 //! clustered (`PARTITIONED BY`, `CLUSTER BY`).
 
 use cdcflow_runtime::cdc::apply;
+use cdcflow_runtime::cdc::engine::Targets;
+use cdcflow_runtime::cdc::engine::partitioned::{PARTITION_ROWS, apply_in_partitions};
 use cdcflow_runtime::cdc::kernel::{Applied, Visible};
-use cdcflow_runtime::cdc::partitioned::{PARTITION_ROWS, apply_in_partitions};
-use cdcflow_runtime::cdc::streamed::Targets;
 use cdcflow_runtime::delta::{Commit, Table};
 use datafusion::arrow::array::RecordBatch;
 

@@ -4,8 +4,8 @@
 //! new file's encoding is judged on.
 
 use cdcflow_runtime::cdc::apply;
+use cdcflow_runtime::cdc::engine::streamed::{self, Targets};
 use cdcflow_runtime::cdc::kernel::{Applied, Visible};
-use cdcflow_runtime::cdc::streamed::{self, Targets};
 use cdcflow_runtime::delta::{Commit, Mode, Table, write};
 use datafusion::arrow::array::RecordBatch;
 

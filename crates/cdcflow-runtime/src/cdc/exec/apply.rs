@@ -25,11 +25,9 @@ use futures::TryStreamExt;
 use super::events::{external, oldest_commit_time};
 use super::{Parts, plan_properties};
 use crate::RunError;
+use crate::cdc::engine::{self, Load, PARTITION_ROWS, Staging, Streamed, Targets};
 use crate::cdc::kernel::{self, Rules, Visible};
-use crate::cdc::partitioned::{Load, PARTITION_ROWS};
 use crate::cdc::rules::ApplyMetrics;
-use crate::cdc::staging::{self, Staging};
-use crate::cdc::streamed::{Streamed, Targets};
 use crate::delta::{self, Commit, Table};
 
 /// Where a batch is applied: the rules, the target's two tables and what their commits
@@ -263,7 +261,7 @@ async fn stage(
 ) -> Result<(Streamed, Option<String>), RunError> {
     let rules = target.rules.as_ref();
     let now = target.now_micros;
-    let events = match staging::stage(rules, targets, events, now).await? {
+    let events = match engine::stage(rules, targets, events, now).await? {
         Staging::Staged(done) => return Ok((*done, None)),
         Staging::InMemory(events) => events,
     };

@@ -21,8 +21,8 @@ use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConve
 use serde::{Deserialize, Serialize};
 
 use super::{ApplyTarget, AutoCdcApplyExec, AutoCdcEventsExec, EventChecks, KeyGroupsExec, Parts};
+use crate::cdc::engine::{GroupedLoad, Grouping};
 use crate::cdc::kernel::Rules;
-use crate::cdc::load::{GroupedLoad, Grouping};
 use crate::delta::{Commit, DataFile};
 
 /// Encodes and decodes [`AutoCdcEventsExec`], [`AutoCdcApplyExec`] and

@@ -30,7 +30,7 @@ use futures::TryStreamExt;
 
 use super::events::external;
 use super::{origin_schema, with_origin};
-use crate::cdc::load::GroupedLoad;
+use crate::cdc::engine::GroupedLoad;
 
 /// A large first batch as a table: its scan is a [`KeyGroupsExec`].
 #[derive(Debug)]

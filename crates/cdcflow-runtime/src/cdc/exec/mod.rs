@@ -89,7 +89,7 @@ pub use events::{AutoCdcEventsExec, EventChecks, oldest_commit_time};
 pub use groups::{KeyGroupsExec, KeyGroupsTable};
 
 use crate::RunError;
-use crate::cdc::load::GroupedLoad;
+use crate::cdc::engine::GroupedLoad;
 
 /// How an AUTO CDC execution plan takes its input's partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

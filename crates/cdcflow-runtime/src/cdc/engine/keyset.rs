@@ -5,8 +5,8 @@
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use super::apply_error::ApplyError;
-use super::decision::small;
+use crate::cdc::apply_error::ApplyError;
+use crate::cdc::decision::small;
 use datafusion::arrow::array::{ArrayRef, DynComparator, RecordBatch, make_comparator};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::common::HashMap;

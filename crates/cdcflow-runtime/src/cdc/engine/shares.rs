@@ -9,17 +9,17 @@
 
 use std::sync::Arc;
 
-use super::apply_error::ApplyError;
+use crate::cdc::apply_error::ApplyError;
 use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, take, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 
-use super::kernel::{
-    Applied, ApplyMetrics, Decided, Decision, OP, Op, Rules, SEQ, decide_events, filtered, is_keyed,
-};
 use super::keyset::hashes;
 use super::keyset::key_columns;
+use crate::cdc::kernel::{
+    Applied, ApplyMetrics, Decided, Decision, OP, Op, Rules, SEQ, decide_events, filtered, is_keyed,
+};
 use crate::par;
 
 /// The kernel's decision on `members` (state rows of the touched keys and the markers)

@@ -23,18 +23,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::apply_error::ApplyError;
+use crate::cdc::apply_error::ApplyError;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, Schema, SchemaRef};
 use datafusion::parquet::file::metadata::RowGroupMetaData;
 
-use super::kernel::{Op, Rules, filtered};
 use super::keyset::key_columns;
 use super::keyset::{KeySet, NONE, hashes};
 use super::streamed::{Streamed, Targets};
 use super::touched::Touch;
 use crate::RunError;
+use crate::cdc::kernel::{Op, Rules, filtered};
 use crate::delta::pruning::KeyStats;
 use crate::delta::read::{self, Located};
 use crate::delta::{Commit, DataFile, Mode, Sink, Staged, Table, merge};

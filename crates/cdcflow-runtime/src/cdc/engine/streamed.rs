@@ -14,9 +14,9 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 
-use super::kernel::{Applied, ApplyMetrics, Rules, filtered};
 use super::touched::Touch;
 use crate::RunError;
+use crate::cdc::kernel::{Applied, ApplyMetrics, Rules, filtered};
 use crate::delta::{self, Commit, Mode, Staged, Table, rewrite};
 
 /// Both tables staged, and what the apply did.

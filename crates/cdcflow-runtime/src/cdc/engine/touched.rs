@@ -13,17 +13,17 @@
 
 use std::sync::Arc;
 
-use super::apply_error::ApplyError;
+use crate::cdc::apply_error::ApplyError;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, RecordBatch, UInt32Array, new_null_array,
 };
 use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
 
-use super::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, Visible, filtered, is_keyed};
 use super::keyset::key_columns;
 use super::keyset::{KeySet, NONE, hashes};
 use super::shares::Decisions;
+use crate::cdc::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, Visible, filtered, is_keyed};
 use crate::par;
 
 /// Applies `events` (rows of [`Rules::event_schema`]) to the `stored` state (rows of

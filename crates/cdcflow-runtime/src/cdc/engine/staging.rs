@@ -4,13 +4,17 @@
 //! else streaming through both tables (`streamed.rs`); else, for what none of these
 //! takes, in memory (left to the caller, who knows the target).
 
-use datafusion::arrow::array::RecordBatch;
+use std::sync::Arc;
 
-use super::events::concat_parts;
-use super::kernel::Rules;
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, new_empty_array};
+use datafusion::arrow::compute::concat;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::error::ArrowError;
+
 use super::streamed::{Streamed, Targets};
 use super::{merged, partitioned, streamed};
 use crate::RunError;
+use crate::cdc::kernel::Rules;
 
 /// A staged batch, or its events back when only the in-memory apply can take it.
 pub enum Staging {
@@ -38,4 +42,33 @@ pub async fn stage(
         return Ok(Staging::Staged(Box::new(done)));
     }
     Ok(Staging::InMemory(events))
+}
+
+/// Event `parts` as one batch, put together a column at a time: each column's parts
+/// are let go once it is copied.
+pub fn concat_parts(
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<RecordBatch, ArrowError> {
+    let mut columns: Vec<Vec<ArrayRef>> =
+        vec![Vec::with_capacity(batches.len()); schema.fields().len()];
+    for batch in batches {
+        for (c, column) in batch.columns().iter().enumerate() {
+            columns[c].push(Arc::clone(column));
+        }
+    }
+    let mut out = Vec::with_capacity(columns.len());
+    for (parts, field) in columns.iter_mut().zip(schema.fields()) {
+        let column = match parts.len() {
+            0 => new_empty_array(field.data_type()),
+            1 => parts.remove(0),
+            _ => {
+                let arrays: Vec<&dyn Array> = parts.iter().map(AsRef::as_ref).collect();
+                concat(&arrays)?
+            }
+        };
+        parts.clear();
+        out.push(column);
+    }
+    RecordBatch::try_new(Arc::clone(schema), out)
 }

@@ -16,18 +16,18 @@
 
 use std::sync::Arc;
 
-use super::apply_error::ApplyError;
+use crate::cdc::apply_error::ApplyError;
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
 use datafusion::arrow::compute::{cast, interleave_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int8Type, Int64Type, SchemaRef};
 
-use super::kernel::is_keyed;
-use super::kernel::{ApplyMetrics, Rules, Visible};
 use super::keyset::hashes;
 use super::keyset::key_columns;
 use super::shares::{newest_markers, without_markers};
 use super::streamed::{Streamed, Targets};
 use crate::RunError;
+use crate::cdc::kernel::is_keyed;
+use crate::cdc::kernel::{ApplyMetrics, Rules, Visible};
 use crate::delta::{Mode, Sink};
 
 /// Events per partition: a partition's kernel holds several times its rows, and the
