@@ -2,10 +2,11 @@
 //! physical plan can be sent to another process, as a distributed DataFusion engine
 //! (Ballista, datafusion-distributed) sends plans to its executors (docs/scale-out.md).
 //! DataFusion's own nodes below them (projection, filter, the scan) are datafusion-proto's;
-//! this codec adds cdcflow's three: the events and the apply (the rules, the tables'
-//! folders and what their commits record) and a first batch's key-group scan (the
-//! source files, their deletion vectors and log entries, and the grouping), as JSON with
-//! Arrow types as IPC schemas.
+//! this codec adds cdcflow's own: the events and the apply (the rules, the tables'
+//! folders and what their commits record), the scan of a batch's source rows (the rows
+//! as an Arrow IPC stream) and a first batch's key-group scan (the source files, their
+//! deletion vectors and log entries, and the grouping), as JSON with Arrow types as IPC
+//! schemas.
 
 use std::io::Cursor;
 use std::path::PathBuf;
@@ -20,13 +21,16 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use serde::{Deserialize, Serialize};
 
-use super::{ApplyTarget, AutoCdcApplyExec, AutoCdcEventsExec, EventChecks, KeyGroupsExec, Parts};
+use super::{
+    ApplyTarget, AutoCdcApplyExec, AutoCdcEventsExec, EventChecks, KeyGroupsExec, Parts,
+    SourceRowsExec,
+};
 use crate::cdc::engine::{GroupedLoad, Grouping};
 use crate::cdc::kernel::Rules;
 use crate::delta::{Commit, DataFile};
 
-/// Encodes and decodes [`AutoCdcEventsExec`], [`AutoCdcApplyExec`] and
-/// [`KeyGroupsExec`].
+/// Encodes and decodes [`AutoCdcEventsExec`], [`AutoCdcApplyExec`], [`SourceRowsExec`]
+/// and [`KeyGroupsExec`].
 #[derive(Debug, Default)]
 pub struct AutoCdcCodec;
 
@@ -49,6 +53,11 @@ enum Wire {
         public_commit: Box<Commit>,
         now_micros: i64,
         parts: Parts,
+    },
+    /// The batch's source rows, as an Arrow IPC stream.
+    SourceRows {
+        rows: Vec<u8>,
+        projection: Option<Vec<usize>>,
     },
     KeyGroups {
         files: Vec<FileWire>,
@@ -213,6 +222,12 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                 };
                 Arc::new(AutoCdcApplyExec::new(input()?, Arc::new(target), parts))
             }
+            Wire::SourceRows { rows, projection } => {
+                let reader = StreamReader::try_new(Cursor::new(rows), None)?;
+                let schema = reader.schema();
+                let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+                Arc::new(SourceRowsExec::new(schema, batches, projection)?)
+            }
             Wire::KeyGroups {
                 files,
                 groups,
@@ -268,6 +283,23 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                 public_commit: Box::new(t.public_commit.clone()),
                 now_micros: t.now_micros,
                 parts: apply.parts(),
+            }
+        } else if let Some(scan) = node.downcast_ref::<SourceRowsExec>() {
+            let rows = scan.unread().ok_or_else(|| {
+                DataFusionError::Internal(
+                    "a batch's source rows were read already: its plan cannot be sent".into(),
+                )
+            })?;
+            let mut bytes = Vec::new();
+            let mut writer = StreamWriter::try_new(&mut bytes, scan.rows_schema())?;
+            for b in &rows {
+                writer.write(b)?;
+            }
+            writer.finish()?;
+            drop(writer);
+            Wire::SourceRows {
+                rows: bytes,
+                projection: scan.projection().cloned(),
             }
         } else if let Some(scan) = node.downcast_ref::<KeyGroupsExec>() {
             let load = scan.load();

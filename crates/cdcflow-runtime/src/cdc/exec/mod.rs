@@ -8,7 +8,7 @@
 //!   AutoCdcEventsExec: cast, sequence value, recording time; null keys fail the batch
 //!     ProjectionExec: the target's columns, the sequence fields, the operation, origin
 //!       FilterExec: WHERE (legacy APPLY CHANGES)
-//!         DataSourceExec: the batch's source rows
+//!         SourceRowsExec: the batch's source rows, handed over once
 //! ```
 //!
 //! A large first batch scans [`KeyGroupsExec`] instead, one partition per group of its
@@ -64,6 +64,7 @@ mod apply;
 pub mod codec;
 mod events;
 mod groups;
+mod rows;
 
 use std::sync::Arc;
 
@@ -71,7 +72,7 @@ use cdcflow_plan::autocdc::{AutoCdcNode, AutoCdcSpec, ORIGIN};
 use datafusion::arrow::array::{DictionaryArray, RecordBatch, StringArray, UInt32Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::common::DataFusionError;
-use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::datasource::provider_as_source;
 use datafusion::execution::TaskContext;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
@@ -87,6 +88,7 @@ pub(crate) use apply::lost_published;
 pub use apply::{Applied, ApplyTarget, AutoCdcApplyExec};
 pub use events::{AutoCdcEventsExec, EventChecks, oldest_commit_time};
 pub use groups::{KeyGroupsExec, KeyGroupsTable};
+pub use rows::{SourceRowsExec, SourceRowsTable};
 
 use crate::RunError;
 use crate::cdc::engine::GroupedLoad;
@@ -343,14 +345,14 @@ pub async fn events_plan(
 }
 
 /// The batch's rows as one table, each row with the name of what it was read from in
-/// [`ORIGIN`].
-fn sourced(source: &SchemaRef, rows: Sourced) -> Result<Arc<MemTable>, RunError> {
+/// [`ORIGIN`]; its scan hands them over once ([`SourceRowsExec`]).
+fn sourced(source: &SchemaRef, rows: Sourced) -> Result<Arc<SourceRowsTable>, RunError> {
     let schema = origin_schema(source);
     let mut batches = Vec::with_capacity(rows.len());
     for (origin, b) in rows {
         batches.push(with_origin(&schema, origin, &b)?);
     }
-    Ok(Arc::new(MemTable::try_new(schema, vec![batches])?))
+    Ok(Arc::new(SourceRowsTable::new(schema, batches)))
 }
 
 /// `batch` of a source's rows with the name of what it was read from in [`ORIGIN`] (a
