@@ -227,17 +227,17 @@ impl QueryPlanner for AutoCdcQueryPlanner {
 }
 
 /// A session with the dialect's functions whose planner lowers AUTO CDC nodes with
-/// `lowering`. Over key groups, DataFusion must not deal rows round-robin between
-/// partitions: the groups would share keys.
-fn session(lowering: Option<AutoCdcPlanner>, key_groups: bool) -> SessionState {
+/// `lowering`. DataFusion does not deal the batch's rows round-robin between partitions:
+/// over key groups the groups would share keys, and over a batch's rows the events
+/// gather in one partition anyway (the projection is cheap next to the apply, and each
+/// extra partition ran on its own task, holding its own buffers).
+fn session(lowering: Option<AutoCdcPlanner>) -> SessionState {
     let state = cdcflow_plan::functions::session_context().state();
     let mut config = state.config().clone();
-    if key_groups {
-        config
-            .options_mut()
-            .optimizer
-            .enable_round_robin_repartition = false;
-    }
+    config
+        .options_mut()
+        .optimizer
+        .enable_round_robin_repartition = false;
     let builder = SessionStateBuilder::new_from_existing(state).with_config(config);
     match lowering {
         Some(l) => builder
@@ -292,12 +292,10 @@ pub async fn apply_plan(
         checks,
         target: Arc::new(target),
     };
-    let (state, scan): (_, Arc<dyn datafusion::catalog::TableProvider>) = match input {
-        BatchSource::Rows(rows) => (session(Some(lowering), false), sourced(source, rows)?),
-        BatchSource::KeyGroups(load) => (
-            session(Some(lowering), true),
-            Arc::new(KeyGroupsTable::new(load)),
-        ),
+    let state = session(Some(lowering));
+    let scan: Arc<dyn datafusion::catalog::TableProvider> = match input {
+        BatchSource::Rows(rows) => sourced(source, rows)?,
+        BatchSource::KeyGroups(load) => Arc::new(KeyGroupsTable::new(load)),
     };
     let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(scan))?;
     Ok(BatchPlan {
@@ -333,7 +331,7 @@ pub async fn events_plan(
     let logical = AutoCdcNode::plan(Arc::clone(spec), provider_as_source(sourced(source, rows)?))?;
     let node = AutoCdcNode::of(&logical)
         .ok_or_else(|| RunError::internal("an AUTO CDC plan without its node"))?;
-    let state = session(None, false);
+    let state = session(None);
     let mut input = state.create_physical_plan(&node.input).await?;
     if input.output_partitioning().partition_count() > 1 {
         input = Arc::new(CoalescePartitionsExec::new(input));
