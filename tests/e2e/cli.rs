@@ -212,4 +212,16 @@ fn explain_analyze_runs_each_query_over_its_next_batch_and_commits_nothing() {
     assert_eq!(before, listing(dir.path()));
     let out = cdcflow(&["run", "-p", p]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // After a run, the plan its batch executed is shown too, with the apply's counts.
+    let out = cdcflow(&["explain", "-p", p, "--flow", "orders_changes", "--analyze"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("as the last run executed it"), "{text}");
+    let applied = text
+        .lines()
+        .rfind(|l| l.contains("AutoCdcApplyExec:"))
+        .unwrap_or_default();
+    assert!(applied.contains("upserted="), "{text}");
+    assert!(applied.contains("rows_written="), "{text}");
+    assert!(applied.contains("apply_time="), "{text}");
 }

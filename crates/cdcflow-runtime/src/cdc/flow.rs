@@ -122,7 +122,9 @@ pub(crate) async fn run(
         rc.now_micros,
     );
     let plan = exec::apply_plan(spec, &source_schema, read, target).await?;
+    let executed = Arc::clone(&plan.plan);
     let applied = exec::run_apply(plan).await?;
+    record_executed(rc, flow, batch, &executed);
     report.oldest_change_micros = applied.oldest_change;
     report.warnings.extend(applied.note);
     report_applied(&applied.metrics, applied.rows_written, report);
@@ -216,13 +218,46 @@ pub(crate) async fn explain(
             .to_string());
     }
     exec::make_events(&plan).await?;
-    Ok(format!(
+    let next = format!(
         "(AutoCdcApplyExec was not run: it applies and commits the batch; the metrics are of making its events)\n{}",
         datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
             plan.plan.as_ref()
         )
         .indent(true)
-    ))
+    );
+    let last = std::fs::read_to_string(executed_file(rc, flow)?).ok();
+    Ok(match last {
+        Some(last) => format!("{next}\n{last}"),
+        None => next,
+    })
+}
+
+/// Where a flow's last batch's executed plan, with its metrics, is kept.
+fn executed_file(rc: &RunContext, flow: &Flow) -> Result<std::path::PathBuf, RunError> {
+    Ok(layout::checkpoint_dir(&rc.storage, &flow.name)?.join("last_batch_plan.txt"))
+}
+
+/// Keeps the plan batch `batch` executed, with every operator's metrics (the apply's
+/// counts among them), for `cdcflow explain --analyze`. The batch is committed already:
+/// a failure here is only logged.
+fn record_executed(
+    rc: &RunContext,
+    flow: &Flow,
+    batch: i64,
+    executed: &Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) {
+    let text = format!(
+        "(batch {batch}, as the last run executed it)\n{}",
+        datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
+            executed.as_ref()
+        )
+        .indent(true)
+    );
+    let written = executed_file(rc, flow)
+        .and_then(|path| crate::checkpoint::write_atomic(&path, text.as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!(flow = %flow.name, error = %e, "the executed plan could not be kept for explain");
+    }
 }
 
 /// What the batch did, in the flow's report.
