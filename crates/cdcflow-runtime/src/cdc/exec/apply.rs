@@ -367,11 +367,7 @@ impl ExecutionPlan for AutoCdcApplyExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "AutoCdcApplyExec has one partition, not {partition}"
-            )));
-        }
+        super::only_partition(self.name(), partition)?;
         let target = Arc::clone(&self.target);
         let counters = Counters::new(&self.metrics);
         let (input, parts) = (Arc::clone(&self.input), self.parts);

@@ -60,6 +60,49 @@ macro_rules! one_input {
     };
 }
 
+/// The methods every scan of cdcflow's shares: no input, no expressions of its own, its
+/// metrics in `self.metrics`, its properties in `self.properties`.
+macro_rules! leaf {
+    () => {
+        fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
+            &self.properties
+        }
+
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            vec![]
+        }
+
+        fn apply_expressions(
+            &self,
+            _f: &mut dyn FnMut(
+                &std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+            ) -> datafusion::error::Result<
+                datafusion::common::tree_node::TreeNodeRecursion,
+            >,
+        ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        }
+
+        fn with_new_children(
+            self: std::sync::Arc<Self>,
+            children: Vec<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+        ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>
+        {
+            match children.is_empty() {
+                true => Ok(self),
+                false => Err(datafusion::error::DataFusionError::Internal(format!(
+                    "{} takes no input",
+                    self.name()
+                ))),
+            }
+        }
+
+        fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+            Some(self.metrics.clone_inner())
+        }
+    };
+}
+
 mod apply;
 pub mod codec;
 mod events;
@@ -146,6 +189,16 @@ impl Parts {
             Self::One => Partitioning::UnknownPartitioning(1),
             Self::KeyGroups { groups, .. } => Partitioning::UnknownPartitioning(*groups),
         }
+    }
+}
+
+/// Fails unless `partition` is 0: `plan` has one partition.
+fn only_partition(plan: &str, partition: usize) -> datafusion::error::Result<()> {
+    match partition {
+        0 => Ok(()),
+        _ => Err(DataFusionError::Internal(format!(
+            "{plan} has one partition, not {partition}"
+        ))),
     }
 }
 

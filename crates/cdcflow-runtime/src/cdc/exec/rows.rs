@@ -17,7 +17,7 @@ use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::common::compute_record_batch_statistics;
 use datafusion::physical_plan::execution_plan::EmissionType;
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -149,45 +149,14 @@ impl ExecutionPlan for SourceRowsExec {
         "SourceRowsExec"
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
-    ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        match children.is_empty() {
-            true => Ok(self),
-            false => Err(DataFusionError::Internal(
-                "SourceRowsExec takes no input".into(),
-            )),
-        }
-    }
+    leaf!();
 
     fn execute(
         &self,
         partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "SourceRowsExec has one partition, not {partition}"
-            )));
-        }
+        super::only_partition(self.name(), partition)?;
         let rows = take(&self.rows).ok_or_else(|| {
             DataFusionError::Internal("a batch's source rows are read once".into())
         })?;
@@ -212,9 +181,5 @@ impl ExecutionPlan for SourceRowsExec {
             None | Some(0) => Ok(Arc::clone(&self.statistics)),
             Some(_) => Ok(Arc::new(Statistics::new_unknown(&self.schema()))),
         }
-    }
-
-    fn metrics(&self) -> Option<MetricsSet> {
-        Some(self.metrics.clone_inner())
     }
 }
