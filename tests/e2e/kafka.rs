@@ -7,12 +7,16 @@
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cdcflow_kafka::rskafka::chrono::Utc;
-use cdcflow_kafka::rskafka::client::partition::{Compression, UnknownTopicHandling};
-use cdcflow_kafka::rskafka::client::{Client, ClientBuilder};
-use cdcflow_kafka::rskafka::record::Record;
+use cdcflow_kafka::rdkafka::ClientConfig;
+use cdcflow_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use cdcflow_kafka::rdkafka::client::{ClientContext, DefaultClientContext};
+use cdcflow_kafka::rdkafka::message::{Header, OwnedHeaders};
+use cdcflow_kafka::rdkafka::producer::{
+    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext,
+};
 
 use crate::{cdcflow, query_csv, stderr, stdout};
 
@@ -20,8 +24,24 @@ use crate::{cdcflow, query_csv, stderr, stdout};
 pub struct Broker {
     child: Child,
     pub address: String,
-    rt: tokio::runtime::Runtime,
-    client: Client,
+    admin: AdminClient<DefaultClientContext>,
+    producer: BaseProducer<Deliveries>,
+}
+
+/// Keeps the errors of records the broker did not take, so that a test fails on them.
+#[derive(Default)]
+pub struct Deliveries(Mutex<Vec<String>>);
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.0.lock().expect("deliveries").push(e.to_string());
+        }
+    }
 }
 
 /// The broker binary: `CDCFLOW_TANSU`, else where `.ci/kafka` installs it.
@@ -83,66 +103,78 @@ impl Broker {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let client = rt
-            .block_on(ClientBuilder::new(vec![advertised.to_string()]).build())
-            .expect("connect to tansu");
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", advertised);
+        let admin = config.create().expect("admin client");
+        // One record per request, each in a record batch of its own (see `produce`).
+        let producer = config
+            .clone()
+            .set("linger.ms", "0")
+            .set("batch.num.messages", "1")
+            .set("enable.idempotence", "false")
+            .create_with_context(Deliveries::default())
+            .expect("producer");
         Broker {
             child,
             address: advertised.to_string(),
-            rt,
-            client,
+            admin,
+            producer,
         }
     }
 
+    fn admin<T>(&self, work: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(work)
+    }
+
     pub fn create_topic(&self, topic: &str, partitions: i32) {
-        self.rt.block_on(async {
-            let controller = self.client.controller_client().expect("controller");
-            controller
-                .create_topic(topic, partitions, 1, 5_000)
-                .await
-                .expect("create topic");
-        });
+        let done = self.admin(self.admin.create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        ));
+        for r in done.expect("create topic") {
+            r.expect("create topic");
+        }
     }
 
     pub fn delete_topic(&self, topic: &str) {
-        self.rt.block_on(async {
-            let controller = self.client.controller_client().expect("controller");
-            controller
-                .delete_topic(topic, 5_000)
-                .await
-                .expect("delete topic");
-        });
+        let done = self.admin(self.admin.delete_topics(&[topic], &AdminOptions::new()));
+        for r in done.expect("delete topic") {
+            r.expect("delete topic");
+        }
     }
 
     /// Appends `(key, value)` records to one partition, in order, each in a record batch
     /// of its own: tansu 0.6 finds no record when a fetch starts inside a batch (Kafka
     /// returns the batch), which a read cut by maxOffsetsPerTrigger does.
     pub fn produce(&self, topic: &str, partition: i32, records: &[(String, Option<String>)]) {
-        self.rt.block_on(async {
-            let pc = self
-                .client
-                .partition_client(topic, partition, UnknownTopicHandling::Retry)
-                .await
-                .expect("partition client");
-            for chunk in records.chunks(1) {
-                let batch: Vec<Record> = chunk
-                    .iter()
-                    .map(|(k, v)| Record {
-                        key: Some(k.clone().into_bytes()),
-                        value: v.clone().map(String::into_bytes),
-                        headers: [("source".to_string(), b"test".to_vec())].into(),
-                        timestamp: Utc::now(),
-                    })
-                    .collect();
-                pc.produce(batch, Compression::NoCompression)
-                    .await
-                    .expect("produce");
+        for (k, v) in records {
+            let headers = OwnedHeaders::new().insert(Header {
+                key: "source",
+                value: Some("test"),
+            });
+            let mut record = BaseRecord::to(topic)
+                .partition(partition)
+                .key(k.as_str())
+                .headers(headers);
+            if let Some(v) = v {
+                record = record.payload(v.as_str());
             }
-        });
+            self.producer
+                .send(record)
+                .map_err(|(e, _)| e)
+                .expect("produce");
+        }
+        // One flush for all: the client pipelines the requests in order on one
+        // connection (a flush per record waits a poll interval each).
+        self.producer
+            .flush(Duration::from_secs(60))
+            .expect("the broker took the records");
+        let failed = std::mem::take(&mut *self.producer.context().0.lock().expect("deliveries"));
+        assert!(failed.is_empty(), "records not delivered: {failed:?}");
     }
 }
 

@@ -22,10 +22,11 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cdcflow_kafka::rskafka::chrono::Utc;
-use cdcflow_kafka::rskafka::client::ClientBuilder;
-use cdcflow_kafka::rskafka::client::partition::{Compression, UnknownTopicHandling};
-use cdcflow_kafka::rskafka::record::Record;
+use cdcflow_kafka::rdkafka::ClientConfig;
+use cdcflow_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use cdcflow_kafka::rdkafka::client::DefaultClientContext;
+use cdcflow_kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use cdcflow_kafka::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 const KEYS: u64 = 100_000;
 
@@ -82,50 +83,47 @@ fn main() {
     while TcpStream::connect(&address).is_err() {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
     let produced = Instant::now();
-    rt.block_on(async {
-        let client = ClientBuilder::new(vec![address.clone()])
-            .build()
-            .await
-            .expect("client");
-        client
-            .controller_client()
-            .expect("controller")
-            .create_topic("bench", 3, 1, 5_000)
-            .await
-            .expect("topic");
-        let mut parts = Vec::new();
-        for p in 0..3 {
-            parts.push(
-                client
-                    .partition_client("bench", p, UnknownTopicHandling::Retry)
-                    .await
-                    .expect("partition"),
-            );
-        }
-        let mut pending: Vec<Vec<Record>> = vec![Vec::new(), Vec::new(), Vec::new()];
-        for i in 0..events {
-            let (id, value) = event(i);
-            let p = (id % 3) as usize;
-            pending[p].push(Record {
-                key: Some(format!(r#"{{"id":{id}}}"#).into_bytes()),
-                value: Some(value.into_bytes()),
-                headers: Default::default(),
-                timestamp: Utc::now(),
-            });
-            if pending[p].len() == 2_000 || i + 1 == events {
-                for (q, batch) in pending.iter_mut().enumerate() {
-                    if !batch.is_empty() {
-                        parts[q]
-                            .produce(std::mem::take(batch), Compression::NoCompression)
-                            .await
-                            .expect("produce");
-                    }
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &address);
+    let admin: AdminClient<DefaultClientContext> = config.create().expect("admin");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let created = rt
+        .block_on(admin.create_topics(
+            &[NewTopic::new("bench", 3, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        ))
+        .expect("topic");
+    for r in created {
+        r.expect("topic");
+    }
+    // Record batches of up to 2,000 records, as a capture tool's producer sends them.
+    let producer: BaseProducer = config
+        .clone()
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "2000")
+        .set("queue.buffering.max.messages", "200000")
+        .create()
+        .expect("producer");
+    for i in 0..events {
+        let (id, value) = event(i);
+        let key = format!(r#"{{"id":{id}}}"#);
+        let mut record = BaseRecord::to("bench")
+            .partition((id % 3) as i32)
+            .key(&key)
+            .payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = r;
                 }
+                Err((e, _)) => panic!("produce: {e}"),
             }
         }
-    });
+    }
+    producer.flush(Duration::from_secs(120)).expect("flush");
     eprintln!(
         "produced {events} events in {:.1} s",
         produced.elapsed().as_secs_f64()

@@ -9,13 +9,55 @@ use datafusion::arrow::array::{
     StringBuilder, StructBuilder, TimestampMicrosecondArray,
 };
 use datafusion::arrow::error::ArrowError;
-use rskafka::record::RecordAndOffset;
+use rdkafka::Message;
+use rdkafka::message::{Headers, Timestamp};
+
+/// One record as read, copied out of the client's buffers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    /// Milliseconds since the epoch; `None` when the record has none.
+    pub timestamp_millis: Option<i64>,
+    /// Spark's `timestampType`: 0 the producer's time (CreateTime), 1 the broker's
+    /// (LogAppendTime), -1 none.
+    pub timestamp_type: i32,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl Record {
+    /// The record of a message the client delivered.
+    pub fn of(m: &impl Message) -> Record {
+        let (timestamp_millis, timestamp_type) = match m.timestamp() {
+            Timestamp::CreateTime(t) => (Some(t), 0),
+            Timestamp::LogAppendTime(t) => (Some(t), 1),
+            Timestamp::NotAvailable => (None, -1),
+        };
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|e| (e.key.to_string(), e.value.map(<[u8]>::to_vec)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Record {
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            timestamp_millis,
+            timestamp_type,
+            headers,
+        }
+    }
+}
 
 /// The records of one partition of a topic, in offset order.
 pub struct PartitionRecords<'a> {
     pub topic: &'a str,
     pub partition: i32,
-    pub records: &'a [RecordAndOffset],
+    pub records: &'a [Record],
 }
 
 /// One batch of rows from the records of several partitions.
@@ -32,19 +74,17 @@ pub fn to_batch(
     let mut keys = BinaryBuilder::new();
     let mut values = BinaryBuilder::new();
     for (_, r) in all() {
-        keys.append_option(r.record.key.as_deref());
-        values.append_option(r.record.value.as_deref());
+        keys.append_option(r.key.as_deref());
+        values.append_option(r.value.as_deref());
     }
     let topics: StringArray = all().map(|(p, _)| Some(p.topic)).collect();
     let partitions: Int32Array = all().map(|(p, _)| Some(p.partition)).collect();
     let offsets: Int64Array = all().map(|(_, r)| Some(r.offset)).collect();
     let timestamps = TimestampMicrosecondArray::from_iter(
-        all().map(|(_, r)| Some(r.record.timestamp.timestamp_micros())),
+        all().map(|(_, r)| r.timestamp_millis.map(|t| t.saturating_mul(1_000))),
     )
     .with_timezone("UTC");
-    // The client does not say whether a timestamp is the producer's (0, CreateTime)
-    // or the broker's (1, LogAppendTime): unknown rather than a guess.
-    let timestamp_types = Int32Array::new_null(offsets.len());
+    let timestamp_types: Int32Array = all().map(|(_, r)| Some(r.timestamp_type)).collect();
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(keys.finish()),
         Arc::new(values.finish()),
@@ -70,7 +110,7 @@ pub fn to_batch(
         ));
         for (_, r) in all() {
             let entry = headers.values();
-            for (k, v) in &r.record.headers {
+            for (k, v) in &r.headers {
                 entry
                     .field_builder::<StringBuilder>(0)
                     .ok_or_else(|| ArrowError::SchemaError("header key".into()))?
@@ -78,7 +118,7 @@ pub fn to_batch(
                 entry
                     .field_builder::<BinaryBuilder>(1)
                     .ok_or_else(|| ArrowError::SchemaError("header value".into()))?
-                    .append_value(v);
+                    .append_option(v.as_deref());
                 entry.append(true);
             }
             headers.append(true);
@@ -91,19 +131,17 @@ pub fn to_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{TimeZone, Utc};
     use datafusion::arrow::array::{Array, AsArray};
-    use rskafka::record::Record;
+    use datafusion::arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
 
-    fn record(offset: i64, key: &str, value: Option<&str>) -> RecordAndOffset {
-        RecordAndOffset {
-            record: Record {
-                key: Some(key.as_bytes().to_vec()),
-                value: value.map(|v| v.as_bytes().to_vec()),
-                headers: [("h".to_string(), b"x".to_vec())].into(),
-                timestamp: Utc.timestamp_millis_opt(1_700_000_000_000).unwrap(),
-            },
+    fn record(offset: i64, key: &str, value: Option<&str>) -> Record {
+        Record {
             offset,
+            key: Some(key.as_bytes().to_vec()),
+            value: value.map(|v| v.as_bytes().to_vec()),
+            timestamp_millis: Some(1_700_000_000_000 + offset),
+            timestamp_type: 1,
+            headers: vec![("h".to_string(), Some(b"x".to_vec())), ("n".into(), None)],
         }
     }
 
@@ -128,12 +166,18 @@ mod tests {
         let values = batch.column(1).as_binary::<i32>();
         assert_eq!(values.value(0), b"v1");
         assert!(values.is_null(1));
-        let offsets = batch
-            .column(4)
-            .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        let offsets = batch.column(4).as_primitive::<Int64Type>();
         assert_eq!(offsets.values().to_vec(), [4, 5, 0]);
+        let timestamps = batch.column(5).as_primitive::<TimestampMicrosecondType>();
+        assert_eq!(timestamps.value(1), 1_700_000_000_005_000);
+        let types = batch.column(6).as_primitive::<Int32Type>();
+        assert_eq!(types.values().to_vec(), [1, 1, 1]);
         let headers = batch.column(7).as_list::<i32>();
-        assert_eq!(headers.value(2).len(), 1);
+        assert_eq!(headers.value(2).len(), 2);
+        let header = headers.value(2);
+        let values = header.as_struct().column(1).as_binary::<i32>();
+        assert_eq!(values.value(0), b"x");
+        assert!(values.is_null(1));
         assert_eq!(to_batch(&parts, false).unwrap().num_columns(), 7);
     }
 }

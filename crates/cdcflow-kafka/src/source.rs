@@ -5,7 +5,13 @@
 //! run` reads what is available now and stops). The position reached goes into the
 //! checkpoint and the Delta commit's txn with the rows (runtime's checkpoint.rs): a
 //! crash before the commit reads the same offsets again, and nothing is needed from
-//! the broker to be correct (no consumer group is joined or committed).
+//! the broker to be correct: no consumer group is joined, and one named by
+//! `kafka.group.id` is only told the position once the batch is durable.
+//!
+//! The client (librdkafka) fetches every partition of a read at once, each into a
+//! queue of its own, reads only committed transactions, and reports a partition's end
+//! as an event: a read takes each partition's records up to the end it expected, or
+//! to the partition's end when what lies between holds no record to read.
 
 // The runtime's interface returns its own error type, whatever its size.
 #![allow(clippy::result_large_err)]
@@ -13,33 +19,32 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cdcflow_plan::read_kafka::{ReadKafka, Subscription};
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::sources::{
-    ExternalSource, PartitionLag, SourceFactory, SourceRead, SourceStatus,
+    Acknowledge, ExternalSource, PartitionLag, SourceFactory, SourceRead, SourceStatus,
 };
 use cdcflow_runtime::{ErrorCode, RunError};
 use datafusion::arrow::datatypes::SchemaRef;
 use futures::future::BoxFuture;
-use rskafka::client::Client;
-use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
-use rskafka::record::RecordAndOffset;
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
+use crate::client::{Context, GIVE_UP_AFTER, KafkaConsumer, connect};
 use crate::offsets::{self, Bounds, Offsets, Partition};
-use crate::records::{PartitionRecords, to_batch};
+use crate::records::{PartitionRecords, Record, to_batch};
 
-/// Bytes one fetch asks for at most (the broker returns at least one whole record
-/// batch even when it is larger).
-const FETCH_BYTES: i32 = 8 << 20;
-/// Bytes the fetch of the oldest record behind asks for (lag in seconds): the broker
-/// returns at least the first record batch whatever the bound, and a batch cut by
-/// `maxOffsetsPerTrigger` must not fetch the next one's records twice.
-const LAG_FETCH_BYTES: i32 = 64 << 10;
-/// How long a fetch waits for records to arrive; a read asks only for offsets below
-/// the end it saw, which are there already.
-const FETCH_WAIT_MS: i32 = 100;
+/// How long a partition's queue is polled at a time.
+const POLL: Duration = Duration::from_millis(100);
+/// A partition that gives neither a record nor its end for this long, below the end
+/// the read expected, ends the read of that partition with what it gave (nothing the
+/// broker holds there is skipped: the next read starts after the last record taken).
+const STALL: Duration = Duration::from_secs(10);
 
 /// Opens `read_kafka` inputs.
 #[derive(Debug, Default, Clone, Copy)]
@@ -62,6 +67,7 @@ impl SourceFactory for KafkaSources {
 }
 
 /// One `read_kafka` call.
+#[derive(Clone)]
 pub struct KafkaSource {
     pub rk: ReadKafka,
     /// The pipeline's folder, which relative paths of client options start from.
@@ -72,16 +78,14 @@ fn kafka_error(what: &str, e: impl std::fmt::Display) -> RunError {
     RunError::user(ErrorCode::Source, format!("Kafka source: {what}: {e}"))
 }
 
+fn named((topic, p): &Partition) -> String {
+    format!("{topic}-{p}")
+}
+
 impl KafkaSource {
-    /// The partitions of the subscribed topics, each with its client.
-    async fn partitions(
-        &self,
-        client: &Client,
-    ) -> Result<BTreeMap<Partition, PartitionClient>, RunError> {
-        let topics = client
-            .list_topics()
-            .await
-            .map_err(|e| kafka_error("listing topics", e))?;
+    /// The partitions of the subscribed topics.
+    fn partitions(&self, consumer: &KafkaConsumer) -> Result<Vec<Partition>, RunError> {
+        let metadata = crate::client::metadata(consumer, &self.rk.bootstrap_servers)?;
         let pattern = match &self.rk.subscription {
             Subscription::Topics(_) => None,
             Subscription::Pattern(p) => Some(
@@ -89,63 +93,62 @@ impl KafkaSource {
                     .map_err(|e| kafka_error("subscribePattern", e))?,
             ),
         };
-        let wanted: Vec<(String, i32)> = topics
+        let topics = metadata.topics();
+        let wanted: Vec<Partition> = topics
             .iter()
+            .filter(|t| t.error().is_none())
             .filter(|t| match (&self.rk.subscription, &pattern) {
-                (_, Some(re)) => re.is_match(&t.name),
-                (Subscription::Topics(names), None) => names.contains(&t.name),
+                (_, Some(re)) => re.is_match(t.name()),
+                (Subscription::Topics(names), None) => names.iter().any(|n| n == t.name()),
                 _ => false,
             })
-            .flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), *p)))
+            .flat_map(|t| {
+                t.partitions()
+                    .iter()
+                    .map(|p| (t.name().to_string(), p.id()))
+            })
             .collect();
-        let mut out = BTreeMap::new();
-        for (topic, p) in wanted {
-            let pc = client
-                .partition_client(topic.clone(), p, UnknownTopicHandling::Retry)
-                .await
-                .map_err(|e| kafka_error(&format!("partition {topic}-{p}"), e))?;
-            out.insert((topic, p), pc);
-        }
         if let Subscription::Topics(names) = &self.rk.subscription {
             let missing: Vec<&String> = names
                 .iter()
-                .filter(|n| !topics.iter().any(|t| &t.name == *n))
+                .filter(|n| !wanted.iter().any(|(t, _)| t == *n))
                 .collect();
             if !missing.is_empty() {
                 tracing::warn!(topics = ?missing, "subscribed Kafka topics do not exist (yet); read when they appear");
             }
         }
-        Ok(out)
+        Ok(wanted)
     }
 
     /// Each partition's offset bounds. The end is the larger of what ListOffsets says
-    /// and the high watermark a fetch reports: they agree on Kafka, but some brokers
-    /// answer ListOffsets with the last record batch's first offset (tansu 0.6).
-    async fn bounds(
-        partitions: &BTreeMap<Partition, PartitionClient>,
+    /// and the offset after the last record a fetch from there to the partition's end
+    /// finds: they agree on Kafka (the fetch finds one record), but some brokers answer
+    /// ListOffsets with the last record batch's first offset plus one (tansu 0.6).
+    fn bounds(
+        consumer: &Arc<KafkaConsumer>,
+        partitions: &[Partition],
     ) -> Result<BTreeMap<Partition, Bounds>, RunError> {
         let mut out = BTreeMap::new();
-        for ((topic, p), pc) in partitions {
-            let what = format!("offsets of {topic}-{p}");
-            let earliest = pc
-                .get_offset(OffsetAt::Earliest)
-                .await
-                .map_err(|e| kafka_error(&what, e))?;
-            let listed = pc
-                .get_offset(OffsetAt::Latest)
-                .await
-                .map_err(|e| kafka_error(&what, e))?;
-            let (_, high_watermark) = pc
-                .fetch_records(earliest, 1..2, 0)
-                .await
-                .map_err(|e| kafka_error(&what, e))?;
-            let latest = listed.max(high_watermark);
-            out.insert((topic.clone(), *p), Bounds { earliest, latest });
+        for partition in partitions {
+            let (earliest, latest) = consumer
+                .fetch_watermarks(&partition.0, partition.1, GIVE_UP_AFTER)
+                .map_err(|e| kafka_error(&format!("offsets of {}", named(partition)), e))?;
+            out.insert(partition.clone(), Bounds { earliest, latest });
+        }
+        let last: BTreeMap<Partition, Want> = out
+            .iter()
+            .filter(|(_, b)| b.latest > b.earliest)
+            .map(|(p, b)| (p.clone(), Want::to_the_end(b.latest - 1)))
+            .collect();
+        for (partition, read) in drain_all(consumer, &last)? {
+            if let (Some(last), Some(b)) = (read.last_seen, out.get_mut(&partition)) {
+                b.latest = b.latest.max(last + 1);
+            }
         }
         Ok(out)
     }
 
-    async fn read(&self, after: Option<&Value>) -> Result<SourceRead, RunError> {
+    fn read_now(&self, after: Option<&Value>) -> Result<SourceRead, RunError> {
         let committed = after
             .map(|v| {
                 offsets::from_json(v).ok_or_else(|| {
@@ -155,9 +158,9 @@ impl KafkaSource {
                 })
             })
             .transpose()?;
-        let client = connect(&self.rk, &self.root).await?;
-        let partitions = self.partitions(&client).await?;
-        let bounds = Self::bounds(&partitions).await?;
+        let consumer = Arc::new(connect(&self.rk, &self.root)?);
+        let partitions = self.partitions(&consumer)?;
+        let bounds = Self::bounds(&consumer, &partitions)?;
         let (starts, lost) = offsets::starts(
             &bounds,
             committed.as_ref(),
@@ -177,52 +180,66 @@ impl KafkaSource {
         }
         let ranges = offsets::ranges(&starts, &bounds, self.rk.max_offsets_per_trigger);
         tracing::debug!(?bounds, ?ranges, "Kafka read");
-        let mut fetched: Vec<(Partition, Vec<RecordAndOffset>)> = Vec::new();
-        let mut position = Offsets::new();
-        for (partition, range) in &ranges {
-            let (records, reached) =
-                fetch(&partitions[partition], partition, range.start, range.end).await?;
-            position.insert(partition.clone(), reached);
-            fetched.push((partition.clone(), records));
-        }
-        let parts: Vec<PartitionRecords<'_>> = fetched
+        let wants: BTreeMap<Partition, Want> = ranges
             .iter()
-            .map(|((topic, p), records)| PartitionRecords {
+            .map(|(p, r)| {
+                let want = Want {
+                    start: r.start,
+                    end: r.end,
+                    // The first record left behind tells how old the backlog is.
+                    next_record: r.end < bounds[p].latest,
+                    to_the_end: false,
+                };
+                (p.clone(), want)
+            })
+            .collect();
+        let read = drain_all(&consumer, &wants)?;
+        let mut position = Offsets::new();
+        for (partition, r) in &read {
+            position.insert(partition.clone(), r.next);
+        }
+        let parts: Vec<PartitionRecords<'_>> = read
+            .iter()
+            .map(|((topic, p), r)| PartitionRecords {
                 topic,
                 partition: *p,
-                records,
+                records: &r.records,
             })
             .collect();
         let batch = to_batch(&parts, self.rk.include_headers)?;
-        let oldest = fetched
-            .iter()
-            .flat_map(|(_, r)| r.iter().map(|r| r.record.timestamp.timestamp_micros()))
-            .min();
-        let tombstones = fetched
-            .iter()
-            .flat_map(|(_, r)| r.iter())
-            .filter(|r| r.record.value.is_none())
-            .count() as u64;
+        let all = || read.values().flat_map(|r| r.records.iter());
+        let oldest = all()
+            .filter_map(|r| r.timestamp_millis)
+            .min()
+            .map(|t| t.saturating_mul(1_000));
+        let tombstones = all().filter(|r| r.value.is_none()).count() as u64;
         // How far this batch leaves the flow behind the ends the read began with: the
         // metrics and the event log show it per partition, as `status` does.
-        let now = chrono::Utc::now().timestamp_micros();
-        let mut behind = Vec::with_capacity(position.len());
-        for (partition, &next) in &position {
-            behind.push(
+        let now = chrono::Utc::now().timestamp_millis();
+        let behind = read
+            .iter()
+            .map(|(p, r)| {
                 lag(
-                    &partitions[partition],
-                    partition,
-                    next,
-                    &bounds[partition],
+                    p,
+                    r.next,
+                    &bounds[p],
+                    r.after.as_ref().and_then(|a| a.timestamp_millis),
                     now,
                 )
-                .await?,
-            );
-        }
+            })
+            .collect();
         // A position that moved without rows (a first read from `latest`, a new
         // partition, a gap skipped) must be committed, or the next read starts again
         // where this one did.
         let moved = committed.as_ref() != Some(&position);
+        let acknowledge: Option<Box<dyn Acknowledge>> = match self.rk.client.get("kafka.group.id") {
+            Some(group) if moved => Some(Box::new(GroupCommit {
+                consumer: Arc::clone(&consumer),
+                group: group.clone(),
+                position: position.clone(),
+            })),
+            _ => None,
+        };
         Ok(SourceRead {
             schema: self.rk.schema(),
             rows: vec![batch],
@@ -232,105 +249,268 @@ impl KafkaSource {
             oldest_change_micros: oldest,
             tombstones,
             lag: behind,
-            acknowledge: None,
+            acknowledge,
             carried: None,
         })
     }
 
-    async fn status(&self, after: Option<&Value>) -> Result<SourceStatus, RunError> {
+    fn status_now(&self, after: Option<&Value>) -> Result<SourceStatus, RunError> {
         let mut status = SourceStatus {
             source: self.rk.key(),
             ..SourceStatus::default()
         };
         let committed = after.and_then(offsets::from_json);
-        let client = connect(&self.rk, &self.root).await?;
-        let partitions = self.partitions(&client).await?;
-        let bounds = Self::bounds(&partitions).await?;
+        let consumer = Arc::new(connect(&self.rk, &self.root)?);
+        let partitions = self.partitions(&consumer)?;
+        let bounds = Self::bounds(&consumer, &partitions)?;
         if committed.is_none() {
             status.warning = Some("not started: no run has read the topics yet".into());
         }
-        let now = chrono::Utc::now().timestamp_micros();
+        let mut froms = BTreeMap::new();
         for (partition, b) in &bounds {
             let from = committed
                 .as_ref()
                 .and_then(|c| c.get(partition).copied())
                 .unwrap_or(b.earliest);
-            let behind = lag(&partitions[partition], partition, from, b, now).await?;
             if committed.is_some() && from < b.earliest {
                 status.warning = Some(format!(
-                    "{}-{}: offsets {from}..{} were deleted before they were read: the next run fails (failOnDataLoss)",
-                    partition.0,
-                    partition.1,
+                    "{}: offsets {from}..{} were deleted before they were read: the next run fails (failOnDataLoss)",
+                    named(partition),
                     b.earliest - 1
                 ));
             }
-            status.partitions.push(behind);
+            froms.insert(partition.clone(), from.max(b.earliest));
+        }
+        // The oldest record behind, for how old the backlog is.
+        let peeks: BTreeMap<Partition, Want> = froms
+            .iter()
+            .filter(|(p, from)| **from < bounds[*p].latest)
+            .map(|(p, from)| (p.clone(), Want::peek(*from)))
+            .collect();
+        let peeked = drain_all(&consumer, &peeks)?;
+        let now = chrono::Utc::now().timestamp_millis();
+        for (partition, from) in &froms {
+            let oldest = peeked
+                .get(partition)
+                .and_then(|r| r.after.as_ref())
+                .and_then(|a| a.timestamp_millis);
+            status
+                .partitions
+                .push(lag(partition, *from, &bounds[partition], oldest, now));
         }
         Ok(status)
     }
 }
 
-/// The records of `partition` from `start` up to (not including) `end`, and the offset
-/// the next read starts at: `end`, or the offset after the last record when the broker
-/// has no record between it and `end` (records of a transaction not committed yet, or
-/// offsets compaction or transaction markers left empty), so that nothing the broker may
-/// still deliver there is skipped.
-async fn fetch(
-    pc: &PartitionClient,
-    partition: &Partition,
+/// What a read wants of one partition: the records `start..end`; with `next_record`,
+/// the first record at or after `end` too (not taken: its timestamp); with
+/// `to_the_end`, every offset up to the partition's end looked at (not taken).
+#[derive(Debug, Clone, Copy)]
+struct Want {
     start: i64,
     end: i64,
-) -> Result<(Vec<RecordAndOffset>, i64), RunError> {
-    let mut out = Vec::new();
-    let mut next = start;
-    while next < end {
-        let (records, _) = pc
-            .fetch_records(next, 1..FETCH_BYTES, FETCH_WAIT_MS)
-            .await
-            .map_err(|e| kafka_error(&format!("fetching {}-{}", partition.0, partition.1), e))?;
-        let before = out.len();
-        tracing::debug!(next, end, fetched = records.len(), first = ?records.first().map(|r| r.offset), "Kafka fetch");
-        for r in records {
-            if r.offset >= next && r.offset < end {
-                next = r.offset + 1;
-                out.push(r);
-            }
-        }
-        if out.len() == before {
-            break;
-        }
-    }
-    Ok((out, next))
+    next_record: bool,
+    to_the_end: bool,
 }
 
-use crate::client::connect;
+impl Want {
+    /// No record taken; the first at or after `offset` looked at.
+    fn peek(offset: i64) -> Want {
+        Want {
+            start: offset,
+            end: offset,
+            next_record: true,
+            to_the_end: false,
+        }
+    }
+
+    /// No record taken; the offsets from `offset` to the partition's end looked at.
+    fn to_the_end(offset: i64) -> Want {
+        Want {
+            to_the_end: true,
+            ..Want::peek(offset)
+        }
+    }
+}
+
+/// What one partition gave.
+#[derive(Debug, Default)]
+struct Drained {
+    records: Vec<Record>,
+    /// The offset the next read starts at.
+    next: i64,
+    /// The first record at or after the end wanted, when asked for and there is one.
+    after: Option<Record>,
+    /// The offset of the last record the partition gave, taken or not.
+    last_seen: Option<i64>,
+}
+
+/// Reads what `wants` asks of each partition: all partitions are fetched at once, each
+/// into a queue of its own, and the queues are emptied one after another.
+fn drain_all(
+    consumer: &Arc<KafkaConsumer>,
+    wants: &BTreeMap<Partition, Want>,
+) -> Result<BTreeMap<Partition, Drained>, RunError> {
+    if wants.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let mut assignment = TopicPartitionList::new();
+    for ((topic, p), want) in wants {
+        assignment
+            .add_partition_offset(topic, *p, Offset::Offset(want.start))
+            .map_err(|e| kafka_error("assigning partitions", e))?;
+    }
+    consumer
+        .assign(&assignment)
+        .map_err(|e| kafka_error("assigning partitions", e))?;
+    let mut queues = Vec::with_capacity(wants.len());
+    for (partition, want) in wants {
+        let queue = consumer
+            .split_partition_queue(&partition.0, partition.1)
+            .ok_or_else(|| kafka_error("reading", format!("no queue for {}", named(partition))))?;
+        queues.push((partition, want, queue));
+    }
+    let mut out = BTreeMap::new();
+    for (partition, want, queue) in queues {
+        let drained = drain(consumer, &queue, partition, *want)?;
+        out.insert(partition.clone(), drained);
+    }
+    consumer
+        .unassign()
+        .map_err(|e| kafka_error("releasing partitions", e))?;
+    Ok(out)
+}
+
+/// Empties one partition's queue: the records of `want.start..want.end` (and the
+/// record after, when wanted), until the partition's end, or [`STALL`] without news.
+fn drain(
+    consumer: &KafkaConsumer,
+    queue: &PartitionQueue<Context>,
+    partition: &Partition,
+    want: Want,
+) -> Result<Drained, RunError> {
+    let mut out = Drained {
+        next: want.start,
+        ..Drained::default()
+    };
+    let done = |d: &Drained| {
+        !want.to_the_end && d.next >= want.end && (!want.next_record || d.after.is_some())
+    };
+    let mut news = Instant::now();
+    while !done(&out) {
+        // Serves the client's callbacks (errors, logs), which the main queue carries.
+        let _ = consumer.poll(Duration::ZERO);
+        match queue.poll(POLL) {
+            Some(Ok(m)) => {
+                news = Instant::now();
+                let offset = rdkafka::Message::offset(&m);
+                out.last_seen = out.last_seen.max(Some(offset));
+                if offset < out.next {
+                    continue;
+                }
+                if offset < want.end {
+                    out.records.push(Record::of(&m));
+                    out.next = offset + 1;
+                } else if out.after.is_none() {
+                    // Nothing the broker holds lies between: the read has all it wanted.
+                    out.next = out.next.max(want.end);
+                    out.after = Some(Record::of(&m));
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                // The fetch reached the partition's end (the last stable offset): no
+                // record lies below it that was not delivered before this event, so
+                // offsets left (transaction markers, records of aborted transactions,
+                // compacted away) hold nothing to read.
+                out.next = out.next.max(want.end);
+                break;
+            }
+            Some(Err(e)) => {
+                let why = consumer.context().last_error().unwrap_or_default();
+                return Err(kafka_error(
+                    &format!("reading {} from offset {}", named(partition), out.next),
+                    format!("{e} {why}"),
+                ));
+            }
+            None if news.elapsed() >= STALL => {
+                tracing::warn!(
+                    partition = %named(partition),
+                    next = out.next,
+                    end = want.end,
+                    "no record arrived below the end the read expected; it takes what it has"
+                );
+                break;
+            }
+            None => {}
+        }
+    }
+    Ok(out)
+}
 
 /// How far a flow whose next offset of `partition` is `from` is behind its end
-/// `bounds.latest`: records, and seconds from the timestamp of the oldest of them to
-/// `now_micros` (asked of the broker only when something is behind).
-async fn lag(
-    pc: &PartitionClient,
+/// `bounds.latest`: records, and seconds from the timestamp of the oldest of them
+/// (`oldest_millis`) to `now_millis`.
+fn lag(
     partition: &Partition,
     from: i64,
     bounds: &Bounds,
-    now_micros: i64,
-) -> Result<PartitionLag, RunError> {
-    let from = from.max(bounds.earliest);
-    let behind = (bounds.latest - from).max(0);
-    let mut behind_seconds = None;
-    if behind > 0 {
-        let (records, _) = pc
-            .fetch_records(from, 1..LAG_FETCH_BYTES, FETCH_WAIT_MS)
-            .await
-            .map_err(|e| kafka_error("reading the oldest record not committed", e))?;
-        behind_seconds = records
-            .first()
-            .map(|r| (now_micros - r.record.timestamp.timestamp_micros()) as f64 / 1e6);
-    }
-    Ok(PartitionLag {
-        partition: format!("{}-{}", partition.0, partition.1),
+    oldest_millis: Option<i64>,
+    now_millis: i64,
+) -> PartitionLag {
+    let behind = (bounds.latest - from.max(bounds.earliest)).max(0);
+    PartitionLag {
+        partition: named(partition),
         behind_messages: behind,
-        behind_seconds,
+        behind_seconds: oldest_millis
+            .filter(|_| behind > 0)
+            .map(|t| (now_millis - t).max(0) as f64 / 1e3),
+    }
+}
+
+/// The courtesy commit of `kafka.group.id`: once the batch is durable, the group's
+/// offsets are the flow's position, so that broker tools show its lag. The flow's
+/// checkpoint, not the group, says where the next read starts.
+struct GroupCommit {
+    consumer: Arc<KafkaConsumer>,
+    group: String,
+    position: Offsets,
+}
+
+impl Acknowledge for GroupCommit {
+    fn acknowledge(self: Box<Self>) -> BoxFuture<'static, Result<(), RunError>> {
+        Box::pin(async move {
+            let committed = tokio::task::spawn_blocking(move || {
+                let mut offsets = TopicPartitionList::new();
+                for ((topic, p), next) in &self.position {
+                    offsets.add_partition_offset(topic, *p, Offset::Offset(*next))?;
+                }
+                self.consumer
+                    .commit(&offsets, CommitMode::Sync)
+                    .map(|()| self.group)
+            })
+            .await;
+            // Not needed to be correct: a failure is only logged.
+            match committed {
+                Ok(Ok(group)) => tracing::debug!(%group, "Kafka consumer group offsets committed"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the Kafka consumer group's offsets were not committed (the flow's checkpoint has them)")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the Kafka consumer group's offsets were not committed")
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, RunError> + Send + 'static,
+) -> BoxFuture<'static, Result<T, RunError>> {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| kafka_error("the reading thread", e))?
     })
 }
 
@@ -345,13 +525,18 @@ impl ExternalSource for KafkaSource {
     }
 
     fn read<'a>(&'a self, after: Option<&'a Value>) -> BoxFuture<'a, Result<SourceRead, RunError>> {
-        Box::pin(KafkaSource::read(self, after))
+        // The client blocks: the read runs on a blocking thread.
+        let source = self.clone();
+        let after = after.cloned();
+        blocking(move || source.read_now(after.as_ref()))
     }
 
     fn status<'a>(
         &'a self,
         after: Option<&'a Value>,
     ) -> BoxFuture<'a, Result<SourceStatus, RunError>> {
-        Box::pin(KafkaSource::status(self, after))
+        let source = self.clone();
+        let after = after.cloned();
+        blocking(move || source.status_now(after.as_ref()))
     }
 }
