@@ -193,7 +193,7 @@ fn pipeline(dir: &Path, broker: &Broker, topic: &str, extra: &str) {
         dir.join("flows.sql"),
         format!(
             "CREATE OR REFRESH STREAMING TABLE bronze AS
-SELECT topic, partition, offset, CAST(key AS STRING) AS k, CAST(value AS STRING) AS v, headers
+SELECT topic, partition, offset, timestamp, timestampType, CAST(key AS STRING) AS k, CAST(value AS STRING) AS v, headers
 FROM STREAM read_kafka(bootstrapServers => '{}', subscribe => '{topic}', startingOffsets => 'earliest', includeHeaders => 'true'{extra});
 
 CREATE OR REFRESH STREAMING TABLE current;
@@ -222,6 +222,32 @@ fn query(dir: &Path, sql: &str) -> Vec<String> {
     let out = query_csv(dir, sql);
     assert!(out.status.success(), "{sql}: {}", stderr(&out));
     stdout(&out).lines().skip(1).map(String::from).collect()
+}
+
+/// The offsets the consumer group `group` has committed for `topic`'s partitions.
+fn group_offsets(broker: &Broker, group: &str, topic: &str, partitions: i32) -> Vec<String> {
+    use cdcflow_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+    use cdcflow_kafka::rdkafka::{Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.address)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut asked = TopicPartitionList::new();
+    for p in 0..partitions {
+        asked.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(asked, Duration::from_secs(20))
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => format!("{}:{o}", e.partition()),
+            other => format!("{}:{other:?}", e.partition()),
+        })
+        .collect()
 }
 
 /// `n` events for keys `0..keys`, key `k`'s events all in partition `k % partitions`
@@ -292,6 +318,14 @@ fn records_of_three_partitions_land_in_bronze_and_fold_into_scd1() {
         ),
         ["source,test"]
     );
+    // The producer's timestamps (CreateTime, 0), within the test's time.
+    assert_eq!(
+        query(
+            dir.path(),
+            "SELECT timestampType, count(*) FROM bronze WHERE timestamp > TIMESTAMP '2026-01-01' AND timestamp <= now() GROUP BY timestampType"
+        ),
+        ["0,60"]
+    );
 
     // Nothing new: nothing read. Then only the new records, with three tombstones
     // (records without a value), counted in the summary and the event log.
@@ -333,6 +367,38 @@ fn records_of_three_partitions_land_in_bronze_and_fold_into_scd1() {
     let text = stdout(&status);
     assert!(text.contains("orders-0: 0 behind"), "{text}");
     assert!(text.contains("orders-1: 5 behind"), "{text}");
+}
+
+#[test]
+fn a_named_consumer_group_is_told_the_position_once_each_batch_is_durable() {
+    let broker = Broker::start();
+    broker.create_topic("orders", 3);
+    produce_events(&broker, "orders", 0, 30, 6);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(
+        dir.path(),
+        &broker,
+        "orders",
+        ", `kafka.group.id` => 'cdcflow-e2e'",
+    );
+    run(dir.path());
+    assert_eq!(
+        group_offsets(&broker, "cdcflow-e2e", "orders", 3),
+        ["0:10", "1:10", "2:10"]
+    );
+    produce_events(&broker, "orders", 30, 6, 6);
+    run(dir.path());
+    assert_eq!(
+        group_offsets(&broker, "cdcflow-e2e", "orders", 3),
+        ["0:12", "1:12", "2:12"]
+    );
+    // Each record once in bronze: the checkpoint, not the group, says where reads start.
+    assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["36"]);
+    // A read that names no group commits to none.
+    assert_eq!(
+        group_offsets(&broker, "cdcflow", "orders", 3),
+        ["0:Invalid", "1:Invalid", "2:Invalid"]
+    );
 }
 
 #[test]

@@ -180,4 +180,17 @@ mod tests {
         assert!(values.is_null(1));
         assert_eq!(to_batch(&parts, false).unwrap().num_columns(), 7);
     }
+
+    #[test]
+    fn the_timestamp_type_is_sparks() {
+        use rdkafka::message::OwnedMessage;
+        let of = |timestamp| {
+            let m = OwnedMessage::new(None, None, "t".into(), timestamp, 0, 7, None);
+            let r = Record::of(&m);
+            (r.timestamp_millis, r.timestamp_type, r.offset)
+        };
+        assert_eq!(of(Timestamp::CreateTime(5)), (Some(5), 0, 7));
+        assert_eq!(of(Timestamp::LogAppendTime(6)), (Some(6), 1, 7));
+        assert_eq!(of(Timestamp::NotAvailable), (None, -1, 7));
+    }
 }

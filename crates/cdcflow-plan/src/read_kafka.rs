@@ -26,6 +26,7 @@ pub const OPTIONS: &[&str] = &[
 /// named by an environment variable, never written in a file.
 pub const CLIENT_OPTIONS: &[&str] = &[
     "kafka.client.id",
+    "kafka.group.id",
     "kafka.security.protocol",
     "kafka.sasl.mechanism",
     "kafka.sasl.username",
