@@ -3,9 +3,8 @@
 //! own) with a CA and a certificate for `localhost` made by `openssl` for the test. The
 //! proxy terminates TLS for connections that open with a TLS handshake and passes the
 //! others through, so the test's own plain client produces through the same address
-//! the broker advertises. SASL is not run against the broker (tansu 0.6 with
-//! `--authentication` did not complete rskafka's SASL exchange here; docs/sources.md):
-//! only that its password is taken from the variable named.
+//! the broker advertises. SASL logins are kafka_sasl.rs's; here only that SASL_SSL
+//! takes its password from the variable named.
 
 use std::path::Path;
 use std::process::Command;

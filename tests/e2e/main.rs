@@ -18,6 +18,7 @@ mod diagnostics;
 mod escape_attempt;
 mod initial_load;
 mod kafka;
+mod kafka_sasl;
 mod kafka_tls;
 mod landing;
 mod landing_columns;

@@ -94,12 +94,24 @@ pub fn metadata(consumer: &KafkaConsumer, servers: &[String]) -> Result<Metadata
     let started = Instant::now();
     loop {
         let answer = consumer.fetch_metadata(None, Duration::from_secs(1));
+        // Serves the client's callbacks: its errors arrive through them.
+        let _ = consumer.poll(Duration::ZERO);
         let reported = consumer.context().last_error();
         match answer {
             Ok(m) => return Ok(m),
             Err(e) => {
                 let refused = reported.as_deref().is_some_and(is_refusal);
-                if refused || started.elapsed() >= GIVE_UP_AFTER {
+                if refused {
+                    return Err(RunError::input(format!(
+                        "Kafka source: the brokers {} refused this client: {}",
+                        servers.join(", "),
+                        reported.unwrap_or_default()
+                    ))
+                    .with_help(
+                        "check kafka.sasl.username, kafka.sasl.mechanism and the password in the variable kafka.sasl.password.env names, or the TLS options (kafka.ssl.truststore.location)",
+                    ));
+                }
+                if started.elapsed() >= GIVE_UP_AFTER {
                     let why = reported.unwrap_or_else(|| e.to_string());
                     return Err(RunError::input(format!(
                         "Kafka source: cannot reach the brokers {}: {why}",
