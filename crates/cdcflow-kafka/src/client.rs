@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cdcflow_plan::read_kafka::ReadKafka;
+use cdcflow_plan::read_kafka::{self, ReadKafka};
 use cdcflow_runtime::RunError;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
@@ -156,6 +156,9 @@ fn config(
         // client's default, 500 ms, would be added to every read).
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "20")
+        // Each partition has a queue of its own, which the client fills ahead of the
+        // read up to this many KiB (its default, 64 MiB, is per partition here).
+        .set("queued.max.messages.kbytes", "8192")
         // An offset the broker no longer has is an error, never a silent jump (the
         // source checks for data loss itself, failOnDataLoss).
         .set("auto.offset.reset", "error");
@@ -165,6 +168,16 @@ fn config(
         "group.id",
         option("kafka.group.id").unwrap_or(UNNAMED_GROUP),
     );
+    for (key, value) in options {
+        if let Some(name) = key.strip_prefix("kafka.")
+            && read_kafka::PASSED_OPTIONS.contains(&key.as_str())
+        {
+            c.set(name, value.trim());
+        }
+        if let Some((_, name)) = read_kafka::RENAMED_OPTIONS.iter().find(|(k, _)| k == key) {
+            c.set(*name, value.trim());
+        }
+    }
     let protocol = Protocol::of(options)?;
     c.set("security.protocol", protocol.name());
     if protocol.tls {
@@ -174,8 +187,14 @@ fn config(
             c.set("ssl.ca.location", path.to_string_lossy());
         }
         // The broker's name is checked against its certificate (the client's default
-        // too; said so that it stays).
-        c.set("ssl.endpoint.identification.algorithm", "https");
+        // too; said so that it stays) unless the option is set empty, as Kafka's Java
+        // client has it.
+        let check = option("kafka.ssl.endpoint.identification.algorithm")
+            .is_none_or(|a| !a.trim().is_empty());
+        c.set(
+            "ssl.endpoint.identification.algorithm",
+            if check { "https" } else { "none" },
+        );
     }
     if protocol.sasl {
         let (mechanism, username, password) = sasl(options)?;
@@ -346,5 +365,26 @@ mod tests {
         assert_eq!(c.get("auto.offset.reset"), Some("error"));
         assert_eq!(c.get("isolation.level"), Some("read_committed"));
         assert_eq!(c.get("group.id"), Some("g"));
+    }
+
+    #[test]
+    fn java_client_options_reach_the_client_under_its_names() {
+        let c = config(
+            &["a:1".into()],
+            &options(&[
+                ("kafka.fetch.max.bytes", " 1048576"),
+                ("kafka.client.rack", "eu-1a"),
+                ("kafka.receive.buffer.bytes", "65536"),
+                ("kafka.security.protocol", "SSL"),
+                ("kafka.ssl.endpoint.identification.algorithm", ""),
+            ]),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(c.get("fetch.max.bytes"), Some("1048576"));
+        assert_eq!(c.get("client.rack"), Some("eu-1a"));
+        assert_eq!(c.get("socket.receive.buffer.bytes"), Some("65536"));
+        assert_eq!(c.get("ssl.endpoint.identification.algorithm"), Some("none"));
+        assert_eq!(c.get("receive.buffer.bytes"), None);
     }
 }

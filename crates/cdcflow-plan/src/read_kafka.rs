@@ -33,7 +33,52 @@ pub const CLIENT_OPTIONS: &[&str] = &[
     "kafka.sasl.password.env",
     "kafka.ssl.truststore.location",
     "kafka.ssl.truststore.type",
+    "kafka.ssl.endpoint.identification.algorithm",
 ];
+
+/// Client options of Kafka's Java consumer that the client here (librdkafka) takes under
+/// the same name and with the same meaning, passed to it as they are: fetch sizes,
+/// back-offs and timeouts of connections, the rack for follower fetching.
+pub const PASSED_OPTIONS: &[&str] = &[
+    "kafka.fetch.min.bytes",
+    "kafka.fetch.max.bytes",
+    "kafka.max.partition.fetch.bytes",
+    "kafka.client.rack",
+    "kafka.metadata.max.age.ms",
+    "kafka.reconnect.backoff.ms",
+    "kafka.reconnect.backoff.max.ms",
+    "kafka.retry.backoff.ms",
+    "kafka.connections.max.idle.ms",
+    "kafka.socket.connection.setup.timeout.ms",
+];
+
+/// Client options of Kafka's Java consumer the client here has under another name.
+pub const RENAMED_OPTIONS: &[(&str, &str)] = &[
+    ("kafka.receive.buffer.bytes", "socket.receive.buffer.bytes"),
+    ("kafka.send.buffer.bytes", "socket.send.buffer.bytes"),
+];
+
+/// Client options that tune only how Kafka's Java consumer polls, heartbeats and times
+/// out its own calls: the client here has no such setting (it joins no group and polls
+/// on its own schedule), so they are accepted with a warning that they do nothing,
+/// and a file written for Databricks still runs.
+pub const IGNORED_OPTIONS: &[&str] = &[
+    "kafka.request.timeout.ms",
+    "kafka.default.api.timeout.ms",
+    "kafka.session.timeout.ms",
+    "kafka.heartbeat.interval.ms",
+    "kafka.max.poll.records",
+    "kafka.max.poll.interval.ms",
+    "kafka.fetch.max.wait.ms",
+];
+
+/// Whether `key` (lower case) is a `kafka.*` option this build knows.
+pub fn is_client_option(key: &str) -> bool {
+    CLIENT_OPTIONS.contains(&key)
+        || PASSED_OPTIONS.contains(&key)
+        || IGNORED_OPTIONS.contains(&key)
+        || RENAMED_OPTIONS.iter().any(|(k, _)| *k == key)
+}
 
 /// `kafka.security.protocol`'s values, as Kafka's clients name them.
 pub const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];

@@ -6,7 +6,7 @@ CREATE OR REFRESH STREAMING TABLE ok_flow AS SELECT v, offst FROM STREAM(events)
 
 -- An unknown option (the nearest is named), and a client option not supported.
 CREATE OR REFRESH STREAMING TABLE a AS
-SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:9092', subscribe => 't', startingOffset => 'earliest', `kafka.fetch.max.bytes` => '1');
+SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:9092', subscribe => 't', startingOffset => 'earliest', `kafka.interceptor.classes` => 'x');
 
 -- No topics; a server without a port; both subscriptions.
 CREATE OR REFRESH STREAMING TABLE b AS SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:9092');
@@ -26,3 +26,8 @@ CREATE OR REFRESH STREAMING TABLE h AS
 SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribe => 't', `kafka.sasl.jaas.config` => 'x', `kafka.ssl.truststore.type` => 'JKS');
 CREATE MATERIALIZED VIEW i AS SELECT * FROM read_kafka(bootstrapServers => 'b:1', subscribe => 't');
 CREATE MATERIALIZED VIEW j AS SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribe => 't');
+
+-- Kafka's Java client options: one passed on, one that is no number, one that only tunes
+-- the Java consumer (a warning: it does nothing), a host name check neither https nor off.
+CREATE OR REFRESH STREAMING TABLE k AS
+SELECT * FROM STREAM read_kafka(bootstrapServers => 'b:1', subscribe => 't', `kafka.fetch.max.bytes` => '1048576', `kafka.fetch.min.bytes` => 'lots', `kafka.max.poll.records` => '500', `kafka.ssl.endpoint.identification.algorithm` => 'dns');

@@ -39,9 +39,45 @@ impl Resolver<'_> {
                 format!("read it as a stream into a streaming table: FROM {EXAMPLE}"),
             );
         }
-        for (key, _, span) in &call.options {
-            let known = read_kafka::OPTIONS.contains(&key.as_str())
-                || read_kafka::CLIENT_OPTIONS.contains(&key.as_str());
+        for (key, text, span) in &call.options {
+            if read_kafka::IGNORED_OPTIONS.contains(&key.as_str()) {
+                self.diags.push(
+                    Diagnostic::warning(
+                        CODE,
+                        format!("`{key}` tunes Kafka's Java consumer; cdcflow's client has no such setting, so it does nothing here"),
+                    )
+                    .at(self.locate(file, *span, "ignored"))
+                    .help("remove it, or keep it for Databricks: the read is the same"),
+                );
+                continue;
+            }
+            let counted = read_kafka::PASSED_OPTIONS.contains(&key.as_str())
+                || read_kafka::RENAMED_OPTIONS.iter().any(|(k, _)| k == key);
+            if counted && key != "kafka.client.rack" && text.trim().parse::<u64>().is_err() {
+                error(
+                    self,
+                    *span,
+                    format!("{key} is a whole number of bytes or milliseconds, not `{text}`"),
+                    "not a number",
+                    format!("{key} => '1048576'"),
+                );
+                continue;
+            }
+            if key == "kafka.ssl.endpoint.identification.algorithm"
+                && !text.is_empty()
+                && !text.eq_ignore_ascii_case("https")
+            {
+                error(
+                    self,
+                    *span,
+                    format!("kafka.ssl.endpoint.identification.algorithm is `https` or empty, not `{text}`"),
+                    "host name check",
+                    "'https' checks the broker's name against its certificate (the default); '' turns the check off".into(),
+                );
+                continue;
+            }
+            let known =
+                read_kafka::OPTIONS.contains(&key.as_str()) || read_kafka::is_client_option(key);
             if known {
                 continue;
             }
@@ -194,7 +230,8 @@ impl Resolver<'_> {
         let client: BTreeMap<String, String> = call
             .options
             .iter()
-            .filter(|(k, _, _)| read_kafka::CLIENT_OPTIONS.contains(&k.as_str()))
+            .filter(|(k, _, _)| read_kafka::is_client_option(k))
+            .filter(|(k, _, _)| !read_kafka::IGNORED_OPTIONS.contains(&k.as_str()))
             .map(|(k, v, _)| (k.clone(), v.clone()))
             .collect();
         if let Some((_, text, span)) = option("kafka.security.protocol") {
