@@ -178,6 +178,27 @@ impl Broker {
     }
 }
 
+/// The TLS and SASL tests' data: topic `secure` (one partition) with the records `v0`
+/// to `v4`, produced by the test's own plain client.
+pub fn produce_secure(broker: &Broker) {
+    broker.create_topic("secure", 1);
+    let records: Vec<(String, Option<String>)> = (0..5)
+        .map(|i| (i.to_string(), Some(format!("v{i}"))))
+        .collect();
+    broker.produce("secure", 0, &records);
+}
+
+/// The pipeline at `pipeline` read all of `secure` into `bronze (v, offset)`.
+pub fn assert_read_secure(pipeline: &Path) {
+    let got = query_csv(pipeline, "SELECT v FROM bronze ORDER BY offset");
+    assert_eq!(
+        stdout(&got).lines().collect::<Vec<_>>(),
+        ["v", "v0", "v1", "v2", "v3", "v4"],
+        "{}",
+        stderr(&got)
+    );
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256, Sha512};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::kafka::{Broker, free_port};
+use crate::kafka::{Broker, assert_read_secure, free_port, produce_secure};
 use crate::{query_csv, stderr, stdout};
 
 const USER: &str = "cdcflow";
@@ -350,11 +350,7 @@ fn sasl_broker() -> (Broker, SaslProxy) {
     let proxy_address = format!("127.0.0.1:{proxy_port}");
     let proxy = SaslProxy::start(&proxy_address, &broker_address);
     let broker = Broker::start_advertising(&broker_address, &proxy_address);
-    broker.create_topic("secure", 1);
-    let records: Vec<(String, Option<String>)> = (0..5)
-        .map(|i| (i.to_string(), Some(format!("v{i}"))))
-        .collect();
-    broker.produce("secure", 0, &records);
+    produce_secure(&broker);
     assert_eq!(
         proxy.logins.load(Ordering::SeqCst),
         0,
@@ -411,13 +407,7 @@ fn sasl_plain_and_scram_log_in_with_the_password_of_the_variable_named() {
             proxy.logins.load(Ordering::SeqCst) > before,
             "{mechanism}: cdcflow did not log in"
         );
-        let got = query_csv(&p, "SELECT v FROM bronze ORDER BY offset");
-        assert_eq!(
-            stdout(&got).lines().collect::<Vec<_>>(),
-            ["v", "v0", "v1", "v2", "v3", "v4"],
-            "{mechanism}: {}",
-            stderr(&got)
-        );
+        assert_read_secure(&p);
     }
     assert_eq!(proxy.refusals.load(Ordering::SeqCst), 0);
 }

@@ -17,8 +17,8 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::kafka::{Broker, free_port};
-use crate::{cdcflow, query_csv, stderr, stdout};
+use crate::kafka::{Broker, assert_read_secure, free_port, produce_secure};
+use crate::{cdcflow, stderr, stdout};
 
 /// Runs `openssl` with `args` in `dir`; fails the test naming what did not work.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -155,11 +155,7 @@ fn secure_broker(dir: &Path) -> (Broker, TlsProxy) {
     let broker_address = format!("127.0.0.1:{port}");
     let proxy = TlsProxy::start(dir, &format!("127.0.0.1:{proxy_port}"), &broker_address);
     let broker = Broker::start_advertising(&broker_address, &format!("localhost:{proxy_port}"));
-    broker.create_topic("secure", 1);
-    let records: Vec<(String, Option<String>)> = (0..5)
-        .map(|i| (i.to_string(), Some(format!("v{i}"))))
-        .collect();
-    broker.produce("secure", 0, &records);
+    produce_secure(&broker);
     assert_eq!(
         proxy.tls_sessions.load(Ordering::SeqCst),
         0,
@@ -179,18 +175,6 @@ fn flows(broker: &Broker, options: &str) -> String {
 SELECT CAST(value AS STRING) AS v, offset FROM STREAM read_kafka(bootstrapServers => '{}', subscribe => 'secure', startingOffsets => 'earliest', {options});\n",
         broker.address
     )
-}
-
-fn assert_read_all(pipeline: &Path) {
-    let got = query_csv(pipeline, "SELECT v FROM bronze ORDER BY offset");
-    let text = stdout(&got);
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(
-        lines,
-        ["v", "v0", "v1", "v2", "v3", "v4"],
-        "{}",
-        stderr(&got)
-    );
 }
 
 #[test]
@@ -234,5 +218,5 @@ fn ssl_reads_through_a_tls_endpoint_verified_against_the_truststore() {
         proxy.tls_sessions.load(Ordering::SeqCst) > 0,
         "cdcflow did not read over TLS"
     );
-    assert_read_all(&pipeline);
+    assert_read_secure(&pipeline);
 }

@@ -74,8 +74,9 @@ impl ClientContext for Context {
 
 impl ConsumerContext for Context {}
 
-/// A consumer of the brokers of `rk`, checked to answer; a relative truststore path is
-/// taken from `root`, the pipeline's folder.
+/// A consumer of the brokers of `rk` (it connects on its first request: [`metadata`]
+/// says whether they answer); a relative truststore path is taken from `root`, the
+/// pipeline's folder.
 pub fn connect(rk: &ReadKafka, root: &Path) -> Result<KafkaConsumer, RunError> {
     let config = config(&rk.bootstrap_servers, &rk.client, root)?;
     let consumer: KafkaConsumer = config
@@ -84,7 +85,6 @@ pub fn connect(rk: &ReadKafka, root: &Path) -> Result<KafkaConsumer, RunError> {
             RunError::input(format!("Kafka source: the client cannot be set up: {e}"))
                 .with_help("check the kafka.* options of read_kafka")
         })?;
-    metadata(&consumer, &rk.bootstrap_servers)?;
     Ok(consumer)
 }
 
@@ -94,8 +94,8 @@ pub fn metadata(consumer: &KafkaConsumer, servers: &[String]) -> Result<Metadata
     let started = Instant::now();
     loop {
         let answer = consumer.fetch_metadata(None, Duration::from_secs(1));
-        // Serves the client's callbacks: its errors arrive through them.
-        let _ = consumer.poll(Duration::ZERO);
+        // The client's errors arrive through its callbacks.
+        serve_callbacks(consumer);
         let reported = consumer.context().last_error();
         match answer {
             Ok(m) => return Ok(m),
@@ -124,6 +124,11 @@ pub fn metadata(consumer: &KafkaConsumer, servers: &[String]) -> Result<Metadata
             }
         }
     }
+}
+
+/// Serves the client's callbacks (errors, logs), which its main queue carries.
+pub fn serve_callbacks(consumer: &KafkaConsumer) {
+    let _ = consumer.poll(Duration::ZERO);
 }
 
 /// Errors that trying again does not mend: the broker refused the credentials or the

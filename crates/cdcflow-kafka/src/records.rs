@@ -27,8 +27,9 @@ pub struct Record {
 }
 
 impl Record {
-    /// The record of a message the client delivered.
-    pub fn of(m: &impl Message) -> Record {
+    /// The record of a message the client delivered; its headers only when asked for
+    /// (`includeHeaders`: copying them is work on every record).
+    pub fn of(m: &impl Message, with_headers: bool) -> Record {
         let (timestamp_millis, timestamp_type) = match m.timestamp() {
             Timestamp::CreateTime(t) => (Some(t), 0),
             Timestamp::LogAppendTime(t) => (Some(t), 1),
@@ -36,6 +37,7 @@ impl Record {
         };
         let headers = m
             .headers()
+            .filter(|_| with_headers)
             .map(|h| {
                 h.iter()
                     .map(|e| (e.key.to_string(), e.value.map(<[u8]>::to_vec)))
@@ -186,7 +188,7 @@ mod tests {
         use rdkafka::message::OwnedMessage;
         let of = |timestamp| {
             let m = OwnedMessage::new(None, None, "t".into(), timestamp, 0, 7, None);
-            let r = Record::of(&m);
+            let r = Record::of(&m, true);
             (r.timestamp_millis, r.timestamp_type, r.offset)
         };
         assert_eq!(of(Timestamp::CreateTime(5)), (Some(5), 0, 7));

@@ -35,7 +35,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
-use crate::client::{Context, GIVE_UP_AFTER, KafkaConsumer, connect};
+use crate::client::{Context, GIVE_UP_AFTER, KafkaConsumer, connect, serve_callbacks};
 use crate::offsets::{self, Bounds, Offsets, Partition};
 use crate::records::{PartitionRecords, Record, to_batch};
 
@@ -140,12 +140,20 @@ impl KafkaSource {
             .filter(|(_, b)| b.latest > b.earliest)
             .map(|(p, b)| (p.clone(), Want::to_the_end(b.latest - 1)))
             .collect();
-        for (partition, read) in drain_all(consumer, &last)? {
+        for (partition, read) in drain_all(consumer, &last, false)? {
             if let (Some(last), Some(b)) = (read.last_seen, out.get_mut(&partition)) {
                 b.latest = b.latest.max(last + 1);
             }
         }
         Ok(out)
+    }
+
+    /// A consumer of the brokers, and the bounds of every subscribed partition.
+    fn begin(&self) -> Result<(Arc<KafkaConsumer>, BTreeMap<Partition, Bounds>), RunError> {
+        let consumer = Arc::new(connect(&self.rk, &self.root)?);
+        let partitions = self.partitions(&consumer)?;
+        let bounds = Self::bounds(&consumer, &partitions)?;
+        Ok((consumer, bounds))
     }
 
     fn read_now(&self, after: Option<&Value>) -> Result<SourceRead, RunError> {
@@ -158,9 +166,7 @@ impl KafkaSource {
                 })
             })
             .transpose()?;
-        let consumer = Arc::new(connect(&self.rk, &self.root)?);
-        let partitions = self.partitions(&consumer)?;
-        let bounds = Self::bounds(&consumer, &partitions)?;
+        let (consumer, bounds) = self.begin()?;
         let (starts, lost) = offsets::starts(
             &bounds,
             committed.as_ref(),
@@ -193,7 +199,7 @@ impl KafkaSource {
                 (p.clone(), want)
             })
             .collect();
-        let read = drain_all(&consumer, &wants)?;
+        let read = drain_all(&consumer, &wants, self.rk.include_headers)?;
         let mut position = Offsets::new();
         for (partition, r) in &read {
             position.insert(partition.clone(), r.next);
@@ -260,9 +266,7 @@ impl KafkaSource {
             ..SourceStatus::default()
         };
         let committed = after.and_then(offsets::from_json);
-        let consumer = Arc::new(connect(&self.rk, &self.root)?);
-        let partitions = self.partitions(&consumer)?;
-        let bounds = Self::bounds(&consumer, &partitions)?;
+        let (consumer, bounds) = self.begin()?;
         if committed.is_none() {
             status.warning = Some("not started: no run has read the topics yet".into());
         }
@@ -287,7 +291,7 @@ impl KafkaSource {
             .filter(|(p, from)| **from < bounds[*p].latest)
             .map(|(p, from)| (p.clone(), Want::peek(*from)))
             .collect();
-        let peeked = drain_all(&consumer, &peeks)?;
+        let peeked = drain_all(&consumer, &peeks, false)?;
         let now = chrono::Utc::now().timestamp_millis();
         for (partition, from) in &froms {
             let oldest = peeked
@@ -350,6 +354,7 @@ struct Drained {
 fn drain_all(
     consumer: &Arc<KafkaConsumer>,
     wants: &BTreeMap<Partition, Want>,
+    with_headers: bool,
 ) -> Result<BTreeMap<Partition, Drained>, RunError> {
     if wants.is_empty() {
         return Ok(BTreeMap::new());
@@ -372,7 +377,7 @@ fn drain_all(
     }
     let mut out = BTreeMap::new();
     for (partition, want, queue) in queues {
-        let drained = drain(consumer, &queue, partition, *want)?;
+        let drained = drain(consumer, &queue, partition, *want, with_headers)?;
         out.insert(partition.clone(), drained);
     }
     consumer
@@ -388,6 +393,7 @@ fn drain(
     queue: &PartitionQueue<Context>,
     partition: &Partition,
     want: Want,
+    with_headers: bool,
 ) -> Result<Drained, RunError> {
     let mut out = Drained {
         next: want.start,
@@ -398,8 +404,6 @@ fn drain(
     };
     let mut news = Instant::now();
     while !done(&out) {
-        // Serves the client's callbacks (errors, logs), which the main queue carries.
-        let _ = consumer.poll(Duration::ZERO);
         match queue.poll(POLL) {
             Some(Ok(m)) => {
                 news = Instant::now();
@@ -409,12 +413,12 @@ fn drain(
                     continue;
                 }
                 if offset < want.end {
-                    out.records.push(Record::of(&m));
+                    out.records.push(Record::of(&m, with_headers));
                     out.next = offset + 1;
                 } else if out.after.is_none() {
                     // Nothing the broker holds lies between: the read has all it wanted.
                     out.next = out.next.max(want.end);
-                    out.after = Some(Record::of(&m));
+                    out.after = Some(Record::of(&m, false));
                 }
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {
@@ -426,13 +430,17 @@ fn drain(
                 break;
             }
             Some(Err(e)) => {
+                serve_callbacks(consumer);
                 let why = consumer.context().last_error().unwrap_or_default();
                 return Err(kafka_error(
                     &format!("reading {} from offset {}", named(partition), out.next),
                     format!("{e} {why}"),
                 ));
             }
-            None if news.elapsed() >= STALL => {
+            // Idle: the client's callbacks (errors, logs) are served then, not on
+            // every record.
+            None if news.elapsed() < STALL => serve_callbacks(consumer),
+            None => {
                 tracing::warn!(
                     partition = %named(partition),
                     next = out.next,
@@ -441,7 +449,6 @@ fn drain(
                 );
                 break;
             }
-            None => {}
         }
     }
     Ok(out)
