@@ -32,3 +32,10 @@ bench-apply n="1000000" m="100000":
 # Issue 18's cost-follows-change benchmark: whole `cdcflow run` processes (docs/benchmarks.md).
 bench-cost bin=(env_var_or_default("CARGO_TARGET_DIR", "target") + "/release/cdcflow") *args="":
     bash benches/cost_follows_change/run.sh {{bin}} {{args}}
+
+# Issue 30's convergence check, long: the random PostgreSQL workload (four writers,
+# TOASTed values, key changes, rollbacks, a TRUNCATE, two SIGKILLs) at a larger size;
+# CI runs the same test short. Needs `bash .ci/postgres`.
+soak-postgres keys="20000" ops="3000" seed="7":
+    CDCFLOW_PG_RANDOM_KEYS={{keys}} CDCFLOW_PG_RANDOM_OPS={{ops}} CDCFLOW_PG_RANDOM_SEED={{seed}} \
+      cargo test --locked -p cdcflow-cli --test e2e -- --exact postgres::convergence::a_random_workload_with_a_truncate_and_two_kills_converges

@@ -175,11 +175,18 @@ impl ChangeRows {
             match carried {
                 Some(b) => values[c] = self.values[c].values[b].clone(),
                 None => {
-                    // An unresolved row before takes its value from the same key.
+                    // An unresolved row before takes its value from the key it was
+                    // to take it from: the one it names, or else its own (never this
+                    // row's, which differs after a key change).
                     let key = before
-                        .and_then(|b| self.unresolved.iter().find(|u| u.row == b && u.column == c))
-                        .map(|u| u.key.clone())
-                        .unwrap_or_else(|| old_key.map(<[Option<String>]>::to_vec));
+                        .and_then(|b| {
+                            let u = self
+                                .unresolved
+                                .iter()
+                                .find(|u| u.row == b && u.column == c)?;
+                            Some(u.key.clone().unwrap_or_else(|| self.key_of_row(b)))
+                        })
+                        .or_else(|| old_key.map(<[Option<String>]>::to_vec));
                     self.unresolved.push(Unresolved {
                         row,
                         column: c,
@@ -189,6 +196,16 @@ impl ChangeRows {
             }
         }
         self.push(values, meta)
+    }
+
+    /// Row `r`'s key columns, in the table's column order (the other columns null).
+    fn key_of_row(&self, r: usize) -> Vec<Option<String>> {
+        (0..self.columns.len())
+            .map(|c| match self.keys.contains(&c) {
+                true => self.values[c].values[r].clone(),
+                false => None,
+            })
+            .collect()
     }
 
     /// The latest row holding the key of `values` (not a delete or truncate).
@@ -258,5 +275,95 @@ impl ChangeRows {
             self.meta.iter().map(|m| m.xid.map(i64::from)),
         )));
         RecordBatch::try_new(schema, arrays).map_err(|e| PgError::Protocol(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows() -> ChangeRows {
+        let column = |name: &str| TableColumn {
+            name: name.into(),
+            type_oid: 25,
+            type_modifier: -1,
+            not_null: false,
+        };
+        let mut rows = ChangeRows::new(vec![column("id"), column("v"), column("notes")]);
+        rows.set_keys(&[true, false, false]);
+        rows
+    }
+
+    fn meta(kind: ChangeKind, seq: i64) -> ChangeMeta {
+        ChangeMeta {
+            kind,
+            commit_lsn: 100,
+            seq,
+            commit_micros: None,
+            xid: None,
+        }
+    }
+
+    fn some(values: &[&str]) -> Vec<Option<String>> {
+        values.iter().map(|v| Some((*v).to_string())).collect()
+    }
+
+    #[test]
+    fn a_value_left_out_across_a_key_change_is_taken_from_the_old_key() {
+        // UPDATE t SET v = 'b' WHERE id = 1; UPDATE t SET id = 2 WHERE id = 1; with
+        // `notes` TOASTed and untouched, and key 1's row stored before this read.
+        let mut rows = rows();
+        rows.push_change(
+            vec![Some("1".into()), Some("b".into()), None],
+            meta(ChangeKind::Update, 1),
+            &[2],
+            None,
+        )
+        .unwrap();
+        rows.push_change(
+            vec![Some("1".into()), None, None],
+            meta(ChangeKind::Delete, 2),
+            &[],
+            None,
+        )
+        .unwrap();
+        rows.push_change(
+            vec![Some("2".into()), Some("b".into()), None],
+            meta(ChangeKind::Update, 3),
+            &[2],
+            Some(&[Some("1".into()), None, None]),
+        )
+        .unwrap();
+        let cells = rows.unresolved();
+        assert_eq!(cells.len(), 2, "{cells:?}");
+        // Both cells come from key 1's stored row: the first under its own key, the
+        // second naming the old key (never key 2, which has no row before).
+        assert_eq!((cells[0].row, cells[0].key.clone()), (0, None));
+        assert_eq!(
+            (cells[1].row, cells[1].key.clone()),
+            (2, Some(vec!["1".into()]))
+        );
+    }
+
+    #[test]
+    fn a_value_left_out_is_carried_from_the_same_keys_row_before() {
+        let mut rows = rows();
+        rows.push(some(&["1", "a", "long"]), meta(ChangeKind::Insert, 1))
+            .unwrap();
+        rows.push_change(
+            vec![Some("2".into()), Some("a".into()), None],
+            meta(ChangeKind::Update, 2),
+            &[2],
+            Some(&[Some("1".into()), None, None]),
+        )
+        .unwrap();
+        assert!(rows.unresolved().is_empty());
+        let batch = rows.finish().unwrap();
+        let notes = batch
+            .column(2)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(notes.value(1), "long");
     }
 }
