@@ -263,6 +263,11 @@ enum Command {
         /// List what would be removed, and its bytes; remove nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Drop this cdcflow replication slot (and its publication) that no flow of this
+        /// pipeline reads, through the pipeline's connections (`status` lists those no
+        /// folder claims); no table is vacuumed.
+        #[arg(long, value_name = "SLOT")]
+        drop_slot: Vec<String>,
         #[command(flatten)]
         format: FormatArgs,
     },
@@ -353,11 +358,18 @@ fn main() -> ExitCode {
         Command::Status { pipeline, format } => query::status(&pipeline, format.json()),
         Command::Vacuum {
             pipeline,
+            drop_slot,
+            format,
+            ..
+        } if !drop_slot.is_empty() => vacuum::drop_slots(&pipeline, &drop_slot, format.json()),
+        Command::Vacuum {
+            pipeline,
             tables,
             retain,
             force,
             dry_run,
             format,
+            ..
         } => vacuum::run(
             &pipeline,
             &cdcflow_runtime::vacuum::VacuumOptions {

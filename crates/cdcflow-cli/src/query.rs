@@ -217,6 +217,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let strays = crate::runtime().block_on(sources.0.strays(&pipeline));
     // A flow whose table cannot be read is shown, and fails the command.
     let unreadable = flows.iter().any(|f| f.unreadable.is_some());
     let done = || match unreadable {
@@ -226,6 +227,9 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
     if json {
         for f in &flows {
             outln!("{}", serde_json::to_string(f).unwrap_or_default());
+        }
+        for stray in &strays {
+            outln!("{}", serde_json::to_string(stray).unwrap_or_default());
         }
         return done();
     }
@@ -312,5 +316,35 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             errln!("error: flow `{}`: {e}", f.flow);
         }
     }
+    print_strays(&strays, &args.dir);
     done()
+}
+
+/// The replication slots on the pipeline's servers that no pipeline folder claims.
+fn print_strays(strays: &[cdcflow_runtime::sources::StrayCursor], dir: &std::path::Path) {
+    if strays.is_empty() {
+        return;
+    }
+    outln!("replication slots no pipeline folder claims (they keep WAL on the server for nobody):");
+    for s in strays {
+        let kept = s
+            .retained_bytes
+            .map_or_else(|| "-".into(), |b| crate::optimize::bytes(b.max(0) as u64));
+        let last = s
+            .last_claimed_by
+            .as_ref()
+            .map(|p| format!(", last read by the pipeline storage in {p}, gone"))
+            .unwrap_or_default();
+        let active = match s.active {
+            true => ", streamed by a session now",
+            false => "",
+        };
+        outln!(
+            "  {} on {}: keeps {kept} of WAL{last}{active}; drop it: cdcflow vacuum -p {} --drop-slot {}",
+            s.name,
+            s.server,
+            dir.display(),
+            s.name
+        );
+    }
 }

@@ -32,6 +32,38 @@ pub fn run(args: &PipelineArgs, options: &VacuumOptions, json: bool) -> ExitCode
     ExitCode::SUCCESS
 }
 
+/// `--drop-slot`: drops each named replication slot no flow of the pipeline reads.
+pub fn drop_slots(args: &PipelineArgs, names: &[String], json: bool) -> ExitCode {
+    let Some(pipeline) = crate::query::load(args) else {
+        return ExitCode::from(1);
+    };
+    let rt = crate::runtime();
+    let own: Vec<String> = match rt.block_on(cdcflow_postgres::runtime::slots_in_use(&pipeline)) {
+        Ok(in_use) => in_use.into_values().flatten().collect(),
+        Err(e) => {
+            crate::run_error::print(&e);
+            return ExitCode::from(1);
+        }
+    };
+    let mut code = ExitCode::SUCCESS;
+    for name in names {
+        match rt.block_on(cdcflow_postgres::slots::drop_named(&pipeline, name, &own)) {
+            Ok(done) if json => {
+                outln!(
+                    "{}",
+                    serde_json::json!({ "slot": name, "dropped": true, "message": done })
+                );
+            }
+            Ok(done) => outln!("{done}"),
+            Err(e) => {
+                crate::run_error::print(&e);
+                code = ExitCode::from(1);
+            }
+        }
+    }
+    code
+}
+
 fn print_text(name: &str, tables: &[TableVacuum], dry_run: bool) {
     match dry_run {
         true => outln!("pipeline `{name}`: vacuum dry run, nothing removed"),

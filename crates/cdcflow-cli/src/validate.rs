@@ -45,7 +45,15 @@ pub fn shown_path(dir: &Path, file: &str, cwd: Option<&Path>) -> String {
 }
 
 pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
-    let loaded = load(args);
+    let mut loaded = load(args);
+    let found = server_diagnostics(&loaded);
+    let cwd = std::env::current_dir().ok();
+    for mut d in found {
+        if let Some(at) = d.at.as_mut() {
+            at.path = shown_path(&args.dir, &at.path, cwd.as_deref());
+        }
+        loaded.diagnostics.push(d);
+    }
     match format {
         DiagnosticFormat::Text => print_text(&loaded.diagnostics),
         DiagnosticFormat::Json => print_json(&loaded.diagnostics),
@@ -61,6 +69,29 @@ pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
         outln!("{}", summary(&loaded));
     }
     ExitCode::SUCCESS
+}
+
+/// What the servers of the pipeline's database sources say of them, when they answer
+/// (docs/sources.md: validate checks the replica identity of a PostgreSQL table).
+fn server_diagnostics(loaded: &Loaded) -> Vec<Diagnostic> {
+    let Some(pipeline) = &loaded.pipeline else {
+        return vec![];
+    };
+    let reads_postgres = pipeline.flows.iter().any(|f| {
+        f.inputs
+            .iter()
+            .any(|i| matches!(i, cdcflow_plan::Input::Postgres(_)))
+    });
+    if !reads_postgres {
+        return vec![];
+    }
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(cdcflow_postgres::validate::server_diagnostics(pipeline)),
+        Err(_) => vec![],
+    }
 }
 
 fn summary(loaded: &Loaded) -> String {

@@ -14,6 +14,10 @@ pub enum PgError {
     /// A value or change the source cannot turn into rows.
     #[error("{message}")]
     Data { message: String, help: String },
+    /// The stream since the committed position lacks some of the table's changes (an
+    /// operator's DDL or publication change): only a new snapshot of `refresh` recovers.
+    #[error("{message}")]
+    Gap { message: String, refresh: Refresh },
     /// The replication stream broke its protocol.
     #[error("logical replication protocol: {0}")]
     Protocol(String),
@@ -23,6 +27,15 @@ pub enum PgError {
     /// An error of the replication connection.
     #[error("PostgreSQL replication connection: {0}")]
     Replication(#[from] pgwire_replication::PgWireError),
+}
+
+/// What a new snapshot must cover to close a [`PgError::Gap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    /// The table alone.
+    Table,
+    /// Every table read through the connection (they share the slot).
+    Connection,
 }
 
 fn sql_message(e: &tokio_postgres::Error) -> String {
@@ -43,10 +56,67 @@ impl PgError {
             Self::NotReady { help, .. } | Self::Slot { help, .. } | Self::Data { help, .. } => {
                 Some(help)
             }
-            Self::Sql(_) | Self::Replication(_) => Some(
-                "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up",
-            ),
+            Self::Sql(e) => Some(sql_help(e)),
+            Self::Replication(e) => Some(replication_help(&e.to_string())),
+            Self::Gap { .. } => None,
             Self::Protocol(_) => None,
+        }
+    }
+}
+
+const CHECK_CONNECTION: &str = "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up";
+
+/// What to do about an error of the SQL connection: the server's answer says why (by
+/// its SQLSTATE); only an error without one is about reaching the server.
+fn sql_help(e: &tokio_postgres::Error) -> &'static str {
+    let Some(db) = e.as_db_error() else {
+        return CHECK_CONNECTION;
+    };
+    state_help(db.code().code())
+}
+
+/// What to do about an error of the replication connection, from its text (the
+/// replication client gives the server's message, not its SQLSTATE).
+fn replication_help(text: &str) -> &'static str {
+    if text.contains("replication slots are in use") || text.contains("all replication slots") {
+        return state_help("53400");
+    }
+    if text.contains("password authentication failed") || text.contains("no pg_hba.conf entry") {
+        return state_help("28P01");
+    }
+    if text.contains("does not exist") {
+        return state_help("42704");
+    }
+    if text.contains("remaining connection slots") || text.contains("too many clients") {
+        return state_help("53300");
+    }
+    CHECK_CONNECTION
+}
+
+fn state_help(code: &str) -> &'static str {
+    match code {
+        "53400" => {
+            "the server has no free replication slot (max_replication_slots): drop slots no pipeline uses (`cdcflow status` lists cdcflow's) or raise max_replication_slots and restart the server"
+        }
+        "53300" => {
+            "the server refused a new connection (max_connections reached): close idle sessions or raise max_connections"
+        }
+        "28000" | "28P01" => {
+            "the server refused the login: check the user, the password's environment variable and pg_hba.conf"
+        }
+        "3D000" => {
+            "the database does not exist: check `database:` of the connection in pipeline.yaml"
+        }
+        "42501" => {
+            "the role lacks a privilege: the message names it (docs/sources.md lists what cdcflow needs)"
+        }
+        "57P01" | "57P02" | "57P03" => {
+            "the server is shutting down or starting: the next run (or --continuous, after a back-off) tries again"
+        }
+        c if c.starts_with("08") => CHECK_CONNECTION,
+        // The server understood the connection but refused a statement cdcflow sent.
+        _ => {
+            "the server refused a statement cdcflow sent (the message says why); if the server looks right, this is a cdcflow bug: please report it with the message"
         }
     }
 }

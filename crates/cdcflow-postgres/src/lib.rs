@@ -7,7 +7,8 @@
 //! - [`connection`]: where to connect, and the two connections made from it;
 //!   [`tls`]: how they encrypt and verify; [`client_cert`]: the certificate they
 //!   authenticate with;
-//! - [`source`]: slot, publication, streaming and acknowledgement; [`snapshot`]:
+//! - [`source`]: slot, publication, streaming and acknowledgement; [`identity`]: the
+//!   table and publication a position was read from, checked before each read; [`snapshot`]:
 //!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key);
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
 //!   [`changes`]: the rows and their metadata columns.
@@ -16,14 +17,17 @@ pub mod changes;
 pub mod client_cert;
 pub mod connection;
 pub mod error;
+pub mod identity;
 pub mod pgoutput;
 pub mod position;
 pub mod runtime;
+pub mod slots;
 pub mod snapshot;
 pub mod source;
 pub mod tid_copy;
 pub mod tls;
 pub mod types;
+pub mod validate;
 
 pub use changes::ChangeKind;
 pub use connection::PgConnection;

@@ -6,6 +6,8 @@
 //!  "copy": {"after": ["41999"], "copied": 42000},             // the copy goes on
 //!  // or, for a table without a primary key, after a tuple id:
 //!  // "copy": {"after_tid": "(812,40)", "pages": 9000, "filenode": 16384, "copied": 42000},
+//!  "identity": {"relid": 16384, "publication": 16390, "member": 16391},  // OIDs read from
+//!  "slot": "cdcflow_crm_src_0123456789ab",    // the slot it was read through
 //!  "applied_until_micros": 1764600000000000}  // every change before this time is in
 //! ```
 //!
@@ -19,6 +21,7 @@ use cdcflow_runtime::RunError;
 use pgwire_replication::Lsn;
 use serde_json::{Map, Value, json};
 
+use crate::identity::Identity;
 use crate::snapshot::CopyProgress;
 use crate::source::{ReadFrom, lsn_text};
 use crate::tid_copy::TupleResume;
@@ -30,6 +33,9 @@ pub struct Position {
     /// The source time (µs since the epoch) before which every change of the table is
     /// in the committed batches (`cdcflow status` reports the lag from it).
     pub applied_until_micros: Option<i64>,
+    /// The replication slot (and publication) the position was read through; `None`
+    /// in positions written before it was kept (the slot of the older name).
+    pub slot: Option<String>,
 }
 
 impl Position {
@@ -54,6 +60,15 @@ impl Position {
                 );
             }
             CopyProgress::Start | CopyProgress::Done => {}
+        }
+        if let Some(i) = &self.from.identity {
+            out.insert(
+                "identity".into(),
+                json!({ "relid": i.relid, "publication": i.publication, "member": i.member }),
+            );
+        }
+        if let Some(slot) = &self.slot {
+            out.insert("slot".into(), json!(slot));
         }
         if let Some(at) = self.applied_until_micros {
             out.insert("applied_until_micros".into(), json!(at));
@@ -121,13 +136,23 @@ pub fn parse(value: &Value) -> Result<Position, RunError> {
             copied: c.get("copied").and_then(Value::as_u64).unwrap_or(0),
         },
     };
+    let identity = match value.get("identity") {
+        None => None,
+        Some(i) => Some(Identity {
+            relid: number(i, "relid")?,
+            publication: number(i, "publication")?,
+            member: number(i, "member")?,
+        }),
+    };
     Ok(Position {
         from: ReadFrom {
             lsn: Some(lsn_of(value)?),
             within,
             copy,
+            identity,
         },
         applied_until_micros: value.get("applied_until_micros").and_then(Value::as_i64),
+        slot: value.get("slot").and_then(Value::as_str).map(String::from),
     })
 }
 
@@ -161,8 +186,10 @@ mod tests {
                 lsn: Some(lsn),
                 within: None,
                 copy: CopyProgress::Done,
+                identity: None,
             },
             applied_until_micros: micros,
+            slot: None,
         }
     }
 
@@ -181,14 +208,22 @@ mod tests {
                     key: vec!["41".into(), "x".into()],
                     copied: 42,
                 },
+                identity: Some(Identity {
+                    relid: 1,
+                    publication: 2,
+                    member: 3,
+                }),
             },
             applied_until_micros: Some(9),
+            slot: Some("cdcflow_p_src_0123456789ab".into()),
         };
         let v = full.to_json();
         assert_eq!(
             v,
             json!({"lsn": "0/10", "within": {"commit_lsn": "0/20", "seq": 7},
-                   "copy": {"after": ["41", "x"], "copied": 42}, "applied_until_micros": 9})
+                   "copy": {"after": ["41", "x"], "copied": 42},
+                   "identity": {"relid": 1, "publication": 2, "member": 3}, "applied_until_micros": 9,
+                   "slot": "cdcflow_p_src_0123456789ab"})
         );
         assert_eq!(parse(&v).unwrap(), full);
         assert!(parse(&json!({"lsn": "0/10", "copy": {"after": [1]}})).is_err());
@@ -202,8 +237,10 @@ mod tests {
                     filenode: 16384,
                     copied: 42,
                 }),
+                identity: None,
             },
             applied_until_micros: None,
+            slot: None,
         };
         let v = tuples.to_json();
         assert_eq!(

@@ -16,7 +16,7 @@ use cdcflow_plan::read_postgres::ReadPostgres;
 use cdcflow_plan::read_postgres::{CHANGE_SEQ, CHANGE_TYPE, COMMIT_LSN};
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::sources::{
-    Acknowledge, Carried, ExternalSource, SourceFactory, SourceRead, SourceStatus,
+    Acknowledge, Carried, ExternalSource, SourceFactory, SourceRead, SourceStatus, StrayCursor,
 };
 use cdcflow_runtime::{ErrorCode, RunError};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
@@ -26,10 +26,12 @@ use serde_json::Value;
 
 use crate::client_cert::{ClientCert, Pem};
 use crate::connection::PgConnection;
-use crate::error::PgError;
+use crate::error::{PgError, Refresh};
 use crate::position;
+use crate::slots;
 use crate::source::{Changes, ReadFrom, TableSource};
 use crate::tls::Tls;
+use cdcflow_runtime::storage_id::{self, StorageId};
 
 /// Told how a table's initial copy goes (a terminal's progress line).
 pub type CopyProgressSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -61,6 +63,52 @@ impl SourceFactory for PostgresSources {
             Box::new(s) as Box<dyn ExternalSource>
         }))
     }
+
+    fn retire<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+    ) -> BoxFuture<'a, Result<Vec<String>, RunError>> {
+        Box::pin(async move {
+            if slots::own_recorded(&pipeline.storage_dir())?.is_empty() {
+                return Ok(vec![]);
+            }
+            slots::retire(pipeline, &slots_in_use(pipeline).await?).await
+        })
+    }
+
+    fn strays<'a>(&'a self, pipeline: &'a Pipeline) -> BoxFuture<'a, Vec<StrayCursor>> {
+        Box::pin(async move {
+            let mut own: Vec<String> = slots_in_use(pipeline)
+                .await
+                .unwrap_or_default()
+                .into_values()
+                .flatten()
+                .collect();
+            own.extend(
+                slots::own_recorded(&pipeline.storage_dir())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|r| r.slot),
+            );
+            slots::strays(pipeline, &own).await
+        })
+    }
+}
+
+/// The slot each connection some flow reads is read through now, by the connection's
+/// name: the one its tables' committed positions name (`None` before any committed).
+pub async fn slots_in_use(
+    pipeline: &Pipeline,
+) -> Result<std::collections::BTreeMap<String, Option<String>>, RunError> {
+    let mut out = std::collections::BTreeMap::new();
+    for connection in slots::read_connections(pipeline) {
+        let legacy = object_name(&pipeline.config.name, &connection);
+        let slot = readers(pipeline, &connection)
+            .recorded_slot(&legacy)
+            .await?;
+        out.insert(connection, slot);
+    }
+    Ok(out)
 }
 
 /// The runtime's error for a source error, with its help.
@@ -94,15 +142,17 @@ pub fn declared<'a>(pipeline: &'a Pipeline, name: &str) -> Result<&'a Connection
 
 fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
     let connection = resolve(&rp.connection, declared(pipeline, &rp.connection)?)?;
-    let name = object_name(&pipeline.config.name, &rp.connection);
+    let names = SlotNames::new(pipeline, &rp.connection);
     Ok(PgSource {
         source: TableSource {
             connection,
             table: rp.source.clone(),
-            slot: name.clone(),
-            publication: name,
+            // Named per read (`PgSource::named`): the name depends on the checkpoints.
+            slot: names.legacy.clone(),
+            publication: names.legacy.clone(),
             max_changes: usize::try_from(rp.max_changes_per_batch).unwrap_or(usize::MAX),
         },
+        names,
         key: rp.key(),
         connection_name: rp.connection.clone(),
         readers: Arc::new(readers(pipeline, &rp.connection)),
@@ -140,6 +190,34 @@ struct SlotReaders {
 }
 
 impl SlotReaders {
+    /// The slot the first input with a committed position reads (its recorded name, or
+    /// the name slots had before they were named from the storage, for a position
+    /// written before names were recorded).
+    async fn recorded_slot(&self, legacy: &str) -> Result<Option<String>, RunError> {
+        for (flow, target, key) in &self.inputs {
+            let committed =
+                cdcflow_runtime::checkpoint::committed_position(&self.storage, flow, target, key)
+                    .await?;
+            if let Some(value) = committed {
+                let position = position::parse(&value)?;
+                return Ok(Some(position.slot.unwrap_or_else(|| legacy.to_string())));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The tables the inputs are read into (those of input `key` alone, with a key),
+    /// each once, in the pipeline's order.
+    fn targets(&self, key: Option<&String>) -> Vec<String> {
+        let mut names: Vec<String> = vec![];
+        for (_, target, k) in &self.inputs {
+            if key.is_none_or(|key| key == k) && !names.contains(&target.name) {
+                names.push(target.name.clone());
+            }
+        }
+        names
+    }
+
     /// The lowest position any of them has committed (inputs that have committed
     /// nothing yet take their own snapshot later, at a point past every position).
     async fn lowest_committed(&self) -> Result<Option<u64>, RunError> {
@@ -249,8 +327,43 @@ pub fn object_name(pipeline: &str, connection: &str) -> String {
     format!("{}_{hash:016x}", &full[..46])
 }
 
+/// How the slot (and the publication, of the same name) of a pipeline's connection is
+/// named: from the pipeline storage's identity (`cdcflow_storage_id`), so that no
+/// two storages read one slot; or as before identities, for the tables whose
+/// checkpoints read a slot of that older name.
+struct SlotNames {
+    /// `cdcflow_<pipeline>_<connection>`.
+    legacy: String,
+    storage: std::path::PathBuf,
+}
+
+impl SlotNames {
+    fn new(pipeline: &Pipeline, connection: &str) -> SlotNames {
+        SlotNames {
+            legacy: object_name(&pipeline.config.name, connection),
+            storage: pipeline.storage_dir(),
+        }
+    }
+
+    /// The name for the storage of identity `id`.
+    fn of(&self, id: &StorageId) -> String {
+        slot_name(&self.legacy, id)
+    }
+}
+
+/// `base` (at most 63 bytes) with the storage identity's short form, within 63 bytes.
+pub fn slot_name(base: &str, id: &StorageId) -> String {
+    let room = 63 - 1 - id.short().len();
+    let cut = (0..=room.min(base.len()))
+        .rev()
+        .find(|i| base.is_char_boundary(*i))
+        .unwrap_or(0);
+    format!("{}_{}", &base[..cut], id.short())
+}
+
 struct PgSource {
     source: TableSource,
+    names: SlotNames,
     /// The connection's name in pipeline.yaml.
     connection_name: String,
     key: String,
@@ -288,12 +401,24 @@ impl ExternalSource for PgSource {
 
     fn read<'a>(&'a self, after: Option<&'a Value>) -> BoxFuture<'a, Result<SourceRead, RunError>> {
         Box::pin(async move {
-            let from = after.map(position::parse).transpose()?.unwrap_or_default();
-            let mut changes = self
-                .source
+            let committed = after.map(position::parse).transpose()?;
+            let slot = self.slot_for(committed.as_ref()).await?;
+            let source = self.source.named(&slot);
+            let first_read = committed.is_none();
+            let from = committed.unwrap_or_default();
+            let mut changes = source
                 .read_from(&from.from)
                 .await
                 .map_err(|e| self.error(e))?;
+            slots::record(
+                &self.names.storage,
+                &slot,
+                &self.connection_name,
+                &source.connection,
+            )?;
+            if first_read {
+                self.claim(&slot).await;
+            }
             let schema = changes.rows.schema();
             let rows = std::mem::replace(
                 &mut changes.rows,
@@ -331,8 +456,10 @@ impl ExternalSource for PgSource {
                     lsn: Some(changes.position),
                     within: changes.within,
                     copy: changes.copy.clone(),
+                    identity: changes.identity,
                 },
                 applied_until_micros: applied_until,
+                slot: Some(slot),
             };
             Ok(SourceRead {
                 schema,
@@ -344,7 +471,7 @@ impl ExternalSource for PgSource {
                 tombstones: 0,
                 lag: vec![],
                 acknowledge: Some(Box::new(PgAcknowledge {
-                    source: self.source.clone(),
+                    source,
                     changes,
                     readers: Arc::clone(&self.readers),
                 })),
@@ -360,8 +487,104 @@ const RETAINED_WARNING_BYTES: i64 = 1 << 30;
 const LAG_WARNING_SECONDS: f64 = 900.0;
 
 impl PgSource {
+    /// The slot a read of this table streams: the one its committed position read, or
+    /// (a first read) the one the connection's other tables read, or else the one
+    /// named from this storage's identity. A recorded name of another storage's
+    /// identity means this storage is a copy: reading that slot would take the other
+    /// pipeline's changes away, so the read is refused.
+    async fn slot_for(&self, committed: Option<&position::Position>) -> Result<String, RunError> {
+        let recorded = match committed {
+            Some(p) => Some(p.slot.clone().unwrap_or_else(|| self.names.legacy.clone())),
+            None => self.readers.recorded_slot(&self.names.legacy).await?,
+        };
+        let ensured = storage_id::ensure(&self.names.storage)?;
+        let own = self.names.of(&ensured.id);
+        match recorded {
+            None => Ok(own),
+            Some(name) if name == own || name == self.names.legacy => Ok(name),
+            Some(name) => {
+                let tables = self.readers.targets(None);
+                let from = ensured
+                    .copied_from
+                    .map(|p| format!(" (the storage in {})", p.display()))
+                    .unwrap_or_default();
+                Err(RunError::user(
+                    ErrorCode::Source,
+                    format!(
+                        "PostgreSQL connection `{}`: this pipeline storage's checkpoints read replication slot `{name}`, which belongs to another pipeline storage{from}: this one is a copy, and reading that slot would take changes the other has not read",
+                        self.connection_name
+                    ),
+                )
+                .with_help(format!(
+                    "run `cdcflow run --full-refresh {} --cascade`: this copy takes new snapshots through a slot of its own",
+                    tables.join(" ")
+                )))
+            }
+        }
+    }
+
+    /// Names this storage in the comment of the slot's publication, so that `status` of
+    /// any pipeline tells a slot some folder still reads from one none does. A comment
+    /// not written (the publication made by another role) is only logged.
+    async fn claim(&self, slot: &str) {
+        let claim = match (
+            storage_id::read(&self.names.storage),
+            std::fs::canonicalize(&self.names.storage),
+        ) {
+            (Ok(Some(id)), Ok(here)) => slots::claim(id.as_str(), &here),
+            _ => return,
+        };
+        let sql = format!(
+            "COMMENT ON PUBLICATION {} IS {}",
+            crate::connection::quote_ident(slot),
+            crate::connection::quote_literal(&claim)
+        );
+        let done = match self.source.connection.connect().await {
+            Ok(client) => client.batch_execute(&sql).await.map_err(PgError::from),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = done {
+            tracing::warn!(slot, error = %e, "the publication's comment naming this pipeline storage was not written");
+        }
+    }
+
+    /// The slot `status` reports on, as a read would pick it, making nothing.
+    async fn slot_for_status(
+        &self,
+        committed: Option<&position::Position>,
+    ) -> Result<Option<String>, RunError> {
+        let recorded = match committed {
+            Some(p) => Some(p.slot.clone().unwrap_or_else(|| self.names.legacy.clone())),
+            None => self.readers.recorded_slot(&self.names.legacy).await?,
+        };
+        Ok(match recorded {
+            Some(name) => Some(name),
+            None => storage_id::read(&self.names.storage)?.map(|id| self.names.of(&id)),
+        })
+    }
+
     fn error(&self, e: PgError) -> RunError {
-        connection_error(&self.connection_name, e)
+        match e {
+            PgError::Gap { message, refresh } => {
+                let tables = self.readers.targets(match refresh {
+                    Refresh::Table => Some(&self.key),
+                    Refresh::Connection => None,
+                });
+                RunError::user(
+                    ErrorCode::Source,
+                    format!("PostgreSQL connection `{}`: {message}", self.connection_name),
+                )
+                .with_help(format!(
+                    "nothing was read; a new snapshot recovers: run `cdcflow run --full-refresh {} --cascade` (the tables that read {} are rebuilt from it)",
+                    tables.join(" "),
+                    match tables.len() {
+                        1 => "it",
+                        _ => "them",
+                    }
+                ))
+            }
+            e => connection_error(&self.connection_name, e),
+        }
     }
 
     async fn client(&self) -> Result<tokio_postgres::Client, RunError> {
@@ -379,6 +602,11 @@ impl PgSource {
         };
         let committed = after.map(position::parse).transpose()?;
         let after = committed.as_ref().and_then(|c| c.from.lsn);
+        let Some(slot) = self.slot_for_status(committed.as_ref()).await? else {
+            status.warning =
+                Some("not started: the first run creates the slot and takes the snapshot".into());
+            return Ok(status);
+        };
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -386,7 +614,7 @@ impl PgSource {
                  (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, extract(epoch FROM r.replay_lag)::float8 \
                  FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid \
                  WHERE s.slot_name = $1",
-                &[&self.source.slot],
+                &[&slot],
             )
             .await
             .map_err(|e| self.error(e.into()))?;
@@ -394,8 +622,7 @@ impl PgSource {
             status.warning = Some(match after {
                 None => "not started: the first run creates the slot and takes the snapshot".into(),
                 Some(_) => format!(
-                    "replication slot `{}` is gone: the next run fails; `cdcflow run --full-refresh <table>` takes a new snapshot",
-                    self.source.slot
+                    "replication slot `{slot}` is gone: the next run fails; `cdcflow run --full-refresh <table>` takes a new snapshot"
                 ),
             });
             return Ok(status);
@@ -415,12 +642,10 @@ impl PgSource {
         }
         status.warning = match wal_status.as_str() {
             "lost" => Some(format!(
-                "replication slot `{}` was invalidated by the server: changes were lost; `cdcflow run --full-refresh <table>` takes a new snapshot",
-                self.source.slot
+                "replication slot `{slot}` was invalidated by the server: changes were lost; `cdcflow run --full-refresh <table>` takes a new snapshot"
             )),
             "unreserved" => Some(format!(
-                "replication slot `{}` is past max_slot_wal_keep_size: the server may invalidate it at its next checkpoint; run the pipeline now",
-                self.source.slot
+                "replication slot `{slot}` is past max_slot_wal_keep_size: the server may invalidate it at its next checkpoint; run the pipeline now"
             )),
             _ if retained.is_some_and(|r| r > RETAINED_WARNING_BYTES) => Some(
                 "the slot keeps over 1 GiB of WAL on the server: run the pipeline (a stopped pipeline holds WAL), or drop the slot if the pipeline is retired".into(),
@@ -484,5 +709,17 @@ mod tests {
         let long = object_name(&"p".repeat(80), "crm");
         assert_eq!(long.len(), 63);
         assert_ne!(long, object_name(&"p".repeat(81), "crm"));
+    }
+
+    #[test]
+    fn slot_names_carry_the_storage_identity_within_63_bytes() {
+        let dir = std::env::temp_dir().join(format!("cdcflow-slot-name-{}", std::process::id()));
+        let id = storage_id::ensure(&dir).unwrap().id;
+        std::fs::remove_dir_all(&dir).unwrap();
+        let short = slot_name("cdcflow_crm_src", &id);
+        assert_eq!(short, format!("cdcflow_crm_src_{}", id.short()));
+        let long = slot_name(&object_name(&"p".repeat(80), "crm"), &id);
+        assert_eq!(long.len(), 63);
+        assert!(long.ends_with(id.short()));
     }
 }

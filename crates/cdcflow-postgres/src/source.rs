@@ -27,7 +27,8 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 
 use crate::changes::{ChangeKind, ChangeMeta, ChangeRows, TableColumn};
 use crate::connection::{PgConnection, quote_ident, quote_literal};
-use crate::error::PgError;
+use crate::error::{PgError, Refresh};
+use crate::identity::Identity;
 use crate::pgoutput::{self, Message, RelationColumn, Value};
 use crate::snapshot::CopyProgress;
 
@@ -91,6 +92,8 @@ pub struct Changes {
     pub read_at_micros: i64,
     /// The replica identity's columns (known once the stream described the table).
     pub keys: Vec<String>,
+    /// The server objects the stream depends on, as this read found them.
+    pub identity: Option<Identity>,
     /// Cells updates left out (unchanged TOASTed values) that no earlier row of this
     /// read gives: (row, column). They are the values of the key's latest row stored
     /// before this read.
@@ -150,9 +153,21 @@ pub struct ReadFrom {
     pub within: Option<(u64, i64)>,
     /// The table's initial copy.
     pub copy: CopyProgress,
+    /// The table and publication the position was read from (`None` in positions
+    /// written before they were kept).
+    pub identity: Option<Identity>,
 }
 
 impl TableSource {
+    /// This table read through slot `slot` and the publication of the same name.
+    pub fn named(&self, slot: &str) -> TableSource {
+        TableSource {
+            slot: slot.to_string(),
+            publication: slot.to_string(),
+            ..self.clone()
+        }
+    }
+
     /// Reads the changes committed after `after` (a position an earlier read returned
     /// and the caller committed), or, with `None`, the first chunk of the table's copy
     /// and what followed it. The replication session stays open until
@@ -166,6 +181,7 @@ impl TableSource {
             lsn: after,
             within: None,
             copy,
+            identity: None,
         })
         .await
     }
@@ -181,7 +197,7 @@ impl TableSource {
         // older transactions may lack it: they get nulls).
         let (target, read_at_micros) = flush_position(&client).await?;
         let columns = self.columns(&client).await?;
-        self.ensure_publication(&client).await?;
+        let identity = self.check_objects(&client, from).await?;
         let mut rows = ChangeRows::new(columns);
         let mut copy = from.copy.clone();
         let mut estimate = None;
@@ -216,6 +232,7 @@ impl TableSource {
             // Nothing to stream; a gated session that never started ends when dropped.
             drop(session);
             return Ok(Changes {
+                identity: Some(identity),
                 keys: rows.key_names(),
                 unresolved: rows.unresolved(),
                 rows: rows.finish()?,
@@ -242,13 +259,14 @@ impl TableSource {
         let reached = stream(
             &mut session,
             &mut rows,
-            &self.table,
+            (&self.table, identity.relid),
             (start, target),
             (limit, most),
             from.within,
         )
         .await?;
         Ok(Changes {
+            identity: Some(identity),
             keys: rows.key_names(),
             unresolved: rows.unresolved(),
             rows: rows.finish()?,
@@ -384,15 +402,7 @@ impl TableSource {
             )
             .await?;
         if rows.is_empty() {
-            return Err(PgError::NotReady {
-                message: format!(
-                    "table `{}` does not exist in database `{}`",
-                    self.table, self.connection.database
-                ),
-                help:
-                    "check table => 'schema.table' in read_postgres and the connection's database"
-                        .into(),
-            });
+            return Err(self.missing_table());
         }
         Ok(rows
             .iter()
@@ -403,6 +413,28 @@ impl TableSource {
                 not_null: r.get(3),
             })
             .collect())
+    }
+
+    /// Checks the table and its publication before anything is changed on the server
+    /// (`crate::identity`), puts the table in the publication when it is not there yet
+    /// (a first read), and returns the identities the position is to keep.
+    async fn check_objects(&self, client: &Client, from: &ReadFrom) -> Result<Identity, PgError> {
+        let mut found = self.find(client).await?;
+        self.check_replica_identity(&found)?;
+        if from.lsn.is_some() {
+            self.check_continuity(&found, from.identity.as_ref())?;
+        }
+        self.check_publishes_everything(&found)?;
+        if !found.published() {
+            self.ensure_publication(client).await?;
+            found = self.find(client).await?;
+        }
+        found.identity().ok_or_else(|| {
+            PgError::Protocol(format!(
+                "publication `{}` does not hold `{}` after it was added",
+                self.publication, self.table
+            ))
+        })
     }
 
     async fn check_ready(&self, client: &Client) -> Result<(), PgError> {
@@ -601,7 +633,7 @@ struct Reached {
 async fn stream(
     session: &mut ReplicationClient,
     rows: &mut ChangeRows,
-    table: &TableName,
+    table: (&TableName, u32),
     (start, target): (u64, u64),
     (limit, most_in_transaction): (usize, usize),
     within: Option<(u64, i64)>,
@@ -758,12 +790,16 @@ fn relation(
                 });
             }
             Some(c) if c.type_oid != s.type_oid || c.type_modifier != s.type_modifier => {
+                let old = crate::types::arrow_type(s.type_oid, s.type_modifier);
                 return Err(PgError::Data {
                     message: format!(
-                        "column `{}` of `{table}` changed its type upstream",
-                        s.name
+                        "column `{}` of `{table}` changed its type upstream, from {old} (type oid {}) to {} (type oid {}), while changes of the old type are still to be read",
+                        s.name,
+                        s.type_oid,
+                        c.arrow_type(),
+                        c.type_oid
                     ),
-                    help: "run `cdcflow run --full-refresh <table>` to take a new snapshot of the table as it is".into(),
+                    help: "run `cdcflow run --full-refresh <table> --cascade` to take a new snapshot of the table as it is (the tables that read it are rebuilt with the new type)".into(),
                 });
             }
             Some(_) => {}
@@ -780,10 +816,12 @@ fn relation(
     Ok(Relation { id, places, keys })
 }
 
-/// Adds the rows of one decoded message to the open transaction.
+/// Adds the rows of one decoded message to the open transaction. The table is known by
+/// its OID (`relid`), which a rename keeps; another table under its name is the table
+/// dropped and created again, a gap the read cannot fill.
 fn change(
     message: Message,
-    table: &TableName,
+    (table, relid): (&TableName, u32),
     columns: &[TableColumn],
     current: &mut Option<Relation>,
     txn: &mut Open,
@@ -797,7 +835,15 @@ fn change(
     } = &message
     {
         // The slot's publication has the other tables of the pipeline too.
-        if *namespace != table.schema || *name != table.name {
+        if *id != relid {
+            if *namespace == table.schema && *name == table.name {
+                return Err(PgError::Gap {
+                    message: format!(
+                        "table `{table}` was dropped and created again while the stream was read (it was OID {relid}, the stream now has OID {id})"
+                    ),
+                    refresh: Refresh::Table,
+                });
+            }
             return Ok(());
         }
         *current = Some(relation(

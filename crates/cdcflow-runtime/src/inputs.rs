@@ -184,7 +184,13 @@ impl InputReader<'_> {
                 Input::Files(rf) => self.register_files(rf, progress, planner, batch).await?,
                 Input::Delta(d) => self.register_external(d, progress, planner, batch).await?,
                 Input::Postgres(rp) => {
-                    let declared = rp.schema();
+                    // Only a declared schema shapes the rows: the columns found when
+                    // the run began may have grown since (a column added while a
+                    // continuous run follows the table), and the read has them all.
+                    let declared = rp
+                        .declared_columns
+                        .as_deref()
+                        .map(cdcflow_plan::read_postgres::change_schema);
                     self.register_source(input, &rp.table, declared, progress, planner, batch)
                         .await?
                 }

@@ -140,7 +140,22 @@ impl QueryBatch {
             .with_offsets(&self.inputs.offsets)
             .with_landing_files(&self.inputs.landing)
             .doing(operation);
-        delta::write(&self.dir, &schema, batches, mode, &commit).await?;
+        // A table a full refresh emptied takes the columns of its first batch: a column
+        // whose type changed upstream would otherwise keep failing the appends.
+        let emptied = mode == Mode::Append && self.table.exists() && self.table.files()?.is_empty();
+        let write_mode = match emptied {
+            true => Mode::Overwrite,
+            false => mode,
+        };
+        let stored = self.table.arrow_schema();
+        delta::write(&self.dir, &schema, batches, write_mode, &commit)
+            .await
+            .map_err(
+                |e| match delta::changed_type(stored.as_ref(), &schema, &flow.target) {
+                    Some(changed) => changed,
+                    None => e,
+                },
+            )?;
         report.outcome = FlowOutcome::Committed { batch };
         report.oldest_change_micros = self.inputs.oldest_arrival_micros;
         Ok(())

@@ -185,6 +185,19 @@ pub(crate) async fn run_locked(
         reports[i] = Some(finished(r, &mut blocked));
     }
     report.flows.extend(reports.into_iter().flatten());
+    // Server objects no flow reads any more, once the whole pipeline ran (a run of
+    // some flows says nothing of the others' needs).
+    if options.flows.is_empty()
+        && let Some(sources) = &options.sources
+    {
+        match sources.0.retire(pipeline).await {
+            Ok(notes) => report.notes.extend(notes),
+            Err(e) => report.notes.push(format!(
+                "server objects no flow reads any more were not looked for: {}",
+                e.with_help_inline()
+            )),
+        }
+    }
     crate::compact::after_run(pipeline, &storage, &mut report).await;
     crate::vacuum::vacuum_changed_state(pipeline, &storage, &mut report).await;
     let ended = chrono::Utc::now().timestamp_micros();

@@ -145,6 +145,39 @@ pub trait SourceFactory: Send + Sync {
         pipeline: &Pipeline,
         input: &Input,
     ) -> Option<Result<Box<dyn ExternalSource>, RunError>>;
+
+    /// After a run of the whole pipeline: removes what this kind keeps on servers for the
+    /// pipeline and no flow reads any more (a replication slot holds WAL while it
+    /// exists); what was done, for the run's summary.
+    fn retire<'a>(
+        &'a self,
+        _pipeline: &'a Pipeline,
+    ) -> BoxFuture<'a, Result<Vec<String>, RunError>> {
+        Box::pin(async { Ok(vec![]) })
+    }
+
+    /// What this kind keeps on the pipeline's servers that no pipeline folder claims
+    /// (`cdcflow status`).
+    fn strays<'a>(&'a self, _pipeline: &'a Pipeline) -> BoxFuture<'a, Vec<StrayCursor>> {
+        Box::pin(async { vec![] })
+    }
+}
+
+/// A cursor a source kind keeps on a server (a PostgreSQL replication slot) that no
+/// pipeline folder claims: it keeps the server's log for nobody.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct StrayCursor {
+    /// Its name on the server.
+    #[serde(rename = "stray_slot")]
+    pub name: String,
+    /// `host:port/database`.
+    pub server: String,
+    /// The log it keeps on the server.
+    pub retained_bytes: Option<i64>,
+    /// A session reads it now.
+    pub active: bool,
+    /// The folder that last claimed it (which no longer holds that pipeline storage).
+    pub last_claimed_by: Option<String>,
 }
 
 /// Several kinds of source: the first factory that serves an input opens it.
@@ -157,6 +190,29 @@ impl SourceFactory for AnyOf {
         input: &Input,
     ) -> Option<Result<Box<dyn ExternalSource>, RunError>> {
         self.0.iter().find_map(|f| f.open(pipeline, input))
+    }
+
+    fn retire<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+    ) -> BoxFuture<'a, Result<Vec<String>, RunError>> {
+        Box::pin(async move {
+            let mut notes = vec![];
+            for f in &self.0 {
+                notes.extend(f.retire(pipeline).await?);
+            }
+            Ok(notes)
+        })
+    }
+
+    fn strays<'a>(&'a self, pipeline: &'a Pipeline) -> BoxFuture<'a, Vec<StrayCursor>> {
+        Box::pin(async move {
+            let mut out = vec![];
+            for f in &self.0 {
+                out.extend(f.strays(pipeline).await);
+            }
+            out
+        })
     }
 }
 

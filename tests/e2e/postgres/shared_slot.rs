@@ -103,10 +103,14 @@ fn tables_of_one_connection_share_a_slot_acknowledged_up_to_the_slowest() {
     pipeline(dir.path(), &db, &["a", "b"]);
     run(dir.path());
     assert_tables_are_source(dir.path(), &db, &["a", "b"], "after the snapshots");
-    let slot = format!("cdcflow_{}_src", db.name);
     let first = slots(&db);
     assert_eq!(first.len(), 1, "one slot for the connection: {first:?}");
-    assert!(first[0].starts_with(&format!("{slot},")), "{first:?}");
+    // Named from the pipeline and connection, and the storage's identity.
+    let slot = first[0].split(',').next().expect("a name").to_string();
+    assert!(
+        slot.starts_with(&format!("cdcflow_{}_src_", db.name)),
+        "{first:?}"
+    );
     assert_eq!(
         db.rows(&format!(
             "SELECT tablename FROM pg_publication_tables WHERE pubname = '{slot}' ORDER BY 1"

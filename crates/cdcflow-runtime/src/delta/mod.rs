@@ -868,6 +868,28 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, R
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
+/// The error of a write whose rows have a column of another type than the table's
+/// (schema drift that only a rebuild takes in), naming the table, the column and both
+/// types; `None` when no column changed its type.
+pub fn changed_type(old: Option<&SchemaRef>, new: &SchemaRef, table: &str) -> Option<RunError> {
+    let old = old?;
+    let (was, is) = new.fields().iter().find_map(|f| {
+        let was = old.field_with_name(f.name()).ok()?;
+        (was.data_type() != f.data_type()).then_some((was, f))
+    })?;
+    Some(
+        RunError::input(format!(
+            "schema change: column `{}` of `{table}` is {} in the table but {} in this batch (its type changed upstream); nothing was committed",
+            is.name(),
+            was.data_type(),
+            is.data_type()
+        ))
+        .with_help(format!(
+            "run `cdcflow run --full-refresh {table} --cascade` to rebuild it (and the tables that read it) with the new type"
+        )),
+    )
+}
+
 /// Columns of `new` that `old` lacks, as a sentence for the run summary.
 pub fn added_columns(old: Option<&SchemaRef>, new: &SchemaRef, table: &str) -> Option<String> {
     let old = old?;
