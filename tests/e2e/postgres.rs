@@ -17,6 +17,7 @@ mod chunks;
 mod client_cert;
 mod mysql_tls;
 mod read_query;
+mod read_query_paging;
 mod shared_slot;
 mod tls;
 
