@@ -19,6 +19,7 @@ mod convergence;
 mod mysql_tls;
 mod operators;
 mod read_query;
+mod read_query_paging;
 mod shared_slot;
 mod slots;
 mod tls;

@@ -1,10 +1,10 @@
 //! `STREAM read_query(connection => 'erp', query => 'SELECT * FROM customers',
-//! watermark => 'updated_at' [, overlap_seconds => 60] [, schema => 'id INT, …'])`:
-//! high-watermark extraction from a database the pipeline has no replication rights on
-//! (PostgreSQL, MySQL or MariaDB; docs/sources.md). Each read runs the query with
-//! `WHERE <watermark> > <highest value read before, less the overlap>`, keeps the new
-//! highest value in the checkpoint, and yields the query's columns; rows read again
-//! in the overlap are exact re-deliveries that AUTO CDC's sequence de-duplicates.
+//! watermark => 'updated_at' [, keys => 'id'] [, overlap_seconds => 60]
+//! [, max_rows_per_batch => 100000] [, schema => 'id INT, …'])`: high-watermark
+//! extraction from a database the pipeline has no replication rights on (PostgreSQL,
+//! MySQL or MariaDB; docs/sources.md). Each read pages through the query's rows from
+//! the highest watermark value read before, less the overlap, in the order of the
+//! watermark and then the keys, and keeps in the checkpoint where it stopped.
 //! This module knows the options; running the query is `cdcflow-query`'s.
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -16,7 +16,9 @@ pub const OPTIONS: &[&str] = &[
     "connection",
     "query",
     "watermark",
+    "keys",
     "overlap_seconds",
+    "max_rows_per_batch",
     "schema",
 ];
 
@@ -24,6 +26,25 @@ pub const OPTIONS: &[&str] = &[
 /// highest value read before are read again (transactions that committed late with an
 /// earlier watermark value).
 pub const DEFAULT_OVERLAP_SECONDS: f64 = 60.0;
+
+/// The rows one batch takes at most by default; a read with more goes on in the next
+/// batch of the same run.
+pub const DEFAULT_MAX_ROWS_PER_BATCH: usize = 100_000;
+
+/// The column names of `keys => 'a, b'`, or why the text is not a list of them.
+pub fn parse_keys(text: &str) -> Result<Vec<String>, String> {
+    let mut keys: Vec<String> = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '(' || c == ')') {
+            return Err(format!("keys `{text}` is not a list of column names"));
+        }
+        if keys.iter().any(|k| k.eq_ignore_ascii_case(name)) {
+            return Err(format!("keys names `{name}` twice"));
+        }
+        keys.push(name.to_string());
+    }
+    Ok(keys)
+}
 
 /// A resolved `read_query` call.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +57,12 @@ pub struct ReadQuery {
     pub query: String,
     /// The column of the query's result that only grows (a timestamp or a number).
     pub watermark: String,
+    /// The columns of the result that tell rows with one watermark value apart (unique
+    /// among them); empty: every other column breaks the tie.
+    pub keys: Vec<String>,
     pub overlap_seconds: f64,
+    /// The rows one batch takes at most.
+    pub max_rows_per_batch: usize,
     /// The result's columns from `schema => 'ddl'`.
     pub declared_columns: Option<SchemaRef>,
     /// The result's columns as the server described them when the run began.
@@ -74,7 +100,9 @@ mod tests {
             connection: "erp".into(),
             query: query.into(),
             watermark: "updated_at".into(),
+            keys: vec![],
             overlap_seconds: 0.0,
+            max_rows_per_batch: DEFAULT_MAX_ROWS_PER_BATCH,
             declared_columns: None,
             discovered_columns: None,
             span: Span::empty(),
@@ -82,5 +110,20 @@ mod tests {
         assert!(q("SELECT 1").key().starts_with("query:erp:"));
         assert_eq!(q("SELECT 1").key(), q("SELECT 1").key());
         assert_ne!(q("SELECT 1").key(), q("SELECT 2").key());
+    }
+
+    #[test]
+    fn keys_are_column_names_separated_by_commas() {
+        assert_eq!(parse_keys("id"), Ok(vec!["id".to_string()]));
+        assert_eq!(
+            parse_keys(" order_id ,line_no "),
+            Ok(vec!["order_id".to_string(), "line_no".to_string()])
+        );
+        assert_eq!(
+            parse_keys("id name"),
+            Err("keys `id name` is not a list of column names".into())
+        );
+        assert!(parse_keys("id,").is_err());
+        assert_eq!(parse_keys("id, ID"), Err("keys names `ID` twice".into()));
     }
 }

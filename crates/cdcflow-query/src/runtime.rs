@@ -1,8 +1,8 @@
 //! `read_query` behind the runtime's source interface ([`cdcflow_runtime::sources`]):
-//! the connection of pipeline.yaml (PostgreSQL, or MySQL and MariaDB), the query and
-//! its watermark; a read takes the rows above the checkpoint's watermark and commits
-//! only when there are new ones. Nothing is acknowledged: the checkpoint alone holds
-//! the position.
+//! the connection of pipeline.yaml (PostgreSQL, or MySQL and MariaDB), the query, its
+//! watermark and keys; a read takes a batch of the rows after the checkpoint's position
+//! ([`crate::page`]) and commits only when there are new ones. Nothing is
+//! acknowledged: the checkpoint alone holds the position.
 
 // The runtime's interface returns its own error type, whatever its size.
 #![allow(clippy::result_large_err)]
@@ -21,8 +21,12 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use crate::dialect::Dialect;
 use crate::mysql::MysqlConnection;
-use crate::watermark::{self, Dialect, Kind, Position};
+use crate::order::{Column, Order};
+use crate::page::{Batch, PageError, Read};
+use crate::position::Position;
+use crate::watermark::{self, Kind, Watermark};
 
 /// An error of a `read_query` source, with what to do.
 #[derive(Debug)]
@@ -166,24 +170,55 @@ impl QuerySource {
     /// The result's columns and the watermark's place among them.
     async fn columns_and_watermark(&self) -> Result<(Vec<(String, DataType)>, usize), RunError> {
         let columns = self.describe().await.map_err(|e| self.error(e))?;
-        let place = columns
+        let place = self.place(
+            &columns,
+            &self.rq.watermark,
+            "watermark => names a column of the query's result whose value only grows",
+        )?;
+        Ok((columns, place))
+    }
+
+    /// The place of column `name` among `columns`: its exact name, else the one that
+    /// differs in case only.
+    fn place(
+        &self,
+        columns: &[(String, DataType)],
+        name: &str,
+        help: &str,
+    ) -> Result<usize, RunError> {
+        columns
             .iter()
-            .position(|(name, _)| name == &self.rq.watermark)
-            .or_else(|| {
-                columns
-                    .iter()
-                    .position(|(name, _)| name.eq_ignore_ascii_case(&self.rq.watermark))
-            })
+            .position(|(c, _)| c == name)
+            .or_else(|| columns.iter().position(|(c, _)| c.eq_ignore_ascii_case(name)))
             .ok_or_else(|| {
                 RunError::input(format!(
-                    "read_query on connection `{}`: the query's result has no column `{}` (its columns: {})",
+                    "read_query on connection `{}`: the query's result has no column `{name}` (its columns: {})",
                     self.rq.connection,
-                    self.rq.watermark,
                     columns.iter().map(|c| c.0.as_str()).collect::<Vec<_>>().join(", ")
                 ))
-                .with_help("watermark => names a column of the query's result whose value only grows")
-            })?;
-        Ok((columns, place))
+                .with_help(help)
+            })
+    }
+
+    /// A page the batch cannot take, as the user's error.
+    fn page_error(&self, e: PageError, order: &Order) -> RunError {
+        match e {
+            PageError::KeysNotUnique(place) => RunError::input(format!(
+                "read_query on connection `{}`: two rows have the same watermark and keys ({}): {}",
+                self.rq.connection,
+                order.names().join(", "),
+                place
+                    .iter()
+                    .map(|v| v.as_deref().unwrap_or("NULL"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .with_help("keys => names columns that tell apart the rows with one watermark value (the result's primary key); without keys =>, every column of the result orders them"),
+            PageError::Shape { values, expected } => RunError::input(format!(
+                "read_query on connection `{}`: the server returned a row of {values} values, not the {expected} of the query's columns and the read's order",
+                self.rq.connection
+            )),
+        }
     }
 
     async fn read_rows(&self, after: Option<&Value>) -> Result<SourceRead, RunError> {
@@ -195,28 +230,46 @@ impl QuerySource {
             })?,
         };
         let (columns, place) = self.columns_and_watermark().await?;
-        let watermark = columns[place].0.clone();
+        let keys = self
+            .rq
+            .keys
+            .iter()
+            .map(|k| self.place(&columns, k, "keys => names columns of the query's result"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let column = |i: usize| Column {
+            name: &columns[i].0,
+            numeric: columns[i].1.is_numeric(),
+        };
         let kind = Kind::of(&columns[place].1);
-        let sql = watermark::read_sql(
-            self.dialect(),
-            &self.rq.query,
-            &watermark,
-            kind,
-            self.rq.overlap_seconds,
-            &position,
-        );
-        let returned = self.fetch(&sql).await.map_err(|e| self.error(e))?;
-        let returned_full = returned.len() >= watermark::BATCH_ROWS;
-        let taken = watermark::take(returned, place, kind, self.rq.overlap_seconds, &position);
-        if returned_full && taken.rows.is_empty() {
-            return Err(RunError::input(format!(
-                "read_query on connection `{}`: over {} rows have watermark values within the overlap of `{}`: a read cannot get past them",
-                self.rq.connection,
-                watermark::BATCH_ROWS,
-                taken.position.watermark.as_deref().unwrap_or_default()
-            ))
-            .with_help("use a watermark column whose values are more distinct (a last-modified time with fractions of a second, or an increasing id), or a smaller overlap_seconds"));
+        let dialect = self.dialect();
+        let read = Read {
+            dialect,
+            query: &self.rq.query,
+            watermark: Watermark {
+                kind,
+                overlap_seconds: self.rq.overlap_seconds,
+            },
+            column: place,
+            columns: columns.len(),
+            order: Order::new(
+                dialect,
+                column(place),
+                &keys.iter().map(|&k| column(k)).collect::<Vec<_>>(),
+                &(0..columns.len()).map(column).collect::<Vec<_>>(),
+            ),
+            keyed: !keys.is_empty(),
+            max_rows: self.rq.max_rows_per_batch,
+        };
+        let mut batch = Batch::start(&read, position);
+        loop {
+            let page = self.fetch(&batch.sql()).await.map_err(|e| self.error(e))?;
+            match batch.take(page) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => return Err(self.page_error(e, &read.order)),
+            }
         }
+        let taken = batch.finish();
         let oldest = match kind {
             Kind::Time => taken
                 .rows
@@ -233,7 +286,6 @@ impl QuerySource {
                 .collect::<Vec<_>>(),
         ));
         let mut texts = vec![TextColumn::default(); columns.len()];
-        let found = !taken.rows.is_empty();
         for row in taken.rows {
             for (column, value) in texts.iter_mut().zip(row) {
                 column.values.push(value);
@@ -251,8 +303,8 @@ impl QuerySource {
             schema,
             rows: vec![rows],
             position: taken.position.to_json(),
-            must_commit: false,
-            more: taken.more && found,
+            must_commit: taken.must_commit,
+            more: taken.more,
             oldest_change_micros: oldest,
             tombstones: 0,
             lag: vec![],

@@ -1,44 +1,14 @@
-//! The query a `read_query` read runs, and the position it keeps.
-//!
-//! A read runs `SELECT * FROM (<query>) AS cdcflow_q WHERE <watermark> + <overlap> >=
-//! <highest value committed> ORDER BY <watermark> LIMIT <batch>`: the rows at or above
-//! the last high watermark, and those up to the overlap below it (a transaction that
-//! committed late with an earlier value). The checkpoint keeps the highest value read
-//! and a hash of every row read in the window below it, so a row read again unchanged
-//! is left out of the next batch (and one re-delivered anyway, say after a changed
-//! query, is an exact re-delivery that AUTO CDC's sequence de-duplicates). Rows whose
-//! watermark is null are read by the first read only; a hard delete is never seen.
+//! The watermark and its overlap: a pass of a `read_query` read starts at the rows
+//! whose watermark plus the overlap reaches the highest value committed (a transaction
+//! that committed late with an earlier value is caught), and a row read is remembered
+//! by its hash while its watermark is within the overlap below the highest value, so a
+//! row read again unchanged is left out. Rows whose watermark is null are read by the
+//! first pass only; a hard delete is never seen.
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use datafusion::arrow::datatypes::DataType;
-use serde_json::{Value, json};
 
-/// Rows a read takes at most; the rest is the next batch's.
-pub const BATCH_ROWS: usize = 100_000;
-
-/// The two SQL dialects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Postgres,
-    Mysql,
-}
-
-impl Dialect {
-    pub fn ident(self, name: &str) -> String {
-        match self {
-            Self::Postgres => format!("\"{}\"", name.replace('"', "\"\"")),
-            Self::Mysql => format!("`{}`", name.replace('`', "``")),
-        }
-    }
-
-    pub fn literal(self, text: &str) -> String {
-        match self {
-            Self::Postgres => format!("'{}'", text.replace('\'', "''")),
-            // MySQL strings also escape with a backslash.
-            Self::Mysql => format!("'{}'", text.replace('\\', "\\\\").replace('\'', "''")),
-        }
-    }
-}
+use crate::dialect::Dialect;
 
 /// How watermark values compare and what the overlap means for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,67 +64,63 @@ pub fn time_micros(text: &str) -> Option<i64> {
         .map(|t| t.and_utc().timestamp_micros())
 }
 
-/// What the checkpoint keeps of a `read_query` source.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Position {
-    /// The highest watermark value read, as the server printed it.
-    pub watermark: Option<String>,
-    /// Hashes of the rows read whose watermark is within the overlap below it.
-    pub seen: Vec<u64>,
+/// A watermark column and its overlap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Watermark {
+    pub kind: Kind,
+    pub overlap_seconds: f64,
 }
 
-impl Position {
-    pub fn to_json(&self) -> Value {
-        json!({ "watermark": self.watermark, "seen": self.seen })
-    }
-
-    pub fn parse(value: &Value) -> Option<Self> {
-        Some(Self {
-            watermark: match value.get("watermark")? {
-                Value::Null => None,
-                v => Some(v.as_str()?.to_string()),
-            },
-            seen: value
-                .get("seen")?
-                .as_array()?
-                .iter()
-                .map(Value::as_u64)
-                .collect::<Option<_>>()?,
-        })
-    }
-}
-
-/// The SQL of a read after `position`.
-pub fn read_sql(
-    dialect: Dialect,
-    query: &str,
-    watermark: &str,
-    kind: Kind,
-    overlap_seconds: f64,
-    position: &Position,
-) -> String {
-    let inner = query.trim().trim_end_matches(';');
-    let column = format!("cdcflow_q.{}", dialect.ident(watermark));
-    let filter = match &position.watermark {
-        None => String::new(),
-        Some(high) => {
-            let high = dialect.literal(high);
-            match (kind, dialect) {
-                (Kind::Time, Dialect::Postgres) => {
-                    format!(" WHERE {column} + make_interval(secs => {overlap_seconds}) >= {high}")
-                }
-                (Kind::Time, Dialect::Mysql) => {
-                    // A float's cast saturates; the overlap is a few seconds.
-                    #[expect(clippy::cast_possible_truncation, reason = "the cast saturates")]
-                    let micros = (overlap_seconds * 1e6).round() as i64;
-                    format!(" WHERE {column} + INTERVAL {micros} MICROSECOND >= {high}")
-                }
-                (Kind::Number, _) => format!(" WHERE {column} + {overlap_seconds} >= {high}"),
-                (Kind::Other, _) => format!(" WHERE {column} >= {high}"),
-            }
+impl Watermark {
+    /// The higher of the highest value so far and `value`: by number or time when it is
+    /// one, else `value` (the later in the server's order).
+    pub fn higher(self, high: Option<String>, value: &str) -> Option<String> {
+        let Some(high) = high else {
+            return Some(value.to_string());
+        };
+        match (self.kind.order_value(&high), self.kind.order_value(value)) {
+            (Some(h), Some(v)) if v <= h => Some(high),
+            _ => Some(value.to_string()),
         }
-    };
-    format!("SELECT * FROM ({inner}) AS cdcflow_q{filter} ORDER BY {column} LIMIT {BATCH_ROWS}")
+    }
+
+    /// `value` is within the overlap below `high`: a pass from `high` reads it again.
+    pub fn in_window(self, value: &str, high: &str) -> bool {
+        match self.kind.order_value(high) {
+            Some(h) => self
+                .kind
+                .order_value(value)
+                .is_some_and(|v| v >= h - self.kind.overlap(self.overlap_seconds)),
+            None => value == high,
+        }
+    }
+
+    /// The condition for the rows a pass from `high` reads: the watermark plus the
+    /// overlap reaches `high` (`column`: the watermark as SQL).
+    pub fn from_sql(self, dialect: Dialect, column: &str, high: &str) -> String {
+        match (self.kind, dialect) {
+            (Kind::Time, Dialect::Postgres) => format!(
+                "{column} + make_interval(secs => {}) >= {}",
+                self.overlap_seconds,
+                dialect.literal(high)
+            ),
+            (Kind::Time, Dialect::Mysql) => {
+                // A float's cast saturates; the overlap is a few seconds.
+                #[expect(clippy::cast_possible_truncation, reason = "the cast saturates")]
+                let micros = (self.overlap_seconds * 1e6).round() as i64;
+                format!(
+                    "{column} + INTERVAL {micros} MICROSECOND >= {}",
+                    dialect.literal(high)
+                )
+            }
+            (Kind::Number, _) => format!(
+                "{column} + {} >= {}",
+                self.overlap_seconds,
+                dialect.value(high, true)
+            ),
+            (Kind::Other, _) => format!("{column} >= {}", dialect.literal(high)),
+        }
+    }
 }
 
 /// A row's hash (its values as text).
@@ -169,178 +135,53 @@ pub fn row_hash(values: &[Option<String>]) -> u64 {
     h
 }
 
-/// What a read keeps of the rows the server returned.
-#[derive(Debug, PartialEq)]
-pub struct Taken {
-    /// The rows not read before, in order.
-    pub rows: Vec<Vec<Option<String>>>,
-    pub position: Position,
-    /// The server had more rows than a batch.
-    pub more: bool,
-}
-
-/// Leaves out the rows `position` has seen and computes the next position; `column`
-/// is the watermark's place in a row.
-pub fn take(
-    returned: Vec<Vec<Option<String>>>,
-    column: usize,
-    kind: Kind,
-    overlap_seconds: f64,
-    position: &Position,
-) -> Taken {
-    let full = returned.len() >= BATCH_ROWS;
-    let value = |row: &Vec<Option<String>>| row.get(column).cloned().flatten();
-    // The highest value: by number or time when it is one, else the last in the
-    // server's order.
-    let high = returned
-        .iter()
-        .filter_map(value)
-        .fold(position.watermark.clone(), |best, v| match best {
-            None => Some(v),
-            Some(b) => match (kind.order_value(&b), kind.order_value(&v)) {
-                (Some(x), Some(y)) if y > x => Some(v),
-                (Some(_), Some(_)) => Some(b),
-                _ => Some(v),
-            },
-        });
-    let floor = high
-        .as_deref()
-        .and_then(|h| kind.order_value(h))
-        .map(|h| h - kind.overlap(overlap_seconds));
-    let in_window = |row: &Vec<Option<String>>| match (value(row), &floor) {
-        (Some(v), Some(floor)) => kind.order_value(&v).is_some_and(|v| v >= *floor),
-        (Some(v), None) => high.as_deref() == Some(v.as_str()),
-        (None, _) => false,
-    };
-    let mut seen = Vec::new();
-    let mut rows = Vec::new();
-    for row in returned {
-        let hash = row_hash(&row);
-        if in_window(&row) {
-            seen.push(hash);
-        }
-        if !position.seen.contains(&hash) {
-            rows.push(row);
-        }
-    }
-    seen.sort_unstable();
-    seen.dedup();
-    Taken {
-        more: full && !rows.is_empty(),
-        rows,
-        position: Position {
-            watermark: high,
-            seen,
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn row(id: i32, at: &str) -> Vec<Option<String>> {
-        vec![Some(id.to_string()), Some(at.to_string())]
-    }
+    const MINUTE: Watermark = Watermark {
+        kind: Kind::Time,
+        overlap_seconds: 60.0,
+    };
 
     #[test]
-    fn the_sql_reads_from_the_watermark_less_the_overlap() {
-        let p = Position {
-            watermark: Some("2024-05-01 10:00:00".into()),
-            seen: vec![],
+    fn a_pass_reads_from_the_highest_value_less_the_overlap() {
+        assert_eq!(
+            MINUTE.from_sql(Dialect::Postgres, "w", "2024-05-01 10:00:00"),
+            "w + make_interval(secs => 60) >= '2024-05-01 10:00:00'"
+        );
+        assert_eq!(
+            MINUTE.from_sql(Dialect::Mysql, "w", "2024-05-01 10:00:00"),
+            "w + INTERVAL 60000000 MICROSECOND >= '2024-05-01 10:00:00'"
+        );
+        let number = Watermark {
+            kind: Kind::Number,
+            overlap_seconds: 0.0,
         };
-        assert_eq!(
-            read_sql(
-                Dialect::Postgres,
-                "SELECT * FROM t;",
-                "updated_at",
-                Kind::Time,
-                60.0,
-                &p
-            ),
-            "SELECT * FROM (SELECT * FROM t) AS cdcflow_q WHERE cdcflow_q.\"updated_at\" + make_interval(secs => 60) >= '2024-05-01 10:00:00' ORDER BY cdcflow_q.\"updated_at\" LIMIT 100000"
-        );
-        assert_eq!(
-            read_sql(
-                Dialect::Mysql,
-                "SELECT * FROM t",
-                "v",
-                Kind::Number,
-                0.0,
-                &Position {
-                    watermark: Some("7".into()),
-                    seen: vec![]
-                }
-            ),
-            "SELECT * FROM (SELECT * FROM t) AS cdcflow_q WHERE cdcflow_q.`v` + 0 >= '7' ORDER BY cdcflow_q.`v` LIMIT 100000"
-        );
-        assert!(
-            !read_sql(
-                Dialect::Mysql,
-                "SELECT 1",
-                "v",
-                Kind::Time,
-                1.5,
-                &Position::default()
-            )
-            .contains("WHERE")
-        );
-        assert_eq!(Dialect::Mysql.literal("a'b\\c"), "'a''b\\\\c'");
+        assert_eq!(number.from_sql(Dialect::Mysql, "v", "7"), "v + 0 >= 7");
+        assert_eq!(number.from_sql(Dialect::Postgres, "v", "7"), "v + 0 >= '7'");
     }
 
     #[test]
-    fn rows_seen_in_the_overlap_are_left_out() {
-        let first = take(
-            vec![row(1, "2024-05-01 09:00:00"), row(2, "2024-05-01 10:00:00")],
-            1,
-            Kind::Time,
-            60.0,
-            &Position::default(),
-        );
-        assert_eq!(first.rows.len(), 2);
+    fn the_window_is_the_overlap_below_the_highest_value() {
+        let high = "2024-05-01 10:00:00";
+        assert!(MINUTE.in_window("2024-05-01 09:59:00", high));
+        assert!(!MINUTE.in_window("2024-05-01 09:58:59.999999", high));
         assert_eq!(
-            first.position.watermark.as_deref(),
-            Some("2024-05-01 10:00:00")
+            MINUTE.higher(Some(high.into()), "2024-05-01 09:00:00"),
+            Some(high.into())
         );
         assert_eq!(
-            first.position.seen,
-            vec![row_hash(&row(2, "2024-05-01 10:00:00"))]
+            MINUTE.higher(Some(high.into()), "2024-05-01 11:00:00+01"),
+            Some(high.into())
         );
-        // Read again with a late row inside the overlap and a new one.
-        let second = take(
-            vec![
-                row(3, "2024-05-01 09:59:30"),
-                row(2, "2024-05-01 10:00:00"),
-                row(4, "2024-05-01 10:05:00"),
-            ],
-            1,
-            Kind::Time,
-            60.0,
-            &first.position,
-        );
-        assert_eq!(
-            second.rows,
-            vec![row(3, "2024-05-01 09:59:30"), row(4, "2024-05-01 10:05:00")]
-        );
-        assert_eq!(
-            second.position.watermark.as_deref(),
-            Some("2024-05-01 10:05:00")
-        );
-        assert!(!second.more);
-        // Nothing new: nothing taken, the position as it was.
-        let third = take(
-            vec![row(4, "2024-05-01 10:05:00")],
-            1,
-            Kind::Time,
-            60.0,
-            &second.position,
-        );
-        assert!(third.rows.is_empty());
-        assert_eq!(third.position, second.position);
-        assert_eq!(
-            Position::parse(&second.position.to_json()),
-            Some(second.position)
-        );
+        assert_eq!(MINUTE.higher(None, high), Some(high.into()));
+        let other = Watermark {
+            kind: Kind::Other,
+            overlap_seconds: 60.0,
+        };
+        assert!(other.in_window("b", "b") && !other.in_window("a", "b"));
+        assert_eq!(other.higher(Some("b".into()), "a"), Some("a".into()));
     }
 
     #[test]

@@ -15,7 +15,8 @@ CREATE FLOW by_city_cdc AS AUTO CDC INTO by_city FROM STREAM(customers_raw)
 
 -- Without schema =>: the columns are known at run time only (a note, no error).
 CREATE OR REFRESH STREAMING TABLE orders_raw AS
-SELECT * FROM STREAM read_query(connection => 'erp', query => 'SELECT * FROM orders', watermark => 'changed_at', overlap_seconds => 0);
+SELECT * FROM STREAM read_query(connection => 'erp', query => 'SELECT * FROM orders', watermark => 'changed_at', overlap_seconds => 0,
+                                keys => 'order_id, line_no', max_rows_per_batch => 5000);
 
 -- No watermark; an option read_query does not take; an overlap that is none.
 CREATE OR REFRESH STREAMING TABLE a AS
@@ -35,3 +36,16 @@ SELECT * FROM STREAM read_query(connection => 'shpo', query => 'SELECT 1', water
 CREATE MATERIALIZED VIEW f AS SELECT * FROM read_query(connection => 'erp', query => 'SELECT 1', watermark => 'x');
 CREATE OR REFRESH STREAMING TABLE g AS
 SELECT * FROM STREAM read_postgres(connection => 'shop', table => 'customers');
+
+-- A batch bound that is none; keys that are not a list of names, or name one twice; a
+-- key the declared result does not have.
+CREATE OR REFRESH STREAMING TABLE h AS
+SELECT * FROM STREAM read_query(connection => 'erp', query => 'SELECT 1', watermark => 'x', max_rows_per_batch => 0);
+CREATE OR REFRESH STREAMING TABLE i AS
+SELECT * FROM STREAM read_query(connection => 'erp', query => 'SELECT 1', watermark => 'x', max_rows_per_batch => '1e3');
+CREATE OR REFRESH STREAMING TABLE j AS
+SELECT * FROM STREAM read_query(connection => 'erp', query => 'SELECT 1', watermark => 'x', keys => 'id name');
+CREATE OR REFRESH STREAMING TABLE k AS
+SELECT * FROM STREAM read_query(connection => 'erp', query => 'SELECT 1', watermark => 'x', keys => 'id, ID');
+CREATE OR REFRESH STREAMING TABLE l AS
+SELECT * FROM STREAM read_query(connection => 'shop', query => 'SELECT 1', watermark => 'id', keys => 'id, code', schema => 'id INT');

@@ -570,6 +570,26 @@ impl Resolver<'_> {
                 }
             }
         }
+        let mut max_rows_per_batch = read_query::DEFAULT_MAX_ROWS_PER_BATCH;
+        if let Some((_, text, span)) = option("max_rows_per_batch") {
+            match text.parse::<usize>() {
+                Ok(n) if n > 0 => max_rows_per_batch = n,
+                _ => {
+                    self.error(file, span, CODE, format!("max_rows_per_batch must be a whole number above 0, not `{text}`"), "max_rows_per_batch", Some(format!("the rows one batch takes at most (a read with more goes on in the next batch), by default {}", read_query::DEFAULT_MAX_ROWS_PER_BATCH)));
+                    ok = false;
+                }
+            }
+        }
+        let mut keys = Vec::new();
+        if let Some((_, text, span)) = option("keys") {
+            match read_query::parse_keys(&text) {
+                Ok(k) => keys = k,
+                Err(message) => {
+                    self.error(file, span, CODE, message, "keys", Some("name the columns that tell rows with one watermark value apart, separated by commas: keys => 'order_id, line_no'".into()));
+                    ok = false;
+                }
+            }
+        }
         let mut declared_columns = None;
         if let Some((_, ddl, span)) = option("schema") {
             match ddl_schema(&ddl) {
@@ -598,6 +618,27 @@ impl Resolver<'_> {
             );
             ok = false;
         }
+        if let Some(columns) = &declared_columns {
+            let has = |name: &str| {
+                columns.column_with_name(name).is_some()
+                    || columns
+                        .fields()
+                        .iter()
+                        .any(|f| f.name().eq_ignore_ascii_case(name))
+            };
+            if let Some(missing) = keys.iter().find(|k| !has(k)) {
+                let span = option("keys").map_or(call.span, |o| o.2);
+                self.error(
+                    file,
+                    span,
+                    CODE,
+                    format!("key `{missing}` is not a column of the declared schema"),
+                    "keys",
+                    Some("name columns schema => declares".into()),
+                );
+                ok = false;
+            }
+        }
         let (Some(connection), Some(query), Some(watermark), true) =
             (connection, query, watermark, ok)
         else {
@@ -608,7 +649,9 @@ impl Resolver<'_> {
             connection,
             query,
             watermark,
+            keys,
             overlap_seconds,
+            max_rows_per_batch,
             declared_columns,
             discovered_columns: None,
             span: call.span,
