@@ -19,6 +19,7 @@ mod mysql_tls;
 mod read_query;
 mod shared_slot;
 mod tls;
+mod values;
 
 /// A database of the test's own on the server of PGHOST/PGPORT/PGUSER.
 struct Db {

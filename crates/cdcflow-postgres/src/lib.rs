@@ -10,7 +10,8 @@
 //! - [`source`]: slot, publication, streaming and acknowledgement; [`snapshot`]:
 //!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key);
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
-//!   [`changes`]: the rows and their metadata columns.
+//!   [`changes`]: the rows and their metadata columns; [`rejected`]: rows with a value
+//!   their column's type has none of, set apart for the quarantine table.
 
 pub mod changes;
 pub mod client_cert;
@@ -18,6 +19,7 @@ pub mod connection;
 pub mod error;
 pub mod pgoutput;
 pub mod position;
+pub mod rejected;
 pub mod runtime;
 pub mod snapshot;
 pub mod source;

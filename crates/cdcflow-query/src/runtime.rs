@@ -258,6 +258,7 @@ impl QuerySource {
             lag: vec![],
             acknowledge: None,
             carried: None,
+            rejected: vec![],
         })
     }
 }
