@@ -32,6 +32,7 @@ mod query_messages;
 mod query_read_only;
 mod run_cases;
 mod run_examples;
+mod spark_literals;
 mod status;
 mod stored_shape;
 mod time_travel;

@@ -23,6 +23,7 @@ mod read_query_paging;
 mod shared_slot;
 mod slots;
 mod tls;
+mod values;
 
 /// A database of the test's own on the server of PGHOST/PGPORT/PGUSER.
 struct Db {

@@ -27,6 +27,7 @@ mod query_errors;
 mod read_only;
 mod run;
 mod run_error;
+mod spark_json;
 mod usage;
 mod vacuum;
 mod validate;

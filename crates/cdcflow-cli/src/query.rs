@@ -16,7 +16,8 @@ pub enum OutputFormat {
     Table,
     /// CSV with a header line.
     Csv,
-    /// One JSON object per row (ndjson); nulls as null.
+    /// One JSON object per row (ndjson); nulls as null, NaN and infinities as Spark's
+    /// strings.
     Json,
 }
 
@@ -90,6 +91,7 @@ fn write(batches: &[RecordBatch], format: OutputFormat) -> Result<(), Box<dyn st
         OutputFormat::Json => {
             let mut w = datafusion::arrow::json::WriterBuilder::new()
                 .with_explicit_nulls(true)
+                .with_encoder_factory(crate::spark_json::SparkFloats::new())
                 .build::<_, datafusion::arrow::json::writer::LineDelimited>(&mut out);
             for b in batches {
                 w.write(b)?;

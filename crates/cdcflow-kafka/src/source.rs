@@ -257,6 +257,7 @@ impl KafkaSource {
             lag: behind,
             acknowledge,
             carried: None,
+            rejected: vec![],
         })
     }
 

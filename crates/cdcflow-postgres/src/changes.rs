@@ -5,13 +5,15 @@
 use std::sync::Arc;
 
 use cdcflow_plan::read_postgres::metadata_fields;
-use cdcflow_runtime::sources::CarriedCell;
+use cdcflow_runtime::sources::{CarriedCell, RejectedRow};
 use datafusion::arrow::array::{
     ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::PgError;
+use crate::rejected::SetApart;
 use crate::types::{TextColumn, arrow_type};
 
 /// What happened to a row.
@@ -45,11 +47,16 @@ pub struct TableColumn {
     pub type_oid: u32,
     pub type_modifier: i32,
     pub not_null: bool,
+    /// Declared STRING by the pipeline (`schema =>`): kept as PostgreSQL prints it.
+    pub keep_text: bool,
 }
 
 impl TableColumn {
     pub fn arrow_type(&self) -> DataType {
-        arrow_type(self.type_oid, self.type_modifier)
+        match self.keep_text {
+            true => DataType::Utf8,
+            false => arrow_type(self.type_oid, self.type_modifier),
+        }
     }
 }
 
@@ -250,12 +257,18 @@ impl ChangeRows {
         Ok(())
     }
 
-    /// The rows as one Arrow batch of [`change_schema`].
-    pub fn finish(self) -> Result<RecordBatch, PgError> {
+    /// The rows as one Arrow batch of [`change_schema`], but for those with a value
+    /// their column's type has none of, which are set apart ([`crate::rejected`]).
+    pub fn finish(self) -> Result<Finished, PgError> {
         let schema = change_schema(&self.columns);
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-        for (column, values) in self.columns.iter().zip(self.values) {
-            arrays.push(values.finish(&column.name, &column.arrow_type())?);
+        let mut apart = SetApart::default();
+        for (column, values) in self.columns.iter().zip(&self.values) {
+            let converted = values.convert(&column.name, &column.arrow_type())?;
+            for (row, why) in converted.rejected {
+                apart.add(row, why);
+            }
+            arrays.push(converted.array);
         }
         let lsn = |m: &ChangeMeta| i64::try_from(m.commit_lsn).unwrap_or(i64::MAX);
         arrays.push(Arc::new(StringArray::from_iter_values(
@@ -274,8 +287,29 @@ impl ChangeRows {
         arrays.push(Arc::new(Int64Array::from_iter(
             self.meta.iter().map(|m| m.xid.map(i64::from)),
         )));
-        RecordBatch::try_new(schema, arrays).map_err(|e| PgError::Protocol(e.to_string()))
+        let rows = RecordBatch::try_new(schema, arrays)
+            .and_then(|rows| match apart.is_empty() {
+                true => Ok(rows),
+                false => filter_record_batch(&rows, &apart.kept(rows.num_rows())),
+            })
+            .map_err(|e| PgError::Protocol(e.to_string()))?;
+        Ok(Finished {
+            rows,
+            unresolved: apart.renumber(self.unresolved()),
+            rejected: apart.records(&self.columns, &self.values, &self.meta),
+        })
     }
+}
+
+/// The rows of one read, gathered.
+#[derive(Debug)]
+pub struct Finished {
+    /// The rows kept, in order.
+    pub rows: RecordBatch,
+    /// Cells of those rows that updates left out and no earlier row gives.
+    pub unresolved: Vec<CarriedCell>,
+    /// The rows set apart, with why.
+    pub rejected: Vec<RejectedRow>,
 }
 
 #[cfg(test)]
@@ -288,6 +322,7 @@ mod tests {
             type_oid: 25,
             type_modifier: -1,
             not_null: false,
+            keep_text: false,
         };
         let mut rows = ChangeRows::new(vec![column("id"), column("v"), column("notes")]);
         rows.set_keys(&[true, false, false]);
@@ -358,7 +393,7 @@ mod tests {
         )
         .unwrap();
         assert!(rows.unresolved().is_empty());
-        let batch = rows.finish().unwrap();
+        let batch = rows.finish().unwrap().rows;
         let notes = batch
             .column(2)
             .as_any()

@@ -11,7 +11,8 @@
 //!   table and publication a position was read from, checked before each read; [`snapshot`]:
 //!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key);
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
-//!   [`changes`]: the rows and their metadata columns.
+//!   [`changes`]: the rows and their metadata columns; [`rejected`]: rows with a value
+//!   their column's type has none of, set apart for the quarantine table.
 
 pub mod changes;
 pub mod client_cert;
@@ -20,6 +21,7 @@ pub mod error;
 pub mod identity;
 pub mod pgoutput;
 pub mod position;
+pub mod rejected;
 pub mod runtime;
 pub mod slots;
 pub mod snapshot;

@@ -151,6 +151,7 @@ fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
             slot: names.legacy.clone(),
             publication: names.legacy.clone(),
             max_changes: usize::try_from(rp.max_changes_per_batch).unwrap_or(usize::MAX),
+            text_columns: declared_strings(rp),
         },
         names,
         key: rp.key(),
@@ -158,6 +159,16 @@ fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
         readers: Arc::new(readers(pipeline, &rp.connection)),
         progress: None,
     })
+}
+
+/// The columns `schema =>` declares STRING: they keep PostgreSQL's text.
+fn declared_strings(rp: &ReadPostgres) -> Vec<String> {
+    rp.declared_columns
+        .iter()
+        .flat_map(|s| s.fields().iter())
+        .filter(|f| f.data_type() == &datafusion::arrow::datatypes::DataType::Utf8)
+        .map(|f| f.name().clone())
+        .collect()
 }
 
 /// Every input of the pipeline that reads through connection `connection` (so through
@@ -451,6 +462,7 @@ impl ExternalSource for PgSource {
                     .unwrap_or_default();
                 tell(&format!("copying {}: {copied}{of} rows", self.source.table));
             }
+            let rejected = std::mem::take(&mut changes.rejected);
             let next = position::Position {
                 from: ReadFrom {
                     lsn: Some(changes.position),
@@ -476,6 +488,7 @@ impl ExternalSource for PgSource {
                     readers: Arc::clone(&self.readers),
                 })),
                 carried,
+                rejected,
             })
         })
     }

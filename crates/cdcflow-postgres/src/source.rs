@@ -67,6 +67,9 @@ pub struct TableSource {
     /// says there is more), or inside a transaction that alone has this many; the copy
     /// takes chunks of this many rows.
     pub max_changes: usize,
+    /// Columns the pipeline declares STRING (`schema =>`): kept as PostgreSQL prints
+    /// them, whatever their type.
+    pub text_columns: Vec<String>,
 }
 
 /// What one read found.
@@ -98,6 +101,8 @@ pub struct Changes {
     /// read gives: (row, column). They are the values of the key's latest row stored
     /// before this read.
     pub unresolved: Vec<cdcflow_runtime::sources::CarriedCell>,
+    /// Rows with a value their column's type has none of, set apart with why.
+    pub rejected: Vec<cdcflow_runtime::sources::RejectedRow>,
     session: Option<ReplicationClient>,
 }
 
@@ -231,11 +236,14 @@ impl TableSource {
         if target <= start {
             // Nothing to stream; a gated session that never started ends when dropped.
             drop(session);
+            let keys = rows.key_names();
+            let finished = rows.finish()?;
             return Ok(Changes {
                 identity: Some(identity),
-                keys: rows.key_names(),
-                unresolved: rows.unresolved(),
-                rows: rows.finish()?,
+                keys,
+                unresolved: finished.unresolved,
+                rejected: finished.rejected,
+                rows: finished.rows,
                 position: start,
                 within: from.within,
                 snapshot,
@@ -265,11 +273,14 @@ impl TableSource {
             from.within,
         )
         .await?;
+        let keys = rows.key_names();
+        let finished = rows.finish()?;
         Ok(Changes {
             identity: Some(identity),
-            keys: rows.key_names(),
-            unresolved: rows.unresolved(),
-            rows: rows.finish()?,
+            keys,
+            unresolved: finished.unresolved,
+            rejected: finished.rejected,
+            rows: finished.rows,
             position: reached.position,
             within: reached.within,
             snapshot,
@@ -406,11 +417,15 @@ impl TableSource {
         }
         Ok(rows
             .iter()
-            .map(|r| TableColumn {
-                name: r.get(0),
-                type_oid: r.get(1),
-                type_modifier: r.get(2),
-                not_null: r.get(3),
+            .map(|r| {
+                let name: String = r.get(0);
+                TableColumn {
+                    keep_text: self.text_columns.contains(&name),
+                    name,
+                    type_oid: r.get(1),
+                    type_modifier: r.get(2),
+                    not_null: r.get(3),
+                }
             })
             .collect())
     }

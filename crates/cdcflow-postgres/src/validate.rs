@@ -38,6 +38,7 @@ pub async fn server_diagnostics(pipeline: &Pipeline) -> Vec<Diagnostic> {
                 slot: name.clone(),
                 publication: name,
                 max_changes: 1,
+                text_columns: Default::default(),
             };
             let checked = tokio::time::timeout(ANSWER_WITHIN, async {
                 let client = source.connection.connect().await.ok()?;

@@ -310,6 +310,7 @@ impl QuerySource {
             lag: vec![],
             acknowledge: None,
             carried: None,
+            rejected: vec![],
         })
     }
 }

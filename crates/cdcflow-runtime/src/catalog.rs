@@ -21,8 +21,8 @@ pub struct TableInfo {
     pub kind: &'static str,
     /// AUTO CDC targets: 1 (current state) or 2 (history).
     pub scd_type: Option<u8>,
-    /// The quarantine table of a table that reads landing files (it exists once a run
-    /// has set a record apart).
+    /// The quarantine table of a table that reads landing files or PostgreSQL (it
+    /// exists once a run has set a record apart).
     pub quarantine: Option<String>,
     /// `None` until a run created it.
     pub rows: Option<u64>,
@@ -140,8 +140,12 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
         let dir = layout::table_dir(&storage, d)?;
         let flows = || pipeline.flows.iter().filter(|f| f.target == d.name);
-        let reads_files = flows().any(|f| f.inputs.iter().any(|i| matches!(i, Input::Files(_))));
-        let quarantine = reads_files.then(|| crate::quarantine::table_name(&d.name));
+        let sets_apart = flows().any(|f| {
+            f.inputs
+                .iter()
+                .any(|i| matches!(i, Input::Files(_) | Input::Postgres(_)))
+        });
+        let quarantine = sets_apart.then(|| crate::quarantine::table_name(&d.name));
         let info = TableInfo {
             name: d.name.clone(),
             kind: kind_name(d.kind),

@@ -363,6 +363,23 @@ impl InputReader<'_> {
                 *first = crate::carried::fill(first, &carried, &target).await?;
             }
         }
+        if !read.rejected.is_empty() {
+            // Kept under the source's name, as a landing file's malformed records are
+            // under the file's; the batch commits them even when no row is left.
+            let source = quarantine::Source {
+                shown: key.clone(),
+                bytes: key.clone().into_bytes(),
+            };
+            batch.has_new = true;
+            batch.quarantine.extend(read.rejected.drain(..).map(|r| {
+                let record = files::BadRecord {
+                    line: None,
+                    text: Some(r.record),
+                    error: r.error,
+                };
+                (source.clone(), record)
+            }));
+        }
         let schema = declared.unwrap_or_else(|| Arc::clone(&read.schema));
         let rows = read
             .rows

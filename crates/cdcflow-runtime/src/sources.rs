@@ -49,6 +49,19 @@ pub struct SourceRead {
     /// Values the source left out that are those of the key's latest row stored
     /// before (PostgreSQL's unchanged TOASTed values).
     pub carried: Option<Carried>,
+    /// Rows the source read but cannot represent (a value their column's type has
+    /// none of: PostgreSQL's `infinity` in a DATE): not in `rows`, but kept in the
+    /// flow's quarantine table with the reason, as a malformed landing record is.
+    pub rejected: Vec<RejectedRow>,
+}
+
+/// A row a source set apart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RejectedRow {
+    /// The row as the source gave it (a JSON object of its values).
+    pub record: String,
+    /// Why it was set apart.
+    pub error: String,
 }
 
 /// Cells of a read's rows (all in `rows[0]`) that take the value of the same key's

@@ -1,7 +1,8 @@
-//! The SQL dialect queries are read in: sqlparser's Databricks dialect, and Spark's
-//! `a DIV b` (integral division), which that dialect does not read. Every rule is the
-//! Databricks dialect's, and sqlparser takes it for that dialect wherever it asks which
-//! dialect it reads.
+//! The SQL dialect queries are read in: sqlparser's Databricks dialect, and what of
+//! Spark's that dialect does not read: `a DIV b` (integral division) and backslash
+//! escapes in string literals (`'it\'s'`). Every other rule is the Databricks
+//! dialect's, and sqlparser takes it for that dialect wherever it asks which dialect it
+//! reads.
 
 use std::any::TypeId;
 
@@ -11,7 +12,7 @@ use crate::sqlparser::keywords::Keyword;
 use crate::sqlparser::parser::{Parser, ParserError};
 use crate::sqlparser::tokenizer::Token;
 
-/// Databricks SQL as sqlparser reads it, with `DIV`.
+/// Databricks SQL as sqlparser reads it, with `DIV` and backslash escapes.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SparkSqlDialect;
 
@@ -72,6 +73,16 @@ impl Dialect for SparkSqlDialect {
             array: false,
             format: None,
         }))
+    }
+
+    /// Spark reads a backslash in a string literal as an escape: `'it\'s'`, `'\t'`.
+    fn supports_string_literal_backslash_escape(&self) -> bool {
+        true
+    }
+
+    /// Spark keeps the backslash before a LIKE wildcard: `'50\%'` is `50\%`.
+    fn ignores_wildcard_escapes(&self) -> bool {
+        true
     }
 
     fn is_delimited_identifier_start(&self, ch: char) -> bool {
@@ -147,5 +158,23 @@ mod tests {
         assert_eq!(expr("7 DIV 2"), "CAST((7 / 2) AS BIGINT)");
         assert_eq!(expr("a + 7 div 2 * 3"), "a + CAST((7 / 2) AS BIGINT) * 3");
         assert_eq!(expr("7 DIV 2 + 1"), "CAST((7 / 2) AS BIGINT) + 1");
+    }
+
+    #[test]
+    fn a_backslash_escapes_in_string_literals_as_in_spark() {
+        assert_eq!(expr(r"'x\'y'"), "'x''y'");
+        assert_eq!(expr(r"'a\\b' = 'a\tb'"), "'a\\b' = 'a\tb'");
+        assert_eq!(expr(r#""say \"hi\"""#), r#""say ""hi""""#);
+        // Spark keeps the backslash before a LIKE wildcard: `\%` matches a `%`.
+        assert_eq!(expr(r"'50\%'"), r"'50\%'");
+    }
+
+    #[test]
+    fn a_flow_file_reads_backslash_escapes() {
+        let parsed = crate::parser::parse_statements(
+            "CREATE OR REFRESH MATERIALIZED VIEW v AS SELECT 'it\\'s' AS s;",
+        );
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        assert_eq!(parsed.statements.len(), 1);
     }
 }

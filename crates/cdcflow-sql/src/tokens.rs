@@ -10,13 +10,12 @@
 //! form `STREAM(name)` while every real token keeps its original span.
 
 use crate::error::ParseError;
-use crate::sqlparser::dialect::DatabricksDialect;
 use crate::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Whitespace};
 
 /// Tokenizes `text` (whitespace and comments included, as sqlparser's parser expects),
 /// with the statements that began without a `;` before them.
 pub(crate) fn tokenize(text: &str) -> Result<(Vec<TokenWithSpan>, Vec<Unended>), ParseError> {
-    let dialect = DatabricksDialect {};
+    let dialect = crate::dialect::SparkSqlDialect;
     let tokens = Tokenizer::new(&dialect, text)
         .tokenize_with_location()
         .map_err(ParseError::from_tokenizer)?;

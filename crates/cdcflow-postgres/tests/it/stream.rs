@@ -13,6 +13,7 @@ fn source(db: &TestDb, name: &str) -> TableSource {
         slot: format!("cdcflow_it_{name}"),
         publication: format!("cdcflow_it_{name}"),
         max_changes: 1000,
+        text_columns: vec![],
     }
 }
 
