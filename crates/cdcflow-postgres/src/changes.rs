@@ -183,17 +183,21 @@ impl ChangeRows {
                 Some(b) => values[c] = self.values[c].values[b].clone(),
                 None => {
                     // An unresolved row before takes its value from the key it was
-                    // to take it from: the one it names, or else its own (never this
-                    // row's, which differs after a key change).
+                    // to take it from: the one it names, or else its own, named here
+                    // when this row changed the key (never this row's new key).
                     let key = before
                         .and_then(|b| {
                             let u = self
                                 .unresolved
                                 .iter()
                                 .find(|u| u.row == b && u.column == c)?;
-                            Some(u.key.clone().unwrap_or_else(|| self.key_of_row(b)))
+                            Some(
+                                u.key
+                                    .clone()
+                                    .or_else(|| old_key.map(|_| self.key_of_row(b))),
+                            )
                         })
-                        .or_else(|| old_key.map(<[Option<String>]>::to_vec));
+                        .unwrap_or_else(|| old_key.map(<[Option<String>]>::to_vec));
                     self.unresolved.push(Unresolved {
                         row,
                         column: c,
