@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use cdcflow_runtime::compact::TableCompaction;
+use cdcflow_runtime::sizes::bytes;
 
 use crate::PipelineArgs;
 
@@ -57,31 +58,4 @@ fn line(t: &TableCompaction) -> String {
         bytes(t.bytes_removed),
         bytes(t.bytes_added)
     )
-}
-
-/// Bytes for people: B, KiB, MiB or GiB with one decimal.
-pub(crate) fn bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    match unit {
-        0 => format!("{n} B"),
-        _ => format!("{value:.1} {}", UNITS[unit]),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_are_shown_in_binary_units() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
-    }
 }

@@ -295,8 +295,9 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
                 }
                 continue;
             }
-            let bytes =
-                |b: Option<i64>| b.map_or_else(dash, |b| crate::optimize::bytes(b.max(0) as u64));
+            let bytes = |b: Option<i64>| {
+                b.map_or_else(dash, |b| cdcflow_runtime::sizes::bytes(b.max(0) as u64))
+            };
             let seconds = |s: Option<f64>| s.map_or_else(dash, |s| format!("{s:.1} s"));
             let server = source
                 .server_lag_seconds
@@ -329,9 +330,10 @@ fn print_strays(strays: &[cdcflow_runtime::sources::StrayCursor], dir: &std::pat
     }
     outln!("replication slots no pipeline folder claims (they keep WAL on the server for nobody):");
     for s in strays {
-        let kept = s
-            .retained_bytes
-            .map_or_else(|| "-".into(), |b| crate::optimize::bytes(b.max(0) as u64));
+        let kept = s.retained_bytes.map_or_else(
+            || "-".into(),
+            |b| cdcflow_runtime::sizes::bytes(b.max(0) as u64),
+        );
         let last = s
             .last_claimed_by
             .as_ref()

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::RunError;
 use cdcflow_runtime::checkpoint::write_atomic;
+use cdcflow_runtime::sizes::bytes;
 use cdcflow_runtime::sources::StrayCursor;
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Client;
@@ -190,21 +191,6 @@ pub async fn drop_slot(client: &Client, slot: &str) -> Result<Dropped, PgError> 
     Ok(Dropped::Done { retained })
 }
 
-/// A byte count as people read it.
-pub fn bytes(n: i64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    match unit {
-        0 => format!("{n} B"),
-        _ => format!("{value:.1} {}", UNITS[unit]),
-    }
-}
-
 /// The connections of the pipeline that some flow reads through `read_postgres`.
 pub fn read_connections(pipeline: &Pipeline) -> Vec<String> {
     let mut out: Vec<String> = pipeline
@@ -271,7 +257,7 @@ pub async fn retire(
                     entry.slot,
                     entry.server(),
                     retained
-                        .map(|r| format!(" (it kept {} of WAL, which the server frees)", bytes(r)))
+                        .map(|r| format!(" (it kept {} of WAL, which the server frees)", bytes(u64::try_from(r).unwrap_or(0))))
                         .unwrap_or_default()
                 ));
             }
@@ -403,7 +389,10 @@ pub async fn drop_named(
                 Ok(format!(
                     "dropped replication slot `{name}` and its publication on {at}{}",
                     retained
-                        .map(|r| format!(" (it kept {} of WAL)", bytes(r)))
+                        .map(|r| format!(
+                            " (it kept {} of WAL)",
+                            bytes(u64::try_from(r).unwrap_or(0))
+                        ))
                         .unwrap_or_default()
                 ))
             }
@@ -426,13 +415,6 @@ pub async fn drop_named(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn byte_counts_read_as_people_write_them() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(3 << 20), "3.0 MiB");
-        assert_eq!(bytes(1536 << 20), "1.5 GiB");
-    }
 
     #[test]
     fn a_claim_holds_only_while_its_folder_holds_the_identity() {

@@ -50,6 +50,7 @@ mod query_flow;
 mod report;
 mod runner;
 pub mod schedule;
+pub mod sizes;
 pub mod sources;
 pub mod status;
 pub mod storage_id;
