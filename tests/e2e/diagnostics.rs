@@ -90,3 +90,15 @@ fn an_unknown_column_of_an_auto_cdc_clause_gets_the_nearest_column() {
         "{keys:?}"
     );
 }
+
+#[test]
+fn a_secret_written_where_its_variable_s_name_belongs_is_never_shown() {
+    let dir = repo().join("tests/validate/config_password_env");
+    for format in ["text", "json"] {
+        let out = cdcflow_in(&dir, &["validate", "--format", format]);
+        let said = format!("{}{}", stdout(&out), crate::stderr(&out));
+        assert!(!out.status.success(), "{said}");
+        assert!(said.contains("password_env"), "{said}");
+        assert!(!said.contains("s3cret"), "{format}: {said}");
+    }
+}

@@ -349,7 +349,7 @@ connections:
             ),
             (
                 "    sslcert: /c.pem\n    sslkey_env: not-a-name\n",
-                "`sslkey_env` names an environment variable",
+                "`sslkey_env` names an environment variable, and its value is not a variable's name",
             ),
         ] {
             let e = PipelineConfig::parse(&format!(
@@ -412,6 +412,11 @@ connections:
                 3,
             ),
             (
+                "    kind: postgres\n    host: h\n    database: d\n    user: u\n    password_env: Hunter2\n",
+                "looks like a password",
+                3,
+            ),
+            (
                 "    kind: postgres\n    hots: h\n",
                 "unknown field `hots`",
                 5,
@@ -421,6 +426,12 @@ connections:
             let e = PipelineConfig::parse(&format!("name: p\nconnections:\n  crm:\n{body}"))
                 .unwrap_err();
             assert!(e.message.contains(wanted), "{body}: {}", e.message);
+            // A value where a variable's name belongs may be the secret: never echoed.
+            assert!(
+                !e.message.contains("Hunter2") && !e.message.contains("not a name"),
+                "{}",
+                e.message
+            );
             assert!(
                 e.message.starts_with("connections"),
                 "{body}: {}",

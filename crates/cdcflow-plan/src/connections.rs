@@ -170,6 +170,53 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
+/// Said of a value written where a variable's name belongs, which may be a secret: the
+/// error quotes neither it nor (`masked`) the line that holds it.
+pub const NOT_SHOWN: &str = "(not shown, in case it is the secret itself)";
+
+/// pipeline.yaml's text with the value of every `…_env:` key replaced by `…`, line for
+/// line, for an error that must not show one.
+pub fn masked(config: &str) -> String {
+    config
+        .lines()
+        .map(|line| {
+            let key = line.trim_start();
+            match key.split_once(':') {
+                Some((name, value)) if name.ends_with("_env") && !value.trim().is_empty() => {
+                    format!("{}{name}: …", &line[..line.len() - key.len()])
+                }
+                _ => line.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Why `value` cannot be the name of the environment variable holding a secret, if it
+/// cannot: a name is letters, digits and `_`, not starting with a digit; one that mixes
+/// lower case with digits or upper case (`Hunter2`, `s3cretPass`) reads as a password
+/// written where its variable's name belongs (names are by convention `UPPER_CASE`, or
+/// at least `snake_case`).
+fn not_a_variable_name(value: &str) -> Option<&'static str> {
+    if value.is_empty() {
+        return Some("is empty");
+    }
+    let name_chars = value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !name_chars || value.starts_with(|c: char| c.is_ascii_digit()) {
+        return Some("is not a variable's name (letters, digits and _, not starting with a digit)");
+    }
+    let lower = value.chars().any(|c| c.is_ascii_lowercase());
+    let upper_or_digit = value
+        .chars()
+        .any(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+    match lower && upper_or_digit {
+        true => Some(
+            "looks like a password rather than a variable's name (names are UPPER_CASE by convention)",
+        ),
+        false => None,
+    }
+}
+
 impl TryFrom<RawConnection> for Connection {
     type Error = String;
 
@@ -177,13 +224,11 @@ impl TryFrom<RawConnection> for Connection {
         // Refused while deserializing; kept so the fields are read.
         let _ = (raw.password.is_some(), raw.dsn.is_some());
         let env_name = |name: &str, value: &str| -> Result<String, String> {
-            let ok = !value.is_empty()
-                && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !value.starts_with(|c: char| c.is_ascii_digit());
-            match ok {
-                true => Ok(value.to_string()),
-                false => Err(format!(
-                    "`{name}` names an environment variable (letters, digits and _), not `{value}`"
+            match not_a_variable_name(value) {
+                None => Ok(value.to_string()),
+                // The value is never repeated: it may be the secret itself.
+                Some(why) => Err(format!(
+                    "`{name}` names an environment variable, and its value {why} {NOT_SHOWN}: put the secret in a variable and write the variable's name, e.g. `{name}: CRM_SECRET` with `export CRM_SECRET=…`"
                 )),
             }
         };
@@ -273,5 +318,38 @@ impl TryFrom<RawConnection> for Connection {
                     .transpose()?,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_variable_s_name_is_told_from_a_password() {
+        for name in ["CRM_PASSWORD", "crm_password", "PG_PW_2", "_X"] {
+            assert_eq!(not_a_variable_name(name), None, "{name}");
+        }
+        for value in [
+            "",
+            "2FAST",
+            "hunter 2",
+            "s3cret-Pass",
+            "Hunter2",
+            "pAssword",
+        ] {
+            assert!(not_a_variable_name(value).is_some(), "{value}");
+        }
+    }
+
+    #[test]
+    fn masking_hides_every_env_value_line_for_line() {
+        let text = "name: p\nconnections:\n  crm:\n    password_env: Hunter2\n    user: u\n    sslkey_env:\n";
+        let masked = masked(text);
+        assert_eq!(
+            masked,
+            "name: p\nconnections:\n  crm:\n    password_env: …\n    user: u\n    sslkey_env:"
+        );
+        assert_eq!(masked.lines().count(), text.lines().count());
     }
 }

@@ -99,10 +99,15 @@ pub fn load_with_columns(
                     "pipeline.yaml takes name, storage, libraries, configuration, catalog, schema, external_tables, connections, bad_records, trigger_interval_seconds, landing_settle_seconds and follow_symlinks_out_of_landing (docs/pipeline-format.md)",
                 ),
             };
+            // The snippet shown with the error must not show a secret it refuses.
+            let shown = match e.message.contains(crate::connections::NOT_SHOWN) {
+                true => Arc::from(crate::connections::masked(&config_text)),
+                false => Arc::clone(&config_text),
+            };
             let d = Diagnostic::error(code, format!("invalid pipeline.yaml: {}", e.message))
                 .at(Located {
                     path: CONFIG_FILE.to_string(),
-                    text: Arc::clone(&config_text),
+                    text: shown,
                     span: Span::new(Location::new(line, col), Location::new(line, col + 1)),
                     label: "here".into(),
                 })
