@@ -1,8 +1,10 @@
 //! `cdcflow run --continuous`: keep the pipeline up to date. Landing folders are
 //! watched (notify; a rescan every trigger interval where notifications are not
-//! available, or where a source outside the storage such as PostgreSQL is polled), a batch starts once new files have settled, batches are at least the
-//! trigger interval apart, and an idle pipeline sleeps. The run lock is held
-//! throughout; on shutdown the batch under way finishes and the loop ends.
+//! available), a batch starts once new files have settled, batches are at least the
+//! trigger interval apart, and an idle pipeline sleeps. A pipeline that reads a server
+//! (PostgreSQL, Kafka, a query) runs a batch every trigger interval (0.5 s at least):
+//! the server sends no notifications, and its changes need no settling. The run lock
+//! is held throughout; on shutdown the batch under way finishes and the loop ends.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -21,6 +23,10 @@ use crate::runner::{RunOptions, run_locked};
 /// How long the landing folders must be quiet before a batch starts, at least: files
 /// younger than `landing_settle_seconds` are waited for (or left) by the batch itself.
 const QUIET: Duration = Duration::from_millis(200);
+
+/// The shortest pause between two batches of a pipeline that polls a server, and
+/// between two rescans of landing folders without notifications.
+const POLL_FLOOR: Duration = Duration::from_millis(500);
 
 /// The landing folders of the pipeline's streaming file sources.
 fn landing_folders(pipeline: &Pipeline) -> Vec<PathBuf> {
@@ -76,10 +82,14 @@ pub async fn run_continuous(
         .iter()
         .flat_map(|f| f.inputs.iter())
         .any(Input::reads_a_server);
-    let rescan = if watching && !polled {
-        interval.max(Duration::from_secs(30))
-    } else {
-        interval.max(Duration::from_millis(500))
+    let rescan = match watching {
+        true => interval.max(Duration::from_secs(30)),
+        false => interval.max(POLL_FLOOR),
+    };
+    // A server is not asked more often than this, whatever the trigger interval.
+    let interval = match polled {
+        true => interval.max(POLL_FLOOR),
+        false => interval,
     };
     tokio::pin!(shutdown);
     // A full refresh asked for applies to the first batch only.
@@ -91,7 +101,11 @@ pub async fn run_continuous(
     let settle = crate::inputs::settle_period(&pipeline.config);
     loop {
         let started = Instant::now();
-        if !first {
+        // A polled server is asked every trigger interval (the wait below, after each
+        // batch) and its changes are committed already: nothing to settle. Landing
+        // files the same batch finds still young are left for a later one
+        // (`landing_settle_seconds`).
+        if !first && !polled {
             // Wait for a wake-up (or the rescan period), then for the files to settle.
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
