@@ -24,6 +24,7 @@ mod shared_slot;
 mod slots;
 mod tls;
 mod values;
+mod waiting;
 
 /// A database of the test's own on the server of PGHOST/PGPORT/PGUSER.
 struct Db {

@@ -20,7 +20,10 @@ pub struct RunArgs {
 
 /// The source kinds this binary reads.
 pub fn sources() -> Sources {
-    with_sources(cdcflow_postgres::PostgresSources::default())
+    with_sources(cdcflow_postgres::PostgresSources {
+        notices: cdcflow_postgres::Notices::to(|text| errln!("note: {text}")),
+        ..Default::default()
+    })
 }
 
 /// Every source kind of this build, the PostgreSQL source as given.
@@ -37,26 +40,67 @@ fn with_sources(postgres: cdcflow_postgres::PostgresSources) -> Sources {
 /// and loads again, so that the flows reading it are planned. A source that cannot be
 /// asked is reported, and the exit code returned.
 fn load(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, ExitCode> {
+    load_asking(args).map_err(|e| {
+        crate::run_error::print(&e);
+        ExitCode::from(1)
+    })
+}
+
+// The runtime's error, whatever its size (a failed load is printed once).
+#[allow(clippy::result_large_err)]
+fn load_asking(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, cdcflow_runtime::RunError> {
     let loaded = crate::validate::load(args);
     let Some(pipeline) = loaded.pipeline.as_ref().filter(|_| !loaded.has_errors()) else {
         return Ok(loaded);
     };
-    let asked = crate::runtime().block_on(cdcflow_runtime::sources::undeclared_columns(
+    let columns = crate::runtime().block_on(cdcflow_runtime::sources::undeclared_columns(
         pipeline,
         &sources(),
-    ));
-    match asked {
-        Ok(columns) if columns.is_empty() => Ok(loaded),
-        Ok(columns) => Ok(crate::validate::load_with_columns(args, &columns)),
-        Err(e) => {
-            crate::run_error::print(&e);
-            Err(ExitCode::from(1))
+    ))?;
+    match columns.is_empty() {
+        true => Ok(loaded),
+        false => Ok(crate::validate::load_with_columns(args, &columns)),
+    }
+}
+
+/// The longest pause between two attempts to reach a source server at the start of
+/// `--continuous`.
+const MOST_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// As [`load`], for `--continuous`: a source server that cannot be reached yet is
+/// waited for, as a running pipeline waits for one that restarts, each attempt said
+/// on stderr with the pause before the next (doubling, to [`MOST_PATIENCE`]).
+fn load_waiting(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, ExitCode> {
+    let mut pause = std::time::Duration::from_secs(1);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match load_asking(args) {
+            Err(e) if e.code() == cdcflow_runtime::ErrorCode::SourceUnreachable => {
+                errln!(
+                    "{} waiting for the source server (attempt {attempt}, next in {} s): {e}",
+                    now(),
+                    pause.as_secs()
+                );
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MOST_PATIENCE);
+            }
+            other => {
+                return other.map_err(|e| {
+                    crate::run_error::print(&e);
+                    ExitCode::from(1)
+                });
+            }
         }
     }
 }
 
 pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
-    let loaded = match load(args) {
+    let loaded = match if run.continuous {
+        load_waiting(args)
+    } else {
+        load(args)
+    } {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -112,10 +156,15 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         )));
         // A large table's initial copy goes chunk by chunk: say how far.
         let copy_bar = bar.clone();
+        let notice_bar = bar.clone();
         options.sources = Some(with_sources(cdcflow_postgres::PostgresSources {
             progress: Some(std::sync::Arc::new(move |what: &str| {
                 copy_bar.set_message(what.to_string());
             })),
+            notices: cdcflow_postgres::Notices::to(move |text| {
+                notice_bar.suspend(|| errln!("note: {text}"));
+            }),
+            ..Default::default()
         }));
     }
     let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));

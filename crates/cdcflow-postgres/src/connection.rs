@@ -100,9 +100,10 @@ impl PgConnection {
             .await
             .map_err(|e| match e.as_db_error() {
                 Some(_) => PgError::Sql(e),
-                None => self.unreachable(
+                None => self.not_connected(
                     &e.to_string(),
                     std::error::Error::source(&e).map(ToString::to_string),
+                    crate::error::is_io(&e),
                 ),
             })?;
         tokio::spawn(async move {
@@ -113,8 +114,9 @@ impl PgConnection {
         Ok(client)
     }
 
-    /// The error for a server that could not be reached or refused the connection.
-    pub(crate) fn unreachable(&self, error: &str, cause: Option<String>) -> PgError {
+    /// The error for a server that could not be reached (`io`: the connection itself
+    /// failed, refused or broken) or refused the connection (TLS, a certificate).
+    pub(crate) fn not_connected(&self, error: &str, cause: Option<String>, io: bool) -> PgError {
         let why = match cause {
             Some(cause) => format!("{error}: {cause}"),
             None => error.to_string(),
@@ -126,16 +128,17 @@ impl PgConnection {
                 _ => "",
             }),
         };
-        PgError::NotReady {
-            message: format!(
-                "cannot connect to PostgreSQL at {}:{} (database `{}`, user `{}`, sslmode {}): {why}",
-                self.host,
-                self.port,
-                self.database,
-                self.user,
-                self.tls.mode.as_str()
-            ),
-            help,
+        let message = format!(
+            "cannot connect to PostgreSQL at {}:{} (database `{}`, user `{}`, sslmode {}): {why}",
+            self.host,
+            self.port,
+            self.database,
+            self.user,
+            self.tls.mode.as_str()
+        );
+        match io {
+            true => PgError::Unreachable { message, help },
+            false => PgError::NotReady { message, help },
         }
     }
 

@@ -8,6 +8,9 @@ pub enum PgError {
     /// The server or the role lacks something logical replication needs.
     #[error("{message}")]
     NotReady { message: String, help: String },
+    /// The server could not be reached: the connection was refused or broke.
+    #[error("{message}")]
+    Unreachable { message: String, help: String },
     /// The slot the checkpoint continues from is missing or unusable.
     #[error("{message}")]
     Slot { message: String, help: String },
@@ -53,15 +56,60 @@ impl PgError {
     /// What the user can do about it, when there is something to say.
     pub fn help(&self) -> Option<&str> {
         match self {
-            Self::NotReady { help, .. } | Self::Slot { help, .. } | Self::Data { help, .. } => {
-                Some(help)
-            }
+            Self::NotReady { help, .. }
+            | Self::Unreachable { help, .. }
+            | Self::Slot { help, .. }
+            | Self::Data { help, .. } => Some(help),
             Self::Sql(e) => Some(sql_help(e)),
             Self::Replication(e) => Some(replication_help(&e.to_string())),
             Self::Gap { .. } => None,
             Self::Protocol(_) => None,
         }
     }
+
+    /// The SQLSTATE of the server's answer, when the server answered with an error.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            Self::Sql(e) => e.as_db_error().map(|d| d.code().code()),
+            _ => None,
+        }
+    }
+
+    /// Whether the server could not be reached or went away (a connection refused or
+    /// broken, a server starting or shutting down), as opposed to a server that
+    /// answered and refused: the same request may succeed later.
+    pub fn unreachable(&self) -> bool {
+        match self {
+            Self::Sql(e) => match e.as_db_error() {
+                Some(db) => unreachable_state(db.code().code()),
+                None => is_io(e),
+            },
+            Self::Unreachable { .. }
+            | Self::Replication(pgwire_replication::PgWireError::Io(_)) => true,
+            Self::Replication(pgwire_replication::PgWireError::Server(text)) => {
+                text.contains("shutting down") || text.contains("starting up")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// SQLSTATEs of a server that cannot take the connection now.
+fn unreachable_state(code: &str) -> bool {
+    matches!(code, "57P01" | "57P02" | "57P03") || code.starts_with("08")
+}
+
+/// Whether an I/O error is in the driver error's causes (connecting, or a connection
+/// that broke).
+pub(crate) fn is_io(e: &tokio_postgres::Error) -> bool {
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.is::<std::io::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    e.is_closed()
 }
 
 const CHECK_CONNECTION: &str = "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up";

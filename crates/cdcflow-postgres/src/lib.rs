@@ -7,7 +7,9 @@
 //! - [`connection`]: where to connect, and the two connections made from it;
 //!   [`tls`]: how they encrypt and verify; [`client_cert`]: the certificate they
 //!   authenticate with;
-//! - [`source`]: slot, publication, streaming and acknowledgement; [`identity`]: the
+//! - [`source`]: slot, publication, streaming and acknowledgement; [`parking`]: a
+//!   session kept from one read to the next of a run; [`notices`]: what a read says
+//!   while it waits; [`identity`]: the
 //!   table and publication a position was read from, checked before each read; [`snapshot`]:
 //!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key);
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
@@ -19,6 +21,8 @@ pub mod client_cert;
 pub mod connection;
 pub mod error;
 pub mod identity;
+pub mod notices;
+pub mod parking;
 pub mod pgoutput;
 pub mod position;
 pub mod rejected;
@@ -34,6 +38,8 @@ pub mod validate;
 pub use changes::ChangeKind;
 pub use connection::PgConnection;
 pub use error::PgError;
+pub use notices::Notices;
+pub use parking::Parking;
 pub use runtime::PostgresSources;
 pub use snapshot::CopyProgress;
 pub use source::{Changes, ReadFrom, TableRef, TableSource, lsn_text};

@@ -41,6 +41,11 @@ pub type CopyProgressSink = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct PostgresSources {
     /// Told after each chunk of a table's initial copy.
     pub progress: Option<CopyProgressSink>,
+    /// The run's replication sessions kept between the reads of a table.
+    pub parking: crate::parking::Parking,
+    /// Told what a read waits for while it waits (a snapshot behind a long
+    /// transaction).
+    pub notices: crate::notices::Notices,
 }
 
 impl std::fmt::Debug for PostgresSources {
@@ -60,6 +65,8 @@ impl SourceFactory for PostgresSources {
         };
         Some(open(pipeline, rp).map(|mut s| {
             s.progress.clone_from(&self.progress);
+            s.source.parking = self.parking.clone();
+            s.source.notices = self.notices.clone();
             Box::new(s) as Box<dyn ExternalSource>
         }))
     }
@@ -123,7 +130,11 @@ fn connection_error(connection: &str, e: PgError) -> RunError {
 
 fn named_error(what: &str, e: PgError) -> RunError {
     let help = e.help().map(String::from);
-    let error = RunError::user(ErrorCode::Source, format!("{what}: {e}"));
+    let code = match e.unreachable() {
+        true => ErrorCode::SourceUnreachable,
+        false => ErrorCode::Source,
+    };
+    let error = RunError::user(code, format!("{what}: {e}"));
     drop(e);
     match help {
         Some(h) => error.with_help(h),
@@ -152,6 +163,8 @@ fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
             publication: names.legacy.clone(),
             max_changes: usize::try_from(rp.max_changes_per_batch).unwrap_or(usize::MAX),
             text_columns: declared_strings(rp),
+            parking: Default::default(),
+            notices: Default::default(),
         },
         names,
         key: rp.key(),

@@ -11,6 +11,8 @@
 //! without a primary key is copied in chunks of its tuple ids the same way
 //! ([`crate::tid_copy`]); a partitioned table without one is copied in one piece.
 
+use std::time::Duration;
+
 use pgwire_replication::ReplicationClient;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -19,6 +21,11 @@ use crate::connection::{quote_ident, quote_literal};
 use crate::error::PgError;
 use crate::source::{TableSource, parse_lsn, table_sql};
 use crate::tid_copy::{self, TupleResume};
+
+/// How long a slot's creation may wait before the read says what it waits for, and
+/// how often it says so again.
+const FIRST_NOTICE: Duration = Duration::from_secs(3);
+const NOTICE_EVERY: Duration = Duration::from_secs(30);
 
 /// Rows per FETCH of a copy.
 pub(crate) const FETCH_ROWS: usize = 10_000;
@@ -80,12 +87,28 @@ impl TableSource {
         };
         let config = self.connection.replication_config(&name, &self.publication);
         let mut session = ReplicationClient::connect_gated(config).await?;
-        let created = session
-            .simple_query(&format!(
-                "CREATE_REPLICATION_SLOT {}{temporary} LOGICAL pgoutput (SNAPSHOT 'export')",
-                quote_ident(&name)
-            ))
-            .await?;
+        let sql = format!(
+            "CREATE_REPLICATION_SLOT {}{temporary} LOGICAL pgoutput (SNAPSHOT 'export')",
+            quote_ident(&name)
+        );
+        // The slot's consistent point waits for every transaction running on the
+        // server when it was asked for: say which one holds it up, while it does.
+        let created = {
+            let create = session.simple_query(&sql);
+            tokio::pin!(create);
+            let mut waited = Duration::ZERO;
+            let mut pause = FIRST_NOTICE;
+            loop {
+                tokio::select! {
+                    created = &mut create => break created?,
+                    () = tokio::time::sleep(pause) => {
+                        waited += pause;
+                        pause = NOTICE_EVERY;
+                        self.say_what_blocks(client, &name, waited).await;
+                    }
+                }
+            }
+        };
         let row = created
             .first()
             .filter(|r| r.len() >= 3)
@@ -124,6 +147,60 @@ impl TableSource {
             progress,
             estimate,
         })
+    }
+
+    /// Says which transactions the creation of slot `slot` waits for: those on the
+    /// server holding a transaction id that began before it was asked for, oldest first
+    /// (logical decoding starts at a point where none that began before it is running,
+    /// in any database).
+    async fn say_what_blocks(&self, client: &Client, slot: &str, waited: Duration) {
+        let waited_secs = waited.as_secs_f64();
+        let blocking = client
+            .query(
+                "SELECT pid, coalesce(datname, ''), coalesce(usename, ''), coalesce(state, ''), \
+                 extract(epoch FROM now() - xact_start)::bigint \
+                 FROM pg_stat_activity \
+                 WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() \
+                 AND xact_start <= now() - make_interval(secs => $1) \
+                 ORDER BY xact_start LIMIT 3",
+                &[&waited_secs],
+            )
+            .await
+            .unwrap_or_default();
+        let named: Vec<String> = blocking
+            .iter()
+            .map(|row| {
+                let pid: i32 = row.get(0);
+                let database: String = row.get(1);
+                let user: String = row.get(2);
+                let state: String = row.get(3);
+                let open: Option<i64> = row.get(4);
+                format!(
+                    "the transaction of pid {pid} (database `{database}`, user `{user}`, {state}, open for {} s)",
+                    open.unwrap_or_default()
+                )
+            })
+            .collect();
+        let what = match named.is_empty() {
+            true => "transactions still running on the server: the copy starts once they end"
+                .to_string(),
+            false => {
+                let ends: Vec<String> = blocking
+                    .iter()
+                    .map(|r| format!("SELECT pg_terminate_backend({});", r.get::<_, i32>(0)))
+                    .collect();
+                format!(
+                    "{}: the copy starts once they end; to go on now, end them: {}",
+                    named.join(", "),
+                    ends.join(" ")
+                )
+            }
+        };
+        self.notices.say(&format!(
+            "{}: creating replication slot `{slot}` for the first copy has waited {} s for {what}",
+            self.table,
+            waited.as_secs()
+        ));
     }
 
     /// The chunk's rows, inside the open snapshot transaction.

@@ -29,12 +29,23 @@ use crate::changes::{ChangeKind, ChangeMeta, ChangeRows, TableColumn};
 use crate::connection::{PgConnection, quote_ident, quote_literal};
 use crate::error::{PgError, Refresh};
 use crate::identity::Identity;
+use crate::parking::{Parked, Parking};
 use crate::pgoutput::{self, Message, RelationColumn, Value};
 use crate::snapshot::CopyProgress;
 
 /// How long the stream may stay silent before the read fails (the server sends a
 /// keepalive every `wal_sender_timeout / 2`, 30 s by default).
 const SILENCE: Duration = Duration::from_secs(120);
+/// How often, and how many times, an acknowledgement looks whether the server took
+/// the position (10 s in all).
+const WAIT_STEP: Duration = Duration::from_millis(20);
+const WAIT_TRIES: usize = 500;
+/// How many times it looks before ending the session that sent it (1 s: the worker
+/// sends it within its status interval, 200 ms).
+const SENT_TRIES: usize = 50;
+/// WAL behind a copy under way that its reads leave to after it; more is streamed
+/// with its chunks, so that the server can free it.
+const STREAM_DURING_COPY_BYTES: u64 = 256 << 20;
 /// How long a read waits for a slot another session still holds.
 const SLOT_BUSY: Duration = Duration::from_secs(10);
 /// Seconds since the Unix epoch at PostgreSQL's epoch (2000-01-01).
@@ -70,6 +81,11 @@ pub struct TableSource {
     /// Columns the pipeline declares STRING (`schema =>`): kept as PostgreSQL prints
     /// them, whatever their type.
     pub text_columns: Vec<String>,
+    /// Where a read that stopped at its size limit leaves its session for the next
+    /// read of the run (`crate::parking`).
+    pub parking: Parking,
+    /// Told what a read waits for while it waits.
+    pub notices: crate::notices::Notices,
 }
 
 /// What one read found.
@@ -103,7 +119,15 @@ pub struct Changes {
     pub unresolved: Vec<cdcflow_runtime::sources::CarriedCell>,
     /// Rows with a value their column's type has none of, set apart with why.
     pub rejected: Vec<cdcflow_runtime::sources::RejectedRow>,
-    session: Option<ReplicationClient>,
+    session: Option<Session>,
+}
+
+/// The replication session a read streamed, with where its stream stands.
+struct Session {
+    client: ReplicationClient,
+    state: StreamState,
+    /// The table's columns as the read found them.
+    columns: Vec<TableColumn>,
 }
 
 impl std::fmt::Debug for Changes {
@@ -125,6 +149,13 @@ pub(crate) fn parse_lsn(text: &str) -> Result<u64, PgError> {
     Lsn::parse(text)
         .map(Lsn::as_u64)
         .map_err(|e| PgError::Protocol(format!("`{text}` is not an LSN: {e}")))
+}
+
+/// A slot's `confirmed_flush_lsn` as text (none yet: 0).
+fn confirmed_lsn(text: Option<&str>) -> Result<u64, PgError> {
+    text.map(parse_lsn)
+        .transpose()
+        .map(Option::unwrap_or_default)
 }
 
 /// The server's flushed WAL position and its clock (µs since the Unix epoch).
@@ -203,7 +234,21 @@ impl TableSource {
         let (target, read_at_micros) = flush_position(&client).await?;
         let columns = self.columns(&client).await?;
         let identity = self.check_objects(&client, from).await?;
-        let mut rows = ChangeRows::new(columns);
+        // A session the run's previous read left on the slot: gone on with when this
+        // read starts where that one stopped, closed otherwise (one session a slot).
+        let resumed = match self.parking.take(&self.slot) {
+            Some(p)
+                if from.copy == CopyProgress::Done && p.resumes(&self.table, from, &columns) =>
+            {
+                Some(p)
+            }
+            Some(p) => {
+                p.close().await;
+                None
+            }
+            None => None,
+        };
+        let mut rows = ChangeRows::new(columns.clone());
         let mut copy = from.copy.clone();
         let mut estimate = None;
         let mut session = None;
@@ -233,9 +278,16 @@ impl TableSource {
         };
         let snapshot = !rows.is_empty() || from.copy != CopyProgress::Done;
         let copying = copy != CopyProgress::Done;
-        if target <= start {
+        // While the copy goes on, its chunks come first: the changes since its start
+        // wait in the slot and are read after it (starting a stream for each chunk
+        // costs more than the chunk), unless the WAL they hold grows large.
+        let defer = copying && target.saturating_sub(start) < STREAM_DURING_COPY_BYTES;
+        if target <= start || defer {
             // Nothing to stream; a gated session that never started ends when dropped.
             drop(session);
+            if let Some(p) = resumed {
+                p.close().await;
+            }
             let keys = rows.key_names();
             let finished = rows.finish()?;
             return Ok(Changes {
@@ -254,25 +306,46 @@ impl TableSource {
                 session: None,
             });
         }
-        let mut session = match session {
-            Some(mut s) => {
-                s.start().await?;
-                s.wait_started().await?;
-                s
-            }
-            None => self.start_streaming(start, acked).await?,
-        };
         let most = self.max_changes.max(1);
         let limit = rows.len() + most;
-        let reached = stream(
-            &mut session,
-            &mut rows,
-            (&self.table, identity.relid),
-            (start, target),
-            (limit, most),
-            from.within,
-        )
-        .await?;
+        let (mut session, mut state) = match (session, resumed) {
+            (Some(mut s), _) => {
+                s.start().await?;
+                s.wait_started().await?;
+                (s, StreamState::default())
+            }
+            (None, Some(p)) => (p.session, p.state),
+            (None, None) => (
+                self.start_streaming(start, acked).await?,
+                StreamState::default(),
+            ),
+        };
+        let mut resuming = state.relation.is_some();
+        let reached = loop {
+            if let Some(r) = &state.relation {
+                rows.set_keys(&r.keys);
+            }
+            let reached = stream(
+                &mut session,
+                &mut state,
+                &mut rows,
+                (&self.table, identity.relid),
+                (start, target),
+                (limit, most),
+                from.within,
+            )
+            .await;
+            if !(resuming && reached.is_err()) {
+                break reached?;
+            }
+            // The kept session broke between the reads (the server ended it, or the
+            // connection dropped): read again from the position with a new one.
+            let _ = session.shutdown().await;
+            resuming = false;
+            rows = ChangeRows::new(columns.clone());
+            state = StreamState::default();
+            session = self.start_streaming(start, acked).await?;
+        };
         let keys = rows.key_names();
         let finished = rows.finish()?;
         Ok(Changes {
@@ -288,7 +361,11 @@ impl TableSource {
             estimate,
             more: reached.position < target || reached.within.is_some() || copying,
             read_at_micros,
-            session: Some(session),
+            session: Some(Session {
+                client: session,
+                state,
+                columns,
+            }),
         })
     }
 
@@ -337,31 +414,42 @@ impl TableSource {
         floor: Option<u64>,
     ) -> Result<(), PgError> {
         let position = floor.map_or(changes.position, |f| f.min(changes.position));
-        if let Some(mut session) = changes.session {
-            session.update_applied_lsn(Lsn::from_u64(position));
-            // The worker sends the position within its status interval.
-            tokio::time::sleep(Duration::from_millis(400)).await;
+        if let Some(session) = changes.session {
+            session.client.update_applied_lsn(Lsn::from_u64(position));
+            if changes.more && changes.copy == CopyProgress::Done {
+                // The next read goes on with this session; the worker reports the
+                // position within its status interval, and the last read of the run
+                // waits for the slot to take it.
+                self.parking.park(
+                    &self.slot,
+                    Parked {
+                        table: self.table.clone(),
+                        lsn: changes.position,
+                        within: changes.within,
+                        columns: session.columns,
+                        session: session.client,
+                        state: session.state,
+                    },
+                );
+                return Ok(());
+            }
+            let mut session = session.client;
+            // The worker sends the position within its status interval: once the
+            // server has it, the session can end (advancing the slot by SQL instead
+            // would decode its WAL again).
+            let client = self.connection.connect().await?;
+            for _ in 0..SENT_TRIES {
+                if self.slot_state(&client).await?.1 >= position {
+                    break;
+                }
+                tokio::time::sleep(WAIT_STEP).await;
+            }
             let _ = session.shutdown().await;
         }
         let client = self.connection.connect().await?;
         // The walsender may take a moment to let go of the slot.
-        for _ in 0..100 {
-            let row = client
-                .query_opt(
-                    "SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&self.slot],
-                )
-                .await?;
-            let Some(row) = row else {
-                return Err(self.slot_missing());
-            };
-            let active: bool = row.get(0);
-            let confirmed: Option<String> = row.get(1);
-            let confirmed = confirmed
-                .as_deref()
-                .map(parse_lsn)
-                .transpose()?
-                .unwrap_or(0);
+        for _ in 0..WAIT_TRIES {
+            let (active, confirmed) = self.slot_state(&client).await?;
             if confirmed >= position {
                 return Ok(());
             }
@@ -375,7 +463,7 @@ impl TableSource {
                     .await?;
                 return Ok(());
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(WAIT_STEP).await;
         }
         Err(PgError::Slot {
             message: format!(
@@ -386,6 +474,20 @@ impl TableSource {
             help: "is another cdcflow run of this pipeline reading it? The next run advances it"
                 .into(),
         })
+    }
+
+    /// Whether a session streams the slot, and its confirmed position.
+    async fn slot_state(&self, client: &Client) -> Result<(bool, u64), PgError> {
+        let row = client
+            .query_opt(
+                "SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.slot],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Err(self.slot_missing());
+        };
+        Ok((row.get(0), confirmed_lsn(row.get(1))?))
     }
 
     /// Drops the slot (a full refresh starts over from a new snapshot).
@@ -569,11 +671,7 @@ impl TableSource {
                 help: "run `cdcflow run --full-refresh <table>` to take a new snapshot, and run the pipeline more often or raise max_slot_wal_keep_size".into(),
             });
         }
-        let confirmed = confirmed
-            .as_deref()
-            .map(parse_lsn)
-            .transpose()?
-            .unwrap_or(0);
+        let confirmed = confirmed_lsn(confirmed.as_deref())?;
         if confirmed > after {
             return Err(PgError::Slot {
                 message: format!(
@@ -608,6 +706,14 @@ type Change = (
     Vec<usize>,
     Option<Vec<Option<String>>>,
 );
+
+/// Where a stream stands between two events: the table as the stream described it,
+/// and the transaction being received.
+#[derive(Default)]
+pub(crate) struct StreamState {
+    relation: Option<Relation>,
+    open: Option<Open>,
+}
 
 /// A transaction being received.
 struct Open {
@@ -647,14 +753,18 @@ struct Reached {
 /// the size of a transaction.
 async fn stream(
     session: &mut ReplicationClient,
+    state: &mut StreamState,
     rows: &mut ChangeRows,
     table: (&TableName, u32),
     (start, target): (u64, u64),
     (limit, most_in_transaction): (usize, usize),
     within: Option<(u64, i64)>,
 ) -> Result<Reached, PgError> {
-    let mut relation: Option<Relation> = None;
-    let mut open: Option<Open> = None;
+    let StreamState { relation, open } = state;
+    if let Some(txn) = open.as_mut() {
+        // Gone on with from an earlier read: what it took counts there.
+        txn.taken = 0;
+    }
     let mut position = start;
     while position < target {
         let event = tokio::time::timeout(SILENCE, session.recv())
@@ -682,7 +792,7 @@ async fn stream(
                 final_lsn,
             } => {
                 let commit_lsn = final_lsn.as_u64();
-                open = Some(Open {
+                *open = Some(Open {
                     xid,
                     commit_micros: commit_time_micros + PG_EPOCH_MICROS,
                     commit_lsn,
@@ -702,8 +812,8 @@ async fn stream(
                     continue;
                 };
                 let message = pgoutput::decode(&data)?;
-                change(message, table, rows.columns(), &mut relation, txn)?;
-                if let Some(r) = &relation {
+                change(message, table, rows.columns(), relation, txn)?;
+                if let Some(r) = relation.as_ref() {
                     rows.set_keys(&r.keys);
                 }
                 take(txn, rows)?;

@@ -39,6 +39,8 @@ pub async fn server_diagnostics(pipeline: &Pipeline) -> Vec<Diagnostic> {
                 publication: name,
                 max_changes: 1,
                 text_columns: Default::default(),
+                parking: Default::default(),
+                notices: Default::default(),
             };
             let checked = tokio::time::timeout(ANSWER_WITHIN, async {
                 let client = source.connection.connect().await.ok()?;

@@ -68,7 +68,12 @@ impl MysqlConnection {
                 }
             ),
         };
-        SourceError::new(
+        let unreachable = matches!(e, mysql_async::Error::Io(mysql_async::IoError::Io(_)));
+        let made = match unreachable {
+            true => SourceError::unreachable,
+            false => SourceError::new,
+        };
+        made(
             format!(
                 "cannot connect to MySQL at {}:{} (database `{}`, user `{}`, sslmode {}): {e}",
                 self.host,
@@ -119,10 +124,7 @@ fn pem_source<T: From<std::path::PathBuf> + From<Vec<u8>>>(pem: &Pem) -> T {
 }
 
 fn query_error(e: &mysql_async::Error) -> SourceError {
-    SourceError::new(
-        format!("MySQL: {e}"),
-        "check the query of read_query: the server runs it as written, inside SELECT * FROM (…) AS cdcflow_q",
-    )
+    SourceError::new(format!("MySQL: {e}"), crate::runtime::QUERY_HELP)
 }
 
 /// The Arrow type of a column of a result.

@@ -21,7 +21,7 @@ pub async fn describe(
     let statement = client
         .prepare(query.trim().trim_end_matches(';'))
         .await
-        .map_err(|e| SourceError::postgres(&e.into()))?;
+        .map_err(|e| SourceError::postgres_query(&e.into()))?;
     Ok(statement
         .columns()
         .iter()
@@ -41,7 +41,7 @@ pub async fn fetch(
     let messages = client
         .simple_query(sql)
         .await
-        .map_err(|e| SourceError::postgres(&e.into()))?;
+        .map_err(|e| SourceError::postgres_query(&e.into()))?;
     Ok(messages
         .into_iter()
         .filter_map(|m| match m {

@@ -33,13 +33,31 @@ use crate::watermark::{self, Kind, Watermark};
 pub struct SourceError {
     message: String,
     help: String,
+    /// The server could not be reached: a later attempt may succeed.
+    unreachable: bool,
 }
+
+/// SQLSTATE classes of a server that refuses the session rather than a statement:
+/// connection, authorization, catalog name, resources, operator intervention.
+const SESSION_CLASSES: [&str; 5] = ["08", "28", "3D", "53", "57"];
+
+/// What to do about a query the server refused.
+pub const QUERY_HELP: &str = "check the query of read_query: the server runs it as written, inside SELECT * FROM (…) AS cdcflow_q (the message says what it refused)";
 
 impl SourceError {
     pub fn new(message: String, help: &str) -> Self {
         Self {
             message,
             help: help.into(),
+            unreachable: false,
+        }
+    }
+
+    /// As [`Self::new`], for a server that could not be reached.
+    pub fn unreachable(message: String, help: &str) -> Self {
+        Self {
+            unreachable: true,
+            ..Self::new(message, help)
         }
     }
 
@@ -48,12 +66,29 @@ impl SourceError {
         Self {
             message: e.to_string(),
             help,
+            unreachable: e.unreachable(),
+        }
+    }
+
+    /// An error of running the user's query: a statement the server refused is the
+    /// query's (its syntax, a missing column, a privilege), named as such.
+    pub fn postgres_query(e: &PgError) -> Self {
+        let refused = e
+            .sqlstate()
+            .is_some_and(|s| !SESSION_CLASSES.iter().any(|c| s.starts_with(c)));
+        match refused {
+            true => Self::new(e.to_string(), QUERY_HELP),
+            false => Self::postgres(e),
         }
     }
 
     fn into_run_error(self, connection: &str) -> RunError {
+        let code = match self.unreachable {
+            true => ErrorCode::SourceUnreachable,
+            false => ErrorCode::Source,
+        };
         RunError::user(
-            ErrorCode::Source,
+            code,
             format!("read_query on connection `{connection}`: {}", self.message),
         )
         .with_help(self.help)

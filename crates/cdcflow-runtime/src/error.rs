@@ -30,6 +30,9 @@ pub enum ErrorCode {
     Locked,
     /// A source server (PostgreSQL, MySQL, Kafka) refused or failed.
     Source,
+    /// A source server could not be reached (the connection refused or broke, the
+    /// server starting or shutting down): trying again later may succeed.
+    SourceUnreachable,
     /// A file cannot be read or parsed.
     File,
     /// A Delta table cannot be read or committed.
@@ -57,6 +60,7 @@ impl ErrorCode {
             Self::DiskFull => "cdcflow::run::disk_full",
             Self::Locked => "cdcflow::run::locked",
             Self::Source => "cdcflow::run::source",
+            Self::SourceUnreachable => "cdcflow::run::source_unreachable",
             Self::File => "cdcflow::run::file",
             Self::Delta => "cdcflow::run::delta",
             Self::Io => "cdcflow::run::io",

@@ -1,6 +1,6 @@
 //! Snapshot, then changes, then a restart: what a read yields and what the slot keeps.
 
-use cdcflow_postgres::{Changes, PgError, TableRef, TableSource};
+use cdcflow_postgres::{Changes, PgError, ReadFrom, TableRef, TableSource};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Decimal128Type, Int32Type, Int64Type};
 
@@ -14,6 +14,8 @@ fn source(db: &TestDb, name: &str) -> TableSource {
         publication: format!("cdcflow_it_{name}"),
         max_changes: 1000,
         text_columns: vec![],
+        parking: Default::default(),
+        notices: Default::default(),
     }
 }
 
@@ -267,5 +269,99 @@ async fn unchanged_toasted_values_are_carried_or_named() {
     assert!(notes.is_null(0) && notes.is_null(1));
     assert_eq!((notes.value(2), notes.value(3)), ("short", "short"));
     src.acknowledge(changes).await.unwrap();
+    db.drop().await;
+}
+
+/// The walsender streaming `slot` now.
+async fn streaming_pid(db: &TestDb, slot: &str) -> Option<i32> {
+    db.client()
+        .await
+        .query_one(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn next_from(changes: &Changes) -> ReadFrom {
+    ReadFrom {
+        lsn: Some(changes.position),
+        within: changes.within,
+        copy: changes.copy.clone(),
+        identity: changes.identity,
+    }
+}
+
+#[tokio::test]
+async fn a_transaction_larger_than_a_batch_is_decoded_once() {
+    let db = TestDb::create("large_transaction").await;
+    let sql = db.client().await;
+    sql.batch_execute("CREATE TABLE customers (id int PRIMARY KEY, name text)")
+        .await
+        .unwrap();
+    let src = TableSource {
+        max_changes: 1000,
+        ..source(&db, "large_transaction")
+    };
+    let first = src.read(None).await.unwrap();
+    let mut from = next_from(&first);
+    src.acknowledge(first).await.unwrap();
+    sql.batch_execute(
+        "INSERT INTO customers SELECT i, 'n' || i FROM generate_series(1, 5000) i;
+         INSERT INTO customers VALUES (9999, 'last');",
+    )
+    .await
+    .unwrap();
+
+    // A read that is not committed (a crash) leaves no session behind: the read
+    // again gets the same rows from a session of its own.
+    let lost = src.read_from(&from).await.unwrap();
+    let lost_rows = rows(&lost.rows);
+    drop(lost);
+    let mut ids = vec![];
+    let mut walsenders = vec![];
+    loop {
+        let changes = src.read_from(&from).await.unwrap();
+        walsenders.push(streaming_pid(&db, &src.slot).await);
+        if ids.is_empty() {
+            assert_eq!(rows(&changes.rows), lost_rows);
+        }
+        ids.extend(
+            rows(&changes.rows)
+                .into_iter()
+                .map(|(_, id, _)| id.unwrap()),
+        );
+        from = next_from(&changes);
+        let more = changes.more;
+        src.acknowledge(changes).await.unwrap();
+        if !more {
+            break;
+        }
+    }
+    let expected: Vec<i32> = (1..=5000).chain([9999]).collect();
+    assert_eq!(ids, expected);
+    // Each read of the transaction went on with the session of the read before: the
+    // server decoded it once, not once from its start for each batch.
+    assert_eq!(walsenders.len(), 6, "{walsenders:?}");
+    assert!(walsenders[0].is_some(), "{walsenders:?}");
+    assert!(
+        walsenders.windows(2).all(|w| w[0] == w[1]),
+        "a new walsender for a batch: {walsenders:?}"
+    );
+
+    // A session left on the slot is closed by a read from elsewhere, which streams the
+    // slot from its own position.
+    sql.batch_execute("INSERT INTO customers SELECT i, 'm' FROM generate_series(10001, 12500) i")
+        .await
+        .unwrap();
+    let part = src.read_from(&from).await.unwrap();
+    assert!(part.more && part.within.is_some());
+    src.acknowledge(part).await.unwrap();
+    let again = src.read_from(&from).await.unwrap();
+    assert_eq!(rows(&again.rows).first().map(|r| r.1), Some(Some(10001)));
+    assert_eq!(again.rows.num_rows(), 1000);
+    drop(again);
     db.drop().await;
 }
