@@ -168,3 +168,39 @@ fn state_help(code: &str) -> &'static str {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_names_the_server_s_reason_not_the_connection() {
+        // The replication connection gives the server's message only.
+        let full = replication_help(
+            "server error: ERROR: all replication slots are in use (HINT: Free one or increase max_replication_slots.)",
+        );
+        assert!(full.contains("max_replication_slots"), "{full}");
+        assert!(!full.contains("check the connection"), "{full}");
+        assert!(
+            replication_help("password authentication failed for user \"x\"").contains("login")
+        );
+        // By SQLSTATE: a statement refused is not a connection problem.
+        for (state, says) in [
+            ("42601", "refused a statement"),
+            ("53300", "max_connections"),
+            ("53400", "max_replication_slots"),
+            ("28P01", "login"),
+            ("3D000", "database does not exist"),
+            ("57P01", "shutting down"),
+            ("08006", "check the connection"),
+        ] {
+            assert!(
+                state_help(state).contains(says),
+                "{state}: {}",
+                state_help(state)
+            );
+        }
+        assert!(unreachable_state("57P03") && unreachable_state("08001"));
+        assert!(!unreachable_state("42601") && !unreachable_state("28P01"));
+    }
+}
