@@ -40,6 +40,16 @@ fn recover(dir: &Path) {
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
 }
 
+/// A database of the test's own with `customers`, and a pipeline that has read it once.
+fn captured(test: &str) -> (Db, tempfile::TempDir) {
+    let db = Db::create(test);
+    customers(&db);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, false);
+    run(dir.path());
+    (db, dir)
+}
+
 fn customers(db: &Db) {
     db.exec(
         "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
@@ -49,11 +59,7 @@ fn customers(db: &Db) {
 
 #[test]
 fn a_table_taken_out_of_the_publication_and_written_fails_naming_the_fix() {
-    let db = Db::create("publication_gap");
-    customers(&db);
-    let dir = tempfile::tempdir().expect("tempdir");
-    pipeline(dir.path(), &db, false);
-    run(dir.path());
+    let (db, dir) = captured("publication_gap");
     let publication = publication(&db);
     // Someone takes the table out; the changes meanwhile are not published.
     db.exec(&format!(
@@ -89,11 +95,7 @@ fn a_table_taken_out_of_the_publication_and_written_fails_naming_the_fix() {
 
 #[test]
 fn a_publication_narrowed_to_inserts_fails_naming_the_setting() {
-    let db = Db::create("publication_narrowed");
-    customers(&db);
-    let dir = tempfile::tempdir().expect("tempdir");
-    pipeline(dir.path(), &db, false);
-    run(dir.path());
+    let (db, dir) = captured("publication_narrowed");
     let publication = publication(&db);
     db.exec(&format!(
         "ALTER PUBLICATION {publication} SET (publish = 'insert')"
@@ -106,11 +108,7 @@ fn a_publication_narrowed_to_inserts_fails_naming_the_setting() {
 
 #[test]
 fn a_table_dropped_and_created_again_fails_naming_the_fix() {
-    let db = Db::create("table_recreated");
-    customers(&db);
-    let dir = tempfile::tempdir().expect("tempdir");
-    pipeline(dir.path(), &db, false);
-    run(dir.path());
+    let (db, dir) = captured("table_recreated");
     db.exec(
         "DROP TABLE customers;
          CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
@@ -129,11 +127,7 @@ fn a_table_dropped_and_created_again_fails_naming_the_fix() {
 
 #[test]
 fn a_dropped_publication_fails_naming_every_table_to_refresh_and_that_recovers() {
-    let db = Db::create("publication_dropped");
-    customers(&db);
-    let dir = tempfile::tempdir().expect("tempdir");
-    pipeline(dir.path(), &db, false);
-    run(dir.path());
+    let (db, dir) = captured("publication_dropped");
     let publication = publication(&db);
     db.exec(&format!("DROP PUBLICATION {publication}"));
     db.exec("UPDATE customers SET city = 'bern' WHERE id = 1; INSERT INTO customers VALUES (5, 'dan', 'pisa')");
