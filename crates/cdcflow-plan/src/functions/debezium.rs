@@ -25,6 +25,7 @@
 //! binlog `source.file`, `source.pos` and `source.row`; otherwise `source.ts_ms`. Each
 //! number is zero-padded to 20 digits so that text order is log order.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -38,6 +39,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     Volatility,
 };
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::columnar;
@@ -143,15 +145,48 @@ pub struct Event {
     pub commit_micros: Option<i64>,
 }
 
-fn unwrap_payload(v: Value) -> Value {
-    match v {
-        Value::Object(mut m)
-            if m.contains_key("payload") && (m.contains_key("schema") || m.len() == 1) =>
-        {
-            m.remove("payload").unwrap_or(Value::Null)
-        }
-        v => v,
-    }
+/// A change event as Debezium writes it, read in one pass: only the fields used are
+/// kept (the `schema` part and the rest are skipped, not built), so a message costs
+/// the row's values, not a tree of the whole envelope.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    op: Option<Cow<'a, str>>,
+    #[serde(default)]
+    before: Option<Map<String, Value>>,
+    #[serde(default)]
+    after: Option<Map<String, Value>>,
+    #[serde(borrow, default)]
+    source: Option<Source<'a>>,
+    #[serde(default)]
+    ts_ms: Option<i64>,
+    /// The event inside the `schema`/`payload` wrapper (`Some(None)`: a null payload,
+    /// a tombstone).
+    #[serde(borrow, default, deserialize_with = "present")]
+    payload: Option<Option<Box<Envelope<'a>>>>,
+}
+
+/// The `source` block's fields that place the event in the log.
+#[derive(Deserialize)]
+struct Source<'a> {
+    #[serde(default)]
+    sequence: Option<Value>,
+    #[serde(default)]
+    lsn: Option<Value>,
+    #[serde(default)]
+    ts_ms: Option<Value>,
+    #[serde(borrow, default)]
+    file: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pos: Option<Value>,
+    #[serde(default)]
+    row: Option<Value>,
+}
+
+/// A field that is there, null or not (serde's `Option` reads both absent and null as
+/// `None`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 fn bad(text: &str, why: &str) -> DataFusionError {
@@ -162,30 +197,34 @@ fn bad(text: &str, why: &str) -> DataFusionError {
 /// The event in `text`; `None` for a tombstone (`null`, or a wrapper whose payload is
 /// null).
 pub fn event(text: &str, key: Option<&str>) -> Result<Option<Event>> {
-    let v: Value = serde_json::from_str(text).map_err(|_| bad(text, "not JSON"))?;
-    let v = unwrap_payload(v);
-    let Value::Object(mut m) = v else {
-        return match v {
-            Value::Null => Ok(None),
-            _ => Err(bad(text, "not a change event (an object with `op`)")),
-        };
+    let envelope: Option<Envelope> = serde_json::from_str(text).map_err(|_| {
+        match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+            Ok(_) => bad(text, "not a change event (an object with `op`)"),
+            Err(_) => bad(text, "not JSON"),
+        }
+    })?;
+    let Some(mut m) = envelope else {
+        return Ok(None);
     };
-    let op = match m.get("op").and_then(Value::as_str) {
+    if m.op.is_none() {
+        match m.payload.take() {
+            Some(Some(inner)) => m = *inner,
+            Some(None) => return Ok(None),
+            None => {}
+        }
+    }
+    let op = match m.op.as_deref() {
         Some(op @ ("c" | "u" | "d" | "r" | "t")) => op.to_string(),
         Some(other) => return Err(bad(text, &format!("unknown op `{other}`"))),
         None => return Err(bad(text, "not a change event (no `op`)")),
     };
-    let image = match op.as_str() {
-        "d" => m.remove("before"),
+    let mut row = match op.as_str() {
+        "d" => m.before.take(),
         "t" => None,
-        _ => m.remove("after"),
-    };
-    let mut row = match image {
-        Some(Value::Object(r)) => Some(r),
-        Some(Value::Null) | None if op != "t" && op != "d" => {
-            return Err(bad(text, &format!("a `{op}` event without `after`")));
-        }
-        _ => None,
+        _ => match m.after.take() {
+            Some(r) => Some(r),
+            None => return Err(bad(text, &format!("a `{op}` event without `after`"))),
+        },
     };
     if op != "t"
         && let Some(key) = key
@@ -204,18 +243,30 @@ pub fn event(text: &str, key: Option<&str>) -> Result<Option<Event>> {
             "a delete without `before` and without a message key: its key is unknown",
         ));
     }
-    let source = m.get("source").and_then(Value::as_object);
-    let commit_micros = source
-        .and_then(|s| s.get("ts_ms"))
-        .or(m.get("ts_ms"))
-        .and_then(Value::as_i64)
+    let commit_micros = m
+        .source
+        .as_ref()
+        .and_then(|s| s.ts_ms.as_ref().and_then(Value::as_i64))
+        .or(m.ts_ms)
         .map(|ms| ms * 1000);
     Ok(Some(Event {
         op,
         row,
-        position: source.and_then(position),
+        position: m.source.as_ref().and_then(position),
         commit_micros,
     }))
+}
+
+/// A message key, unwrapped from its `schema`/`payload` wrapper.
+fn unwrap_payload(v: Value) -> Value {
+    match v {
+        Value::Object(mut m)
+            if m.contains_key("payload") && (m.contains_key("schema") || m.len() == 1) =>
+        {
+            m.remove("payload").unwrap_or(Value::Null)
+        }
+        v => v,
+    }
 }
 
 fn number(v: Option<&Value>) -> Option<i64> {
@@ -227,29 +278,26 @@ fn number(v: Option<&Value>) -> Option<i64> {
 }
 
 /// The source's log position as text in log order.
-fn position(source: &Map<String, Value>) -> Option<String> {
-    let sequence = match source.get("sequence") {
+fn position(source: &Source) -> Option<String> {
+    let sequence = match &source.sequence {
         Some(Value::String(s)) => serde_json::from_str::<Value>(s).ok(),
         Some(v @ Value::Array(_)) => Some(v.clone()),
         _ => None,
     };
     if let Some(Value::Array(parts)) = sequence
-        && let Some(lsn) = number(parts.get(1)).or(number(source.get("lsn")))
+        && let Some(lsn) = number(parts.get(1)).or(number(source.lsn.as_ref()))
     {
         let committed = number(parts.first()).unwrap_or(0);
         return Some(format!("{committed:020}/{lsn:020}"));
     }
-    if let Some(lsn) = number(source.get("lsn")) {
+    if let Some(lsn) = number(source.lsn.as_ref()) {
         return Some(format!("{:020}/{lsn:020}", 0));
     }
-    if let (Some(file), Some(pos)) = (
-        source.get("file").and_then(Value::as_str),
-        number(source.get("pos")),
-    ) {
-        let row = number(source.get("row")).unwrap_or(0);
+    if let (Some(file), Some(pos)) = (source.file.as_deref(), number(source.pos.as_ref())) {
+        let row = number(source.row.as_ref()).unwrap_or(0);
         return Some(format!("{file}/{pos:020}/{row:020}"));
     }
-    number(source.get("ts_ms")).map(|ts| format!("{ts:020}"))
+    number(source.ts_ms.as_ref()).map(|ts| format!("{ts:020}"))
 }
 
 /// The events as a struct of `fields` (the row's, then the metadata); a null struct for
@@ -261,7 +309,7 @@ pub fn to_struct(events: &[Option<Event>], fields: &Fields) -> Result<StructArra
         .iter()
         .map(|e| {
             let row = e.as_ref()?.row.as_ref()?;
-            Some(Value::Object(row.clone()).to_string())
+            serde_json::to_string(row).ok()
         })
         .collect();
     let rows = decode_values(&objects, &row_fields)?;
@@ -288,15 +336,19 @@ pub fn to_struct(events: &[Option<Event>], fields: &Fields) -> Result<StructArra
     columns.push(Arc::new(ops));
     columns.push(Arc::new(positions));
     columns.push(Arc::new(times.with_timezone("UTC")));
-    let named: std::collections::HashSet<&str> =
-        row_fields.iter().map(|f| f.name().as_str()).collect();
+    // A few names: a scan is cheaper than hashing each row's keys.
+    let named: Vec<&str> = row_fields.iter().map(|f| f.name().as_str()).collect();
+    let named = |k: &str| named.contains(&k);
     let rescued: StringArray = events
         .iter()
         .map(|e| {
             let row = e.as_ref()?.row.as_ref()?;
+            if row.keys().all(|k| named(k)) {
+                return None;
+            }
             let unnamed: Map<String, Value> = row
                 .iter()
-                .filter(|(k, _)| !named.contains(k.as_str()))
+                .filter(|(k, _)| !named(k))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             (!unnamed.is_empty()).then(|| Value::Object(unnamed).to_string())
