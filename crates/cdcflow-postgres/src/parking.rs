@@ -1,4 +1,4 @@
-//! A replication session kept open from one read of a table to the next within a run.
+//! A replication session kept open from one read of a table to the next.
 //!
 //! A read stops after a batch's worth of changes, often inside a transaction larger
 //! than a batch. Started again from its position, the server decodes the WAL from the
@@ -8,6 +8,12 @@
 //! table's description and the open transaction as the stream left them. Any other
 //! read of the slot (another table, another position) closes it first, since a slot
 //! streams to one session at a time.
+//!
+//! A read that caught up parks its session too: the next batch of `run --continuous`
+//! then starts streaming at once, and an acknowledgement needs no wait, since the
+//! session reports the acknowledged position to the server in its next status update.
+//! The end of the run ([`Parking::finish`]) waits for the server to take each parked
+//! session's position, then ends the session.
 //!
 //! While a session waits here, its worker keeps sending status updates (the server
 //! would otherwise end it after `wal_sender_timeout`) and stops reading the socket
@@ -19,7 +25,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use pgwire_replication::ReplicationClient;
 
 use crate::changes::TableColumn;
-use crate::source::{ReadFrom, StreamState, TableRef};
+use crate::connection::PgConnection;
+use crate::source::{ReadFrom, StreamState, TableRef, wait_confirmed};
 
 /// A session between two reads, and what the next read must start from to go on with
 /// it.
@@ -32,6 +39,9 @@ pub(crate) struct Parked {
     pub columns: Vec<TableColumn>,
     pub session: ReplicationClient,
     pub state: StreamState,
+    /// The server the session reads, and the position it was told to acknowledge.
+    pub connection: PgConnection,
+    pub acknowledged: u64,
 }
 
 impl Parked {
@@ -49,6 +59,15 @@ impl Parked {
     pub async fn close(self) {
         let mut session = self.session;
         let _ = session.shutdown().await;
+    }
+
+    /// Ends the session once the server has taken its acknowledged position (within
+    /// the session's status interval), so that the slot frees the WAL before it.
+    async fn finish(self, slot: &str) {
+        if let Err(e) = wait_confirmed(&self.connection, slot, self.acknowledged).await {
+            tracing::warn!(slot, error = %e, "the slot's position was not seen advanced; the next run advances it");
+        }
+        self.close().await;
     }
 }
 
@@ -68,6 +87,20 @@ impl Parking {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(slot.to_string(), parked);
+    }
+
+    /// Ends every parked session, each once the server has its acknowledged position:
+    /// the end of a run.
+    pub async fn finish(&self) {
+        let parked: Vec<(String, Parked)> = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .collect();
+        for (slot, p) in parked {
+            p.finish(&slot).await;
+        }
     }
 
     /// The session parked on `slot`, taken out: the caller goes on with it or closes

@@ -100,6 +100,10 @@ impl SourceFactory for PostgresSources {
             slots::strays(pipeline, &own).await
         })
     }
+
+    fn finish(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.parking.finish())
+    }
 }
 
 /// The slot each connection some flow reads is read through now, by the connection's

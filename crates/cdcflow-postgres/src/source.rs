@@ -169,6 +169,51 @@ async fn flush_position(client: &Client) -> Result<(u64, i64), PgError> {
     Ok((parse_lsn(row.get::<_, &str>(0))?, row.get(1)))
 }
 
+/// A replication slot as the server shows it.
+struct SlotRow {
+    /// A session streams it now.
+    active: bool,
+    /// Its confirmed position (0 before any).
+    confirmed: u64,
+    /// The server invalidated it (its WAL exceeded `max_slot_wal_keep_size`).
+    lost: bool,
+}
+
+/// Slot `slot`, or `None` when there is none of that name.
+async fn slot_row(client: &Client, slot: &str) -> Result<Option<SlotRow>, PgError> {
+    let row = client
+        .query_opt(
+            "SELECT active, confirmed_flush_lsn::text, coalesce(wal_status, '') = 'lost' FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await?;
+    row.map(|row| {
+        Ok(SlotRow {
+            active: row.get(0),
+            confirmed: confirmed_lsn(row.get(1))?,
+            lost: row.get(2),
+        })
+    })
+    .transpose()
+}
+
+/// Waits until slot `slot` shows `position` confirmed (a session's worker sends it
+/// within its status interval), a second at most.
+pub(crate) async fn wait_confirmed(
+    connection: &PgConnection,
+    slot: &str,
+    position: u64,
+) -> Result<(), PgError> {
+    let client = connection.connect().await?;
+    for _ in 0..SENT_TRIES {
+        match slot_row(&client, slot).await? {
+            Some(s) if s.confirmed < position => tokio::time::sleep(WAIT_STEP).await,
+            _ => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
 async fn one_value(client: &Client, sql: &str) -> Result<Option<String>, PgError> {
     for m in client.simple_query(sql).await? {
         if let SimpleQueryMessage::Row(row) = m {
@@ -236,7 +281,11 @@ impl TableSource {
         let identity = self.check_objects(&client, from).await?;
         // A session the run's previous read left on the slot: gone on with when this
         // read starts where that one stopped, closed otherwise (one session a slot).
-        let resumed = match self.parking.take(&self.slot) {
+        // What it was told is committed, which the server may not have yet: the
+        // session that streams the slot next reports it.
+        let parked = self.parking.take(&self.slot);
+        let acknowledged = parked.as_ref().map_or(0, |p| p.acknowledged);
+        let resumed = match parked {
             Some(p)
                 if from.copy == CopyProgress::Done && p.resumes(&self.table, from, &columns) =>
             {
@@ -276,6 +325,7 @@ impl TableSource {
                 (after, acked)
             }
         };
+        let acked = acked.max(acknowledged);
         let snapshot = !rows.is_empty() || from.copy != CopyProgress::Done;
         let copying = copy != CopyProgress::Done;
         // While the copy goes on, its chunks come first: the changes since its start
@@ -283,10 +333,11 @@ impl TableSource {
         // costs more than the chunk), unless the WAL they hold grows large.
         let defer = copying && target.saturating_sub(start) < STREAM_DURING_COPY_BYTES;
         if target <= start || defer {
-            // Nothing to stream; a gated session that never started ends when dropped.
+            // Nothing to stream; a gated session that never started ends when dropped,
+            // and a kept one waits for the next read.
             drop(session);
             if let Some(p) = resumed {
-                p.close().await;
+                self.parking.park(&self.slot, p);
             }
             let keys = rows.key_names();
             let finished = rows.finish()?;
@@ -308,6 +359,7 @@ impl TableSource {
         }
         let most = self.max_changes.max(1);
         let limit = rows.len() + most;
+        let mut resuming = resumed.is_some();
         let (mut session, mut state) = match (session, resumed) {
             (Some(mut s), _) => {
                 s.start().await?;
@@ -320,7 +372,6 @@ impl TableSource {
                 StreamState::default(),
             ),
         };
-        let mut resuming = state.relation.is_some();
         let reached = loop {
             if let Some(r) = &state.relation {
                 rows.set_keys(&r.keys);
@@ -416,10 +467,10 @@ impl TableSource {
         let position = floor.map_or(changes.position, |f| f.min(changes.position));
         if let Some(session) = changes.session {
             session.client.update_applied_lsn(Lsn::from_u64(position));
-            if changes.more && changes.copy == CopyProgress::Done {
-                // The next read goes on with this session; the worker reports the
-                // position within its status interval, and the last read of the run
-                // waits for the slot to take it.
+            if changes.copy == CopyProgress::Done {
+                // The next read goes on with this session (`crate::parking`): its
+                // worker reports the position within its status interval, and the end
+                // of the run waits for the slot to take it.
                 self.parking.park(
                     &self.slot,
                     Parked {
@@ -429,31 +480,29 @@ impl TableSource {
                         columns: session.columns,
                         session: session.client,
                         state: session.state,
+                        connection: self.connection.clone(),
+                        acknowledged: position,
                     },
                 );
                 return Ok(());
             }
-            let mut session = session.client;
             // The worker sends the position within its status interval: once the
             // server has it, the session can end (advancing the slot by SQL instead
             // would decode its WAL again).
-            let client = self.connection.connect().await?;
-            for _ in 0..SENT_TRIES {
-                if self.slot_state(&client).await?.1 >= position {
-                    break;
-                }
-                tokio::time::sleep(WAIT_STEP).await;
-            }
+            let mut session = session.client;
+            wait_confirmed(&self.connection, &self.slot, position).await?;
             let _ = session.shutdown().await;
         }
         let client = self.connection.connect().await?;
         // The walsender may take a moment to let go of the slot.
         for _ in 0..WAIT_TRIES {
-            let (active, confirmed) = self.slot_state(&client).await?;
-            if confirmed >= position {
+            let slot = slot_row(&client, &self.slot)
+                .await?
+                .ok_or_else(|| self.slot_missing())?;
+            if slot.confirmed >= position {
                 return Ok(());
             }
-            if !active {
+            if !slot.active {
                 client
                     .simple_query(&format!(
                         "SELECT pg_replication_slot_advance({}, {}::pg_lsn)",
@@ -476,30 +525,33 @@ impl TableSource {
         })
     }
 
-    /// Whether a session streams the slot, and its confirmed position.
-    async fn slot_state(&self, client: &Client) -> Result<(bool, u64), PgError> {
-        let row = client
-            .query_opt(
-                "SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.slot],
-            )
-            .await?;
-        let Some(row) = row else {
-            return Err(self.slot_missing());
-        };
-        Ok((row.get(0), confirmed_lsn(row.get(1))?))
-    }
-
-    /// Drops the slot (a full refresh starts over from a new snapshot).
+    /// Drops the slot (a full refresh starts over from a new snapshot), ending the
+    /// session kept on it first.
     pub async fn drop_slot(&self) -> Result<(), PgError> {
+        if let Some(p) = self.parking.take(&self.slot) {
+            p.close().await;
+        }
         let client = self.connection.connect().await?;
-        client
-            .query(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.slot],
-            )
-            .await?;
-        Ok(())
+        let mut waited = Duration::ZERO;
+        loop {
+            let dropped = client
+                .query(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&self.slot],
+                )
+                .await;
+            match dropped {
+                // The walsender of a session just ended lets go of the slot soon after.
+                Err(e)
+                    if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE)
+                        && waited < SLOT_BUSY =>
+                {
+                    tokio::time::sleep(WAIT_STEP).await;
+                    waited += WAIT_STEP;
+                }
+                done => return done.map(drop).map_err(PgError::from),
+            }
+        }
     }
 
     /// The table's columns, in order.
@@ -651,18 +703,10 @@ impl TableSource {
     /// A slot to continue from: it must exist, hold the WAL, and not be past `after`.
     /// Returns its confirmed position.
     async fn check_slot(&self, client: &Client, after: u64) -> Result<u64, PgError> {
-        let row = client
-            .query_opt(
-                "SELECT confirmed_flush_lsn::text, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.slot],
-            )
-            .await?;
-        let Some(row) = row else {
+        let Some(slot) = slot_row(client, &self.slot).await? else {
             return Err(self.slot_missing());
         };
-        let confirmed: Option<String> = row.get(0);
-        let status: String = row.get(1);
-        if status == "lost" {
+        if slot.lost {
             return Err(PgError::Slot {
                 message: format!(
                     "replication slot `{}` was invalidated by the server (its WAL exceeded max_slot_wal_keep_size): changes were lost",
@@ -671,19 +715,18 @@ impl TableSource {
                 help: "run `cdcflow run --full-refresh <table>` to take a new snapshot, and run the pipeline more often or raise max_slot_wal_keep_size".into(),
             });
         }
-        let confirmed = confirmed_lsn(confirmed.as_deref())?;
-        if confirmed > after {
+        if slot.confirmed > after {
             return Err(PgError::Slot {
                 message: format!(
                     "replication slot `{}` is at {}, past this pipeline's checkpoint at {}: changes between them would be lost",
                     self.slot,
-                    lsn_text(confirmed),
+                    lsn_text(slot.confirmed),
                     lsn_text(after)
                 ),
                 help: "another consumer advanced the slot; run `cdcflow run --full-refresh <table>` to take a new snapshot".into(),
             });
         }
-        Ok(confirmed)
+        Ok(slot.confirmed)
     }
 
     /// Whether the slot exists.
@@ -781,11 +824,6 @@ async fn stream(
             ));
         };
         match event {
-            // A transaction that commits at or after the target is left for the next
-            // read; every one before it has been sent (they come in commit order).
-            ReplicationEvent::Begin { final_lsn, .. } if final_lsn.as_u64() >= target => {
-                position = position.max(final_lsn.as_u64());
-            }
             ReplicationEvent::Begin {
                 xid,
                 commit_time_micros,
@@ -806,6 +844,16 @@ async fn stream(
                     taken: 0,
                     changes: vec![],
                 });
+                // A transaction that commits at or after the target is left for the
+                // next read; every one before it has been sent (they come in commit
+                // order). The stream stops at its Begin, kept open in `state`, so that
+                // a session parked here (`crate::parking`) goes on with it.
+                if commit_lsn >= target {
+                    return Ok(Reached {
+                        position: position.max(commit_lsn),
+                        within: None,
+                    });
+                }
             }
             ReplicationEvent::XLogData { data, .. } => {
                 let Some(txn) = open.as_mut() else {

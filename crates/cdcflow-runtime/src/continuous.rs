@@ -48,10 +48,24 @@ fn landing_folders(pipeline: &Pipeline) -> Vec<PathBuf> {
 pub async fn run_continuous(
     pipeline: &Pipeline,
     options: &RunOptions,
-    mut on_batch: impl FnMut(&RunReport),
+    on_batch: impl FnMut(&RunReport),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     let _lock = RunLock::acquire(&pipeline.storage_dir(), &pipeline.config.name)?;
+    let ended = batches(pipeline, options, on_batch, shutdown).await;
+    if let Some(sources) = &options.sources {
+        sources.0.finish().await;
+    }
+    ended
+}
+
+/// The batches of [`run_continuous`], the run lock held.
+async fn batches(
+    pipeline: &Pipeline,
+    options: &RunOptions,
+    mut on_batch: impl FnMut(&RunReport),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
     let interval = pipeline.config.trigger_interval();
     let (tx, mut rx) = mpsc::channel::<()>(64);
     // The watcher's callback runs on notify's thread; events only wake the loop, the

@@ -54,7 +54,11 @@ impl std::fmt::Debug for Progress {
 /// Runs `pipeline` once, holding its run lock.
 pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport, RunError> {
     let _lock = RunLock::acquire(&pipeline.storage_dir(), &pipeline.config.name)?;
-    run_locked(pipeline, options).await
+    let report = run_locked(pipeline, options).await;
+    if let Some(sources) = &options.sources {
+        sources.0.finish().await;
+    }
+    report
 }
 
 /// Runs `pipeline` once; the caller holds the run lock.

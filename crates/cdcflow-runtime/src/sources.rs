@@ -174,6 +174,13 @@ pub trait SourceFactory: Send + Sync {
     fn strays<'a>(&'a self, _pipeline: &'a Pipeline) -> BoxFuture<'a, Vec<StrayCursor>> {
         Box::pin(async { vec![] })
     }
+
+    /// After the last batch of a run (the end of `cdcflow run`, or of `run
+    /// --continuous`): ends what this kind kept open from one batch to the next (a
+    /// replication session), once the server has what it was told is committed.
+    fn finish(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// A cursor a source kind keeps on a server (a PostgreSQL replication slot) that no
@@ -225,6 +232,14 @@ impl SourceFactory for AnyOf {
                 out.extend(f.strays(pipeline).await);
             }
             out
+        })
+    }
+
+    fn finish(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for f in &self.0 {
+                f.finish().await;
+            }
         })
     }
 }

@@ -103,6 +103,8 @@ async fn snapshot_then_changes_then_nothing() {
     let snapshot_lsn = lsns(&first)[0].0;
     let p1 = first.position;
     src.acknowledge(first).await.unwrap();
+    // The end of a run: the kept session ends once the server has the position.
+    src.parking.finish().await;
     assert_eq!(
         confirmed(&db, &src.slot).await,
         Some(cdcflow_postgres::lsn_text(p1))
@@ -152,6 +154,7 @@ async fn snapshot_then_changes_then_nothing() {
     let third = src.read(Some(p2)).await.unwrap();
     assert_eq!(third.rows.num_rows(), 0);
     src.acknowledge(third).await.unwrap();
+    src.parking.finish().await;
     db.drop().await;
 }
 
@@ -166,6 +169,7 @@ async fn unacknowledged_reads_are_read_again_and_committed_ones_are_not() {
     let first = src.read(None).await.unwrap();
     let p1 = first.position;
     src.acknowledge(first).await.unwrap();
+    src.parking.finish().await;
     sql.batch_execute(
         "INSERT INTO customers VALUES (2, 'bob'); UPDATE customers SET name = 'b' WHERE id = 2;",
     )
@@ -194,6 +198,7 @@ async fn unacknowledged_reads_are_read_again_and_committed_ones_are_not() {
     let after = src.read(Some(p2)).await.unwrap();
     assert_eq!(rows(&after.rows), vec![("insert".into(), Some(3), s("cy"))]);
     src.acknowledge(after).await.unwrap();
+    src.parking.finish().await;
     db.drop().await;
 }
 
@@ -223,6 +228,7 @@ async fn a_dropped_slot_and_a_missing_table_are_named() {
         e.to_string().contains("`public.nope` does not exist"),
         "{e}"
     );
+    src.parking.finish().await;
     db.drop().await;
 }
 
@@ -269,6 +275,7 @@ async fn unchanged_toasted_values_are_carried_or_named() {
     assert!(notes.is_null(0) && notes.is_null(1));
     assert_eq!((notes.value(2), notes.value(3)), ("short", "short"));
     src.acknowledge(changes).await.unwrap();
+    src.parking.finish().await;
     db.drop().await;
 }
 
@@ -292,6 +299,27 @@ fn next_from(changes: &Changes) -> ReadFrom {
         copy: changes.copy.clone(),
         identity: changes.identity,
     }
+}
+
+/// One batch of a run: reads after `from`, acknowledges (as after the commit) and
+/// moves `from` on. Returns the rows, the walsender that streamed them, and whether
+/// there is more.
+async fn read_committed(
+    src: &TableSource,
+    db: &TestDb,
+    from: &mut ReadFrom,
+) -> (
+    Vec<(String, Option<i32>, Option<String>)>,
+    Option<i32>,
+    bool,
+) {
+    let changes = src.read_from(from).await.unwrap();
+    let walsender = streaming_pid(db, &src.slot).await;
+    let read = rows(&changes.rows);
+    *from = next_from(&changes);
+    let more = changes.more;
+    src.acknowledge(changes).await.unwrap();
+    (read, walsender, more)
 }
 
 #[tokio::test]
@@ -323,19 +351,12 @@ async fn a_transaction_larger_than_a_batch_is_decoded_once() {
     let mut ids = vec![];
     let mut walsenders = vec![];
     loop {
-        let changes = src.read_from(&from).await.unwrap();
-        walsenders.push(streaming_pid(&db, &src.slot).await);
+        let (read, walsender, more) = read_committed(&src, &db, &mut from).await;
         if ids.is_empty() {
-            assert_eq!(rows(&changes.rows), lost_rows);
+            assert_eq!(read, lost_rows);
         }
-        ids.extend(
-            rows(&changes.rows)
-                .into_iter()
-                .map(|(_, id, _)| id.unwrap()),
-        );
-        from = next_from(&changes);
-        let more = changes.more;
-        src.acknowledge(changes).await.unwrap();
+        ids.extend(read.into_iter().map(|(_, id, _)| id.unwrap()));
+        walsenders.push(walsender);
         if !more {
             break;
         }
@@ -363,5 +384,78 @@ async fn a_transaction_larger_than_a_batch_is_decoded_once() {
     assert_eq!(rows(&again.rows).first().map(|r| r.1), Some(Some(10001)));
     assert_eq!(again.rows.num_rows(), 1000);
     drop(again);
+    src.parking.finish().await;
     db.drop().await;
+}
+
+#[tokio::test]
+async fn reads_that_keep_their_session_while_a_writer_commits_take_each_change_once() {
+    let db = TestDb::create("kept_session").await;
+    let sql = db.client().await;
+    sql.batch_execute("CREATE TABLE customers (id int PRIMARY KEY, name text)")
+        .await
+        .unwrap();
+    let elsewhere = TestDb::create("kept_session_elsewhere").await;
+    elsewhere
+        .client()
+        .await
+        .batch_execute("CREATE TABLE other (id int)")
+        .await
+        .unwrap();
+    let src = source(&db, "kept_session");
+    let first = src.read(None).await.unwrap();
+    let mut from = next_from(&first);
+    src.acknowledge(first).await.unwrap();
+    // One row per transaction, committed while the reads go on, each followed by one
+    // in another database (the stream says nothing of it): the WAL a read reads up to
+    // then often ends after the last transaction it is sent, and the stream gives the
+    // next one before it passes that position. The read stops at that transaction's
+    // start, and the next read goes on with it.
+    const ROWS: i32 = 150;
+    let writer = {
+        let client = db.client().await;
+        let other = elsewhere.client().await;
+        tokio::spawn(async move {
+            for i in 1..=ROWS {
+                client
+                    .batch_execute(&format!("INSERT INTO customers VALUES ({i}, 'n')"))
+                    .await
+                    .unwrap();
+                other
+                    .batch_execute(&format!(
+                        "INSERT INTO other SELECT {i} FROM generate_series(1, 20000)"
+                    ))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut ids = vec![];
+    let mut walsenders = std::collections::BTreeSet::new();
+    let mut reads = 0;
+    // Reads until one that began after the writer finished has read everything.
+    loop {
+        let written = writer.is_finished();
+        let (read, walsender, more) = read_committed(&src, &db, &mut from).await;
+        ids.extend(read.into_iter().map(|(_, id, _)| id.unwrap()));
+        walsenders.insert(walsender);
+        reads += 1;
+        if written && !more {
+            break;
+        }
+    }
+    writer.await.unwrap();
+    let expected: Vec<i32> = (1..=ROWS).collect();
+    assert_eq!(ids, expected);
+    assert!(reads > 2, "the reads overlapped the writes ({reads} reads)");
+    // Every read streamed with the first one's session.
+    walsenders.remove(&None);
+    assert_eq!(walsenders.len(), 1, "{walsenders:?}");
+    src.parking.finish().await;
+    assert_eq!(
+        confirmed(&db, &src.slot).await,
+        Some(cdcflow_postgres::lsn_text(from.lsn.unwrap()))
+    );
+    db.drop().await;
+    elsewhere.drop().await;
 }
