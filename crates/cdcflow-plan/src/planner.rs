@@ -31,6 +31,10 @@ pub fn session_config() -> SessionConfig {
     options.sql_parser.map_string_types_to_utf8view = false;
     options.sql_parser.collect_spans = true;
     options.sql_parser.dialect = datafusion::config::Dialect::Databricks;
+    // Off: it moves each field access `e.id` of a struct computed below (`debezium(…)
+    // AS e`, `from_json(…) AS j`) down into a copy of the computation, so that a row's
+    // JSON was decoded once per field read.
+    options.optimizer.enable_leaf_expression_pushdown = false;
     config
 }
 

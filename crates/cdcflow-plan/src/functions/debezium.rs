@@ -53,7 +53,10 @@ pub const RESCUED_DATA: &str = "_rescued_data";
 
 pub(super) fn function() -> Arc<ScalarUDF> {
     Arc::new(ScalarUDF::new_from_impl(Debezium {
-        signature: Signature::user_defined(Volatility::Immutable),
+        // Deterministic, but declared volatile so that DataFusion never copies the call:
+        // an immutable one is copied into each filter pushed below its projection
+        // (`WHERE e IS NOT NULL`), decoding every row's JSON once more per copy.
+        signature: Signature::user_defined(Volatility::Volatile),
     }))
 }
 
@@ -305,19 +308,15 @@ fn position(source: &Source) -> Option<String> {
 pub fn to_struct(events: &[Option<Event>], fields: &Fields) -> Result<StructArray> {
     let row_count = fields.len() - metadata_fields().len();
     let row_fields: Fields = fields.iter().take(row_count).cloned().collect();
-    let objects: Vec<Option<String>> = events
-        .iter()
-        .map(|e| {
-            let row = e.as_ref()?.row.as_ref()?;
-            serde_json::to_string(row).ok()
-        })
-        .collect();
+    let objects: Vec<Option<&Map<String, Value>>> =
+        events.iter().map(|e| e.as_ref()?.row.as_ref()).collect();
     let rows = decode_values(&objects, &row_fields)?;
     for (i, o) in objects.iter().enumerate() {
         if let Some(o) = o
             && rows.is_null(i)
         {
-            return exec_err!("debezium(): a row does not fit the schema: {o}");
+            let shown = serde_json::to_string(o).unwrap_or_default();
+            return exec_err!("debezium(): a row does not fit the schema: {shown}");
         }
     }
     let mut columns: Vec<ArrayRef> = rows.columns().to_vec();

@@ -8,8 +8,10 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, StructArray, UInt32Array, new_null_array};
-use datafusion::arrow::compute::{concat_batches, take};
+use datafusion::arrow::array::{
+    Array, ArrayRef, RecordBatch, StructArray, UInt32Array, new_null_array,
+};
+use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema};
 use datafusion::arrow::json::ReaderBuilder;
 use datafusion::common::cast::as_string_array;
@@ -19,11 +21,16 @@ use datafusion::logical_expr::{
     Volatility,
 };
 
+use serde::Serialize;
+
 use super::columnar;
 
 pub(super) fn function() -> Arc<ScalarUDF> {
     Arc::new(ScalarUDF::new_from_impl(FromJson {
-        signature: Signature::user_defined(Volatility::Immutable),
+        // Deterministic, but declared volatile so that DataFusion never copies the call:
+        // an immutable one is copied into each filter pushed below its projection
+        // (`WHERE e IS NOT NULL`), decoding every row's JSON once more per copy.
+        signature: Signature::user_defined(Volatility::Volatile),
     }))
 }
 
@@ -114,57 +121,46 @@ impl ScalarUDFImpl for FromJson {
 /// Each text as a struct of `fields`: null for a null text, one that is not a JSON
 /// object, or one whose values do not fit.
 pub fn decode_objects(texts: &[Option<&str>], fields: &Fields) -> Result<StructArray> {
-    let objects: Vec<Option<String>> = texts
+    let objects: Vec<Option<serde_json::Value>> = texts
         .iter()
         .map(|t| {
             let v: serde_json::Value = serde_json::from_str((*t)?).ok()?;
-            v.is_object().then(|| v.to_string())
+            v.is_object().then_some(v)
         })
         .collect();
     decode_values(&objects, fields)
 }
 
-/// Like [`decode_objects`], for objects already serialised on one line each.
-pub fn decode_values(objects: &[Option<String>], fields: &Fields) -> Result<StructArray> {
+/// Like [`decode_objects`], for objects already parsed: each is handed to Arrow's JSON
+/// decoder as it is (serialized into its tape, not written out as text and read back).
+pub fn decode_values<T: Serialize>(objects: &[Option<T>], fields: &Fields) -> Result<StructArray> {
     let schema = Arc::new(Schema::new(fields.clone()));
-    let decode = |lines: &[&String]| -> Result<StructArray> {
+    let decode = |rows: &[&T]| -> Result<StructArray> {
         let mut decoder = ReaderBuilder::new(Arc::clone(&schema))
             .with_coerce_primitive(true)
             .with_strict_mode(false)
             .build_decoder()?;
-        let mut buffer = String::new();
-        for l in lines {
-            buffer.push_str(l);
-            buffer.push('\n');
-        }
-        let mut batches = Vec::new();
-        let mut rest = buffer.as_bytes();
-        while !rest.is_empty() {
-            let read = decoder.decode(rest)?;
-            rest = &rest[read..];
-            if let Some(b) = decoder.flush()? {
-                batches.push(b);
-            }
-        }
-        if let Some(b) = decoder.flush()? {
-            batches.push(b);
-        }
-        Ok(StructArray::from(concat_batches(&schema, &batches)?))
+        decoder.serialize(rows)?;
+        let batch = match decoder.flush()? {
+            Some(b) => b,
+            None => RecordBatch::new_empty(Arc::clone(&schema)),
+        };
+        Ok(StructArray::from(batch))
     };
-    let present: Vec<(usize, &String)> = objects
+    let present: Vec<(usize, &T)> = objects
         .iter()
         .enumerate()
         .filter_map(|(i, o)| o.as_ref().map(|o| (i, o)))
         .collect();
-    let lines: Vec<&String> = present.iter().map(|(_, o)| *o).collect();
+    let rows: Vec<&T> = present.iter().map(|(_, o)| *o).collect();
     // One decode for all; only when it fails, one per object to null the bad ones.
-    let (decoded, kept): (StructArray, Vec<usize>) = match decode(&lines) {
+    let (decoded, kept): (StructArray, Vec<usize>) = match decode(&rows) {
         Ok(d) => (d, present.iter().map(|(i, _)| *i).collect()),
         Err(_) => {
             let mut parts: Vec<ArrayRef> = Vec::new();
             let mut kept = Vec::new();
             for (i, o) in &present {
-                if let Ok(one) = decode(&[o]) {
+                if let Ok(one) = decode(&[*o]) {
                     parts.push(Arc::new(one));
                     kept.push(*i);
                 }
@@ -177,6 +173,10 @@ pub fn decode_values(objects: &[Option<String>], fields: &Fields) -> Result<Stru
             (StructArray::from(all.to_data()), kept)
         }
     };
+    // Every object decoded: the struct as it is.
+    if kept.len() == objects.len() {
+        return Ok(decoded);
+    }
     // Rows without an object take a null from the index `take` leaves out.
     let mut at = vec![None; objects.len()];
     for (n, i) in kept.iter().enumerate() {
