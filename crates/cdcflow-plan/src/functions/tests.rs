@@ -92,6 +92,16 @@ fn service_functions_are_refused_by_name() {
 
 /// The first column of `sql` over one row of `t`, each value as text.
 async fn values(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in run(sql).await {
+        let f = ArrayFormatter::try_new(b.column(0).as_ref(), &FormatOptions::default()).unwrap();
+        out.extend((0..b.num_rows()).map(|i| f.value(i).to_string()));
+    }
+    out
+}
+
+/// `sql` over one row of `t`.
+async fn run(sql: &str) -> Vec<RecordBatch> {
     let ctx = super::session_context();
     let row: Vec<ArrayRef> = vec![
         Arc::new(datafusion::arrow::array::StringArray::from(vec![
@@ -124,19 +134,32 @@ async fn values(sql: &str) -> Vec<String> {
         super::syntax::rewrite_statement(s);
     }
     let plan = state.statement_to_plan(statement).await.unwrap();
-    let batches = ctx
-        .execute_logical_plan(plan)
+    ctx.execute_logical_plan(plan)
         .await
         .unwrap()
         .collect()
         .await
-        .unwrap();
-    let mut out = Vec::new();
-    for b in batches {
-        let f = ArrayFormatter::try_new(b.column(0).as_ref(), &FormatOptions::default()).unwrap();
-        out.extend((0..b.num_rows()).map(|i| f.value(i).to_string()));
+        .unwrap()
+}
+
+/// A struct decoded from JSON is decoded once per row, however many of its fields the
+/// query reads and whatever it filters on it (DataFusion would copy the call into each
+/// field read and each filter pushed below it).
+#[tokio::test]
+async fn json_decoders_run_once_per_row() {
+    for (call, name) in [
+        ("from_json(j, 'a STRUCT<b: INT>, c STRING')", "from_json("),
+        ("debezium(j, 'a STRING, c STRING')", "debezium("),
+    ] {
+        let explained = run(&format!(
+            "EXPLAIN SELECT e.a AS a, e.c AS c FROM (SELECT {call} AS e FROM t) WHERE e IS NOT NULL"
+        ))
+        .await;
+        let plans = explained[0].column(1);
+        let f = ArrayFormatter::try_new(plans.as_ref(), &FormatOptions::default()).unwrap();
+        let physical = f.value(1).to_string();
+        assert_eq!(physical.matches(name).count(), 1, "{physical}");
     }
-    out
 }
 
 #[tokio::test]
