@@ -13,7 +13,9 @@
 //!    COMMIT returning until the row is queryable in the SCD type 1 table: median and
 //!    p99.
 //!
-//! Every phase checks that the SCD type 1 table has the source's row count.
+//! Every phase checks that the SCD type 1 table has the source's row count. The
+//! connection uses the default `sslmode` (prefer: TLS when the server offers it);
+//! `CDCFLOW_BENCH_SSLMODE` sets another.
 //!
 //! ```text
 //! cargo bench --locked -p cdcflow-cli --bench postgres_source
@@ -81,8 +83,15 @@ fn pipeline(dir: &Path, admin: &PgConnection) {
     std::fs::write(
         dir.join("pipeline.yaml"),
         format!(
-            "name: bench_source\ntrigger_interval_seconds: 0.5\nconnections:\n  src:\n    kind: postgres\n    host: {}\n    port: {}\n    database: {DATABASE}\n    user: {}\n",
-            admin.host, admin.port, admin.user
+            "name: bench_source\ntrigger_interval_seconds: 0.5\nconnections:\n  src:\n    kind: postgres\n    host: {}\n    port: {}\n    database: {DATABASE}\n    user: {}\n{}",
+            admin.host,
+            admin.port,
+            admin.user,
+            // TLS on loopback costs the walsender a third of its time (docs/benchmarks.md):
+            // `CDCFLOW_BENCH_SSLMODE=disable` measures without it.
+            std::env::var("CDCFLOW_BENCH_SSLMODE")
+                .map(|m| format!("    sslmode: {m}\n"))
+                .unwrap_or_default()
         ),
     )
     .expect("pipeline.yaml");
