@@ -39,8 +39,13 @@ use crate::client::{Context, GIVE_UP_AFTER, KafkaConsumer, connect, serve_callba
 use crate::offsets::{self, Bounds, Offsets, Partition};
 use crate::records::{PartitionRecords, Record, to_batch};
 
-/// How long a partition's queue is polled at a time.
-const POLL: Duration = Duration::from_millis(100);
+/// Messages taken from one partition's queue before the next partition's turn. Emptied
+/// one after another, the other partitions' queues would stay full, and the client
+/// stops fetching a partition whose queue is full: each fetch would bring one
+/// partition's records. In turns, every queue keeps room and each fetch brings all.
+const TURN: usize = 4096;
+/// The pause of a read that found every queue empty.
+const IDLE: Duration = Duration::from_millis(2);
 /// A partition that gives neither a record nor its end for this long, below the end
 /// the read expected, ends the read of that partition with what it gave (nothing the
 /// broker holds there is skipped: the next read starts after the last record taken).
@@ -351,7 +356,7 @@ struct Drained {
 }
 
 /// Reads what `wants` asks of each partition: all partitions are fetched at once, each
-/// into a queue of its own, and the queues are emptied one after another.
+/// into a queue of its own, and the queues are emptied in turns (see [`TURN`]).
 fn drain_all(
     consumer: &Arc<KafkaConsumer>,
     wants: &BTreeMap<Partition, Want>,
@@ -369,90 +374,135 @@ fn drain_all(
     consumer
         .assign(&assignment)
         .map_err(|e| kafka_error("assigning partitions", e))?;
-    let mut queues = Vec::with_capacity(wants.len());
+    let mut draining = Vec::with_capacity(wants.len());
     for (partition, want) in wants {
         let queue = consumer
             .split_partition_queue(&partition.0, partition.1)
             .ok_or_else(|| kafka_error("reading", format!("no queue for {}", named(partition))))?;
-        queues.push((partition, want, queue));
+        draining.push(Draining::new(partition, *want, queue));
     }
-    let mut out = BTreeMap::new();
-    for (partition, want, queue) in queues {
-        let drained = drain(consumer, &queue, partition, *want, with_headers)?;
-        out.insert(partition.clone(), drained);
+    loop {
+        let mut got = 0;
+        for d in draining.iter_mut().filter(|d| !d.done()) {
+            got += d.turn(consumer, with_headers)?;
+        }
+        if draining.iter().all(Draining::done) {
+            break;
+        }
+        // Every queue empty: the client's callbacks (errors, logs) are served then,
+        // not on every record.
+        if got == 0 {
+            serve_callbacks(consumer);
+            std::thread::sleep(IDLE);
+        }
     }
     consumer
         .unassign()
         .map_err(|e| kafka_error("releasing partitions", e))?;
-    Ok(out)
+    Ok(draining
+        .into_iter()
+        .map(|d| (d.partition.clone(), d.out))
+        .collect())
 }
 
-/// Empties one partition's queue: the records of `want.start..want.end` (and the
-/// record after, when wanted), until the partition's end, or [`STALL`] without news.
-fn drain(
-    consumer: &KafkaConsumer,
-    queue: &PartitionQueue<Context>,
-    partition: &Partition,
+/// One partition being read: the records of `want.start..want.end` (and the record
+/// after, when wanted), until the partition's end, or [`STALL`] without news.
+struct Draining<'a> {
+    partition: &'a Partition,
     want: Want,
-    with_headers: bool,
-) -> Result<Drained, RunError> {
-    let mut out = Drained {
-        next: want.start,
-        ..Drained::default()
-    };
-    let done = |d: &Drained| {
-        !want.to_the_end && d.next >= want.end && (!want.next_record || d.after.is_some())
-    };
-    let mut news = Instant::now();
-    while !done(&out) {
-        match queue.poll(POLL) {
-            Some(Ok(m)) => {
-                news = Instant::now();
-                let offset = rdkafka::Message::offset(&m);
-                out.last_seen = out.last_seen.max(Some(offset));
-                if offset < out.next {
-                    continue;
-                }
-                if offset < want.end {
-                    out.records.push(Record::of(&m, with_headers));
-                    out.next = offset + 1;
-                } else if out.after.is_none() {
-                    // Nothing the broker holds lies between: the read has all it wanted.
-                    out.next = out.next.max(want.end);
-                    out.after = Some(Record::of(&m, false));
-                }
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => {
-                // The fetch reached the partition's end (the last stable offset): no
-                // record lies below it that was not delivered before this event, so
-                // offsets left (transaction markers, records of aborted transactions,
-                // compacted away) hold nothing to read.
-                out.next = out.next.max(want.end);
-                break;
-            }
-            Some(Err(e)) => {
-                serve_callbacks(consumer);
-                let why = consumer.context().last_error().unwrap_or_default();
-                return Err(kafka_error(
-                    &format!("reading {} from offset {}", named(partition), out.next),
-                    format!("{e} {why}"),
-                ));
-            }
-            // Idle: the client's callbacks (errors, logs) are served then, not on
-            // every record.
-            None if news.elapsed() < STALL => serve_callbacks(consumer),
-            None => {
-                tracing::warn!(
-                    partition = %named(partition),
-                    next = out.next,
-                    end = want.end,
-                    "no record arrived below the end the read expected; it takes what it has"
-                );
-                break;
-            }
+    queue: PartitionQueue<Context>,
+    out: Drained,
+    news: Instant,
+    /// Ended by the partition's end or a stall.
+    ended: bool,
+}
+
+impl<'a> Draining<'a> {
+    fn new(partition: &'a Partition, want: Want, queue: PartitionQueue<Context>) -> Self {
+        Draining {
+            partition,
+            want,
+            queue,
+            out: Drained {
+                next: want.start,
+                ..Drained::default()
+            },
+            news: Instant::now(),
+            ended: false,
         }
     }
-    Ok(out)
+
+    fn done(&self) -> bool {
+        self.ended
+            || (!self.want.to_the_end
+                && self.out.next >= self.want.end
+                && (!self.want.next_record || self.out.after.is_some()))
+    }
+
+    /// Takes what the queue holds now, [`TURN`] messages at most; returns how many
+    /// it got.
+    fn turn(&mut self, consumer: &KafkaConsumer, with_headers: bool) -> Result<usize, RunError> {
+        let mut got = 0;
+        while got < TURN && !self.done() {
+            match self.queue.poll(Duration::ZERO) {
+                Some(Ok(m)) => {
+                    got += 1;
+                    self.news = Instant::now();
+                    take(&mut self.out, self.want, &m, with_headers);
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    // The fetch reached the partition's end (the last stable offset):
+                    // no record lies below it that was not delivered before this
+                    // event, so offsets left (transaction markers, records of aborted
+                    // transactions, compacted away) hold nothing to read.
+                    self.out.next = self.out.next.max(self.want.end);
+                    self.ended = true;
+                }
+                Some(Err(e)) => {
+                    serve_callbacks(consumer);
+                    let why = consumer.context().last_error().unwrap_or_default();
+                    return Err(kafka_error(
+                        &format!(
+                            "reading {} from offset {}",
+                            named(self.partition),
+                            self.out.next
+                        ),
+                        format!("{e} {why}"),
+                    ));
+                }
+                None => {
+                    if self.news.elapsed() >= STALL {
+                        tracing::warn!(
+                            partition = %named(self.partition),
+                            next = self.out.next,
+                            end = self.want.end,
+                            "no record arrived below the end the read expected; it takes what it has"
+                        );
+                        self.ended = true;
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(got)
+    }
+}
+
+/// Takes message `m` of a partition into `out`, as `want` asks.
+fn take(out: &mut Drained, want: Want, m: &impl rdkafka::Message, with_headers: bool) {
+    let offset = m.offset();
+    out.last_seen = out.last_seen.max(Some(offset));
+    if offset < out.next {
+        return;
+    }
+    if offset < want.end {
+        out.records.push(Record::of(m, with_headers));
+        out.next = offset + 1;
+    } else if out.after.is_none() {
+        // Nothing the broker holds lies between: the read has all it wanted.
+        out.next = out.next.max(want.end);
+        out.after = Some(Record::of(m, false));
+    }
 }
 
 /// How far a flow whose next offset of `partition` is `from` is behind its end
