@@ -225,6 +225,8 @@ fn describe_detail_and_show_tables() {
         row["properties"]["delta.enableDeletionVectors"], "true",
         "{row}"
     );
+    // Delta Lake's checkpoint interval, not delta-rs's 100 (docs/runtime.md).
+    assert_eq!(row["properties"]["delta.checkpointInterval"], "10", "{row}");
     assert_eq!(
         ok(d, "SHOW TABLES"),
         "tableName,kind\nbronze_order_changes,streaming table\nsilver_orders_history,streaming table\ngold_orders_by_status,materialized view\nevent_log,event log\n"

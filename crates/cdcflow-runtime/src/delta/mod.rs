@@ -511,6 +511,29 @@ const TWO_RUNS_HELP: &str = "are two cdcflow runs using this storage folder? Run
 /// The `commitInfo` key of a batch's offsets.
 pub const OFFSETS_KEY: &str = "cdcflow.offsets";
 
+/// The table property naming how many commits lie between two Delta checkpoints.
+const CHECKPOINT_INTERVAL_KEY: &str = "delta.checkpointInterval";
+
+/// The checkpoint interval of the tables cdcflow creates, unless their TBLPROPERTIES
+/// name one: Delta Lake's own default (Spark writes a checkpoint every 10 commits), not
+/// delta-rs's 100. Every batch opens its tables and replays the log since the last
+/// checkpoint, so a pipeline committing every half second would pay for up to 100 JSON
+/// commits a table a batch (docs/runtime.md, "Continuous mode").
+const CHECKPOINT_INTERVAL: &str = "10";
+
+/// `configuration` with the checkpoint interval added where it names none.
+pub(crate) fn with_checkpoint_interval(
+    mut configuration: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    if !configuration
+        .keys()
+        .any(|k| k.eq_ignore_ascii_case(CHECKPOINT_INTERVAL_KEY))
+    {
+        configuration.insert(CHECKPOINT_INTERVAL_KEY.into(), CHECKPOINT_INTERVAL.into());
+    }
+    configuration
+}
+
 /// Writes `batches` to the table at `dir` (created with `schema` when missing) in one
 /// atomic commit carrying `commit.txns`.
 pub async fn write(
@@ -772,7 +795,7 @@ impl Commit {
     pub(crate) fn to_published(dataset: &cdcflow_plan::Dataset, txns: Vec<(String, i64)>) -> Self {
         Self {
             txns,
-            configuration: dataset.properties.clone(),
+            configuration: with_checkpoint_interval(dataset.properties.clone()),
             name: dataset.name.clone(),
             description: dataset.def.comment.clone(),
             offsets: None,
@@ -905,4 +928,21 @@ pub fn added_columns(old: Option<&SchemaRef>, new: &SchemaRef, table: &str) -> O
             added.join(", ")
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_checkpoint_every_ten_commits_unless_their_properties_say_otherwise() {
+        let default = with_checkpoint_interval(BTreeMap::new());
+        assert_eq!(
+            default.get("delta.checkpointInterval").map(String::as_str),
+            Some("10")
+        );
+        let declared: BTreeMap<String, String> =
+            [("delta.CheckpointInterval".to_string(), "50".to_string())].into();
+        assert_eq!(with_checkpoint_interval(declared.clone()), declared);
+    }
 }
