@@ -87,7 +87,7 @@ fn pipeline(dir: &Path, admin: &PgConnection) {
             admin.host,
             admin.port,
             admin.user,
-            // TLS on loopback costs the walsender a third of its time (docs/benchmarks.md):
+            // TLS on loopback slows the walsender (docs/benchmarks.md, catch-up):
             // `CDCFLOW_BENCH_SSLMODE=disable` measures without it.
             std::env::var("CDCFLOW_BENCH_SSLMODE")
                 .map(|m| format!("    sslmode: {m}\n"))
@@ -160,22 +160,9 @@ async fn silver_count(pipeline: &cdcflow_plan::Pipeline, filter: &str) -> i64 {
 /// 10 ms, a probe that opens every table keeps most of a core busy and slows the run it
 /// measures (on 2 cores it added about 0.3 s to the median).
 async fn silver_has(pipeline: &cdcflow_plan::Pipeline, id: u64) -> bool {
-    let Ok(located) = cdcflow_runtime::catalog::locate(pipeline, "customers") else {
+    let Ok(ctx) = cdcflow_runtime::catalog::session_of(pipeline, "customers").await else {
         return false;
     };
-    let Ok(cdcflow_runtime::delta::Table {
-        table: Some(table), ..
-    }) = cdcflow_runtime::delta::Table::open(&located.dir).await
-    else {
-        return false;
-    };
-    let Ok(provider) = table.table_provider().await else {
-        return false;
-    };
-    let ctx = datafusion::prelude::SessionContext::new();
-    if ctx.register_table("customers", provider).is_err() {
-        return false;
-    }
     let Ok(df) = ctx
         .sql(&format!("SELECT count(*) FROM customers WHERE id = {id}"))
         .await

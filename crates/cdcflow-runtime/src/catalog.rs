@@ -90,6 +90,15 @@ pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable
     Ok((ctx, unreadable))
 }
 
+/// A session that knows only the pipeline's table `name`: what a reader of that one
+/// table opens (`locate` says why a name cannot be read).
+pub async fn session_of(pipeline: &Pipeline, name: &str) -> Result<SessionContext, RunError> {
+    let located = locate(pipeline, name)?;
+    let ctx = cdcflow_plan::functions::session_context();
+    register(&ctx, &located.name, &located.dir).await?;
+    Ok(ctx)
+}
+
 /// Registers the table at `dir` as `name`, when it exists.
 async fn register(ctx: &SessionContext, name: &str, dir: &std::path::Path) -> Result<(), RunError> {
     let table = Table::open(dir).await?;

@@ -26,7 +26,7 @@ use super::rules::ApplyMetrics;
 use super::rules_for;
 use crate::checkpoint::{Offsets, Processed};
 use crate::context::RunContext;
-use crate::delta::{self, Commit, Mode, Operation, Table, with_checkpoint_interval};
+use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::inputs::BatchInputs;
 use crate::report::{FlowOutcome, FlowReport};
 use crate::{RunError, layout};
@@ -279,9 +279,7 @@ fn commits(target: &Dataset, txns: Vec<(String, i64)>, offsets: &Offsets) -> (Co
     let state_commit = Commit {
         txns: txns.clone(),
         // The state is cdcflow's alone: always merge-on-write.
-        configuration: with_checkpoint_interval(
-            [(DELETION_VECTORS.to_string(), "true".to_string())].into(),
-        ),
+        configuration: [(DELETION_VECTORS.to_string(), "true".to_string())].into(),
         name: format!("{}__state", target.name),
         description: Some(format!(
             "cdcflow internal AUTO CDC state of `{}`; query the table instead",

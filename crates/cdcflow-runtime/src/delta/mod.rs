@@ -522,7 +522,7 @@ const CHECKPOINT_INTERVAL_KEY: &str = "delta.checkpointInterval";
 const CHECKPOINT_INTERVAL: &str = "10";
 
 /// `configuration` with the checkpoint interval added where it names none.
-pub(crate) fn with_checkpoint_interval(
+fn with_checkpoint_interval(
     mut configuration: BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     if !configuration
@@ -670,12 +670,13 @@ impl Staged {
 }
 
 impl Commit {
-    /// The table properties Delta itself reads (`delta.*`), for a new table.
+    /// The table properties Delta itself reads (`delta.*`), for a new table: those
+    /// declared, and the checkpoint interval of [`with_checkpoint_interval`].
     pub(crate) fn delta_properties(&self) -> Vec<(String, Option<String>)> {
-        self.configuration
-            .iter()
+        with_checkpoint_interval(self.configuration.clone())
+            .into_iter()
             .filter(|(k, _)| k.starts_with("delta."))
-            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .map(|(k, v)| (k, Some(v)))
             .collect()
     }
 
@@ -795,7 +796,7 @@ impl Commit {
     pub(crate) fn to_published(dataset: &cdcflow_plan::Dataset, txns: Vec<(String, i64)>) -> Self {
         Self {
             txns,
-            configuration: with_checkpoint_interval(dataset.properties.clone()),
+            configuration: dataset.properties.clone(),
             name: dataset.name.clone(),
             description: dataset.def.comment.clone(),
             offsets: None,
