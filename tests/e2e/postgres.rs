@@ -22,6 +22,7 @@ mod read_query;
 mod read_query_paging;
 mod shared_slot;
 mod slots;
+mod socket;
 mod tls;
 mod values;
 mod waiting;

@@ -302,6 +302,9 @@ impl TryFrom<RawConnection> for Connection {
                 missing.join("`, `")
             ));
         }
+        if let Some(host) = raw.host.as_deref().filter(|h| h.starts_with('/')) {
+            socket_directory(raw.kind, host, raw.sslmode)?;
+        }
         Ok(Self {
             kind: raw.kind,
             sslmode: raw.sslmode,
@@ -318,6 +321,30 @@ impl TryFrom<RawConnection> for Connection {
                     .transpose()?,
             },
         })
+    }
+}
+
+/// Whether `host`, a path, can be a connection of `kind` with `sslmode`. For
+/// PostgreSQL a path is the directory of the server's Unix-domain socket, as in libpq
+/// (`/var/run/postgresql`): the server's own machine, without TCP or TLS, so a mode
+/// that demands TLS cannot be met there. The MySQL client connects over TCP only.
+fn socket_directory(
+    kind: ConnectionKind,
+    host: &str,
+    sslmode: Option<SslMode>,
+) -> Result<(), String> {
+    match (kind, sslmode) {
+        (ConnectionKind::Mysql, _) => Err(format!(
+            "`host: {host}` is a path, but a MySQL connection goes over TCP: write the server's host name (`127.0.0.1` for this machine)"
+        )),
+        (
+            ConnectionKind::Postgres,
+            Some(mode @ (SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull)),
+        ) => Err(format!(
+            "`host: {host}` is the directory of the server's Unix-domain socket, which carries no TLS, so `sslmode: {}` cannot be met: remove `sslmode:` (the socket never leaves this machine) or connect by host name",
+            mode.as_str()
+        )),
+        (ConnectionKind::Postgres, _) => Ok(()),
     }
 }
 

@@ -35,15 +35,13 @@ impl PgConnection {
             message: format!("the DSN cannot be read: {e}"),
             help: "write it as postgresql://user:password@host:5432/database".into(),
         })?;
-        let host = config
-            .get_hosts()
-            .iter()
-            .find_map(|h| match h {
-                tokio_postgres::config::Host::Tcp(name) => Some(name.clone()),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            })
-            .unwrap_or_else(|| "localhost".into());
+        // A path is the directory of the server's Unix-domain socket, as in libpq.
+        let host = match config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
+            #[cfg(unix)]
+            Some(tokio_postgres::config::Host::Unix(dir)) => dir.to_string_lossy().into_owned(),
+            None => "localhost".into(),
+        };
         let port = config.get_ports().first().copied().unwrap_or(5432);
         let user = config.get_user().unwrap_or("postgres").to_string();
         let database = config.get_dbname().unwrap_or(&user).to_string();
@@ -55,6 +53,12 @@ impl PgConnection {
             tokio_postgres::config::SslMode::Require => SslMode::Require,
             _ => SslMode::Prefer,
         };
+        if host.starts_with('/') && mode == SslMode::Require {
+            return Err(PgError::NotReady {
+                message: format!("the DSN names the Unix-domain socket in {host}, which carries no TLS, and sslmode=require"),
+                help: "remove sslmode=require from the DSN (the socket never leaves this machine) or connect by host name".into(),
+            });
+        }
         Ok(Self {
             host,
             port,
@@ -196,6 +200,26 @@ mod tests {
         assert!(PgConnection::from_dsn("postgresql://[").is_err());
         let c = PgConnection::from_dsn("host=h user=u dbname=d sslmode=require").unwrap();
         assert_eq!(c.tls.mode, SslMode::Require);
+    }
+
+    #[test]
+    fn a_dsn_may_name_the_socket_directory_but_then_not_demand_tls() {
+        for dsn in [
+            "host=/var/run/postgresql user=u dbname=d",
+            "postgresql://u@%2Fvar%2Frun%2Fpostgresql/d",
+            "postgresql:///d?host=/var/run/postgresql&user=u",
+        ] {
+            let c = PgConnection::from_dsn(dsn).unwrap();
+            assert_eq!(
+                (c.host.as_str(), c.database.as_str(), c.user.as_str()),
+                ("/var/run/postgresql", "d", "u"),
+                "{dsn}"
+            );
+        }
+        let e = PgConnection::from_dsn("host=/var/run/postgresql user=u sslmode=require")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("carries no TLS"), "{e}");
     }
 
     #[test]
