@@ -15,10 +15,12 @@
 //!
 //! Every phase checks that the SCD type 1 table has the source's row count. The
 //! connection uses the default `sslmode` (prefer: TLS when the server offers it);
-//! `CDCFLOW_BENCH_SSLMODE` sets another.
+//! `CDCFLOW_BENCH_SSLMODE` sets another. `PGHOST` may be the directory of the server's
+//! Unix-domain socket (`/var/run/postgresql`): both then connect by the socket.
 //!
 //! ```text
 //! cargo bench --locked -p cdcflow-cli --bench postgres_source
+//! PGHOST=/var/run/postgresql cargo bench --locked -p cdcflow-cli --bench postgres_source
 //! ```
 
 // A benchmark may unwrap and panic: a failure is their report.
