@@ -418,11 +418,7 @@ fn continuous_mode_follows_changes_as_they_commit() {
     db.exec("UPDATE customers SET city = 'bern' WHERE id = 1");
     db.exec("DELETE FROM customers WHERE id = 2");
     let changes = wait_for_source(dir.path(), &db);
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    let out = child.wait_with_output().expect("wait");
+    let (term, out) = stop(child);
     assert!(snapshot, "the snapshot did not arrive: {}", stderr(&out));
     assert!(changes, "the changes did not arrive: {}", stderr(&out));
     assert!(term.success() && out.status.success(), "{}", stderr(&out));
@@ -692,6 +688,16 @@ fn spawn_continuous(dir: &Path) -> std::process::Child {
         .expect("spawn")
 }
 
+/// Stops a `--continuous` run as an operator does (SIGTERM) and waits for it: whether
+/// the signal was sent, and what the run wrote.
+fn stop(child: std::process::Child) -> (std::process::ExitStatus, std::process::Output) {
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    (term, child.wait_with_output().expect("wait"))
+}
+
 /// Inserts, updates (some of a TOASTed column, some of the key) and deletes from one
 /// connection; `thread` owns the ids it inserts.
 fn workload(db: &Db, thread: u64, ops: u64, rows: u64) {
@@ -786,11 +792,7 @@ CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history FROM STREAM
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    let out = child.wait_with_output().expect("wait");
+    let (term, out) = stop(child);
     assert!(
         equal,
         "the SCD type 1 table did not reach the source: {}",

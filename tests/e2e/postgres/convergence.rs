@@ -11,9 +11,8 @@
 //! `CDCFLOW_PG_RANDOM_OPS`, `CDCFLOW_PG_RANDOM_SEED`).
 
 use std::path::Path;
-use std::process::Command;
 
-use super::{Db, Lcg, assert_no_doubles, pipeline, query, run, spawn_continuous};
+use super::{Db, Lcg, assert_no_doubles, pipeline, query, run, spawn_continuous, stop};
 use crate::{query_csv, stderr};
 
 fn setting(name: &str, default: u64) -> u64 {
@@ -220,11 +219,7 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    let out = child.wait_with_output().expect("wait");
+    let (term, out) = stop(child);
     assert!(
         seen == source,
         "seed {seed}: the SCD type 1 table did not reach the source ({} rows against {}); the continuous run said: {}",

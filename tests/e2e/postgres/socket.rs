@@ -2,9 +2,10 @@
 //! in libpq (`/var/run/postgresql`). The snapshot's SQL connection and the replication
 //! connection both go over the socket, never TCP; the server sees no client address.
 
-use std::process::Command;
-
-use super::{Db, assert_no_doubles, assert_silver_is_source, pipeline, run, wait_for_source};
+use super::{
+    Db, assert_no_doubles, assert_silver_is_source, pipeline, run, spawn_continuous, stop,
+    wait_for_source,
+};
 use crate::stderr;
 
 #[test]
@@ -41,17 +42,7 @@ fn a_socket_directory_as_host_carries_the_snapshot_and_the_stream() {
     assert_silver_is_source(dir.path(), &db, "after the changes");
 
     // While `--continuous` streams, its walsender has no client address: a socket.
-    let child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
-        .args([
-            "run",
-            "-p",
-            dir.path().to_str().expect("utf-8"),
-            "--continuous",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child = spawn_continuous(dir.path());
     db.exec("INSERT INTO customers VALUES (4, 'di', 'kyiv')");
     let followed = wait_for_source(dir.path(), &db);
     let senders_sql = format!(
@@ -66,11 +57,7 @@ fn a_socket_directory_as_host_carries_the_snapshot_and_the_stream() {
         std::thread::sleep(std::time::Duration::from_millis(100));
         senders = db.rows(&senders_sql);
     }
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    let out = child.wait_with_output().expect("wait");
+    let (term, out) = stop(child);
     assert!(followed, "the change did not arrive: {}", stderr(&out));
     assert_eq!(senders, vec!["socket"], "{}", stderr(&out));
     assert!(term.success() && out.status.success(), "{}", stderr(&out));
