@@ -62,17 +62,37 @@ pub struct PartitionRecords<'a> {
     pub records: &'a [Record],
 }
 
-/// One batch of rows from the records of several partitions.
-pub fn to_batch(
+/// Rows per batch: DataFusion's batch size. A scan hands on a larger batch as slices of
+/// this many rows, and a slice's `key` and `value` buffers are the whole batch's, which
+/// `CAST(value AS STRING)` validates as UTF-8 whole, once per slice: a read of n
+/// records would check n²/8,192 bytes.
+const ROWS_PER_BATCH: usize = 8192;
+
+/// The rows of the records of several partitions, in batches of [`ROWS_PER_BATCH`]
+/// rows each with buffers of their own.
+pub fn to_batches(
     parts: &[PartitionRecords<'_>],
+    include_headers: bool,
+) -> Result<Vec<RecordBatch>, ArrowError> {
+    let all: Vec<(&PartitionRecords<'_>, &Record)> = parts
+        .iter()
+        .flat_map(|p| p.records.iter().map(move |r| (p, r)))
+        .collect();
+    if all.is_empty() {
+        return Ok(vec![to_batch(&[], include_headers)?]);
+    }
+    all.chunks(ROWS_PER_BATCH)
+        .map(|rows| to_batch(rows, include_headers))
+        .collect()
+}
+
+/// One batch of `rows` (each with its partition).
+fn to_batch(
+    rows: &[(&PartitionRecords<'_>, &Record)],
     include_headers: bool,
 ) -> Result<RecordBatch, ArrowError> {
     let schema = record_schema(include_headers);
-    let all = || {
-        parts
-            .iter()
-            .flat_map(|p| p.records.iter().map(move |r| (p, r)))
-    };
+    let all = || rows.iter().copied();
     let mut keys = BinaryBuilder::new();
     let mut values = BinaryBuilder::new();
     for (_, r) in all() {
@@ -163,7 +183,9 @@ mod tests {
                 records: &b,
             },
         ];
-        let batch = to_batch(&parts, true).unwrap();
+        let batches = to_batches(&parts, true).unwrap();
+        assert_eq!(batches.len(), 1);
+        let batch = &batches[0];
         assert_eq!(batch.num_rows(), 3);
         let values = batch.column(1).as_binary::<i32>();
         assert_eq!(values.value(0), b"v1");
@@ -180,7 +202,24 @@ mod tests {
         let values = header.as_struct().column(1).as_binary::<i32>();
         assert_eq!(values.value(0), b"x");
         assert!(values.is_null(1));
-        assert_eq!(to_batch(&parts, false).unwrap().num_columns(), 7);
+        assert_eq!(to_batches(&parts, false).unwrap()[0].num_columns(), 7);
+    }
+
+    #[test]
+    fn many_records_come_in_batches_of_their_own_buffers() {
+        let many: Vec<Record> = (0..20_000).map(|i| record(i, "k", Some("value"))).collect();
+        let parts = [PartitionRecords {
+            topic: "t",
+            partition: 0,
+            records: &many,
+        }];
+        let batches = to_batches(&parts, false).unwrap();
+        let rows: Vec<usize> = batches.iter().map(RecordBatch::num_rows).collect();
+        assert_eq!(rows, [8192, 8192, 3616]);
+        let values = batches[1].column(1).as_binary::<i32>();
+        assert_eq!(values.values().len(), 8192 * "value".len());
+        let offsets = batches[2].column(4).as_primitive::<Int64Type>();
+        assert_eq!(offsets.value(0), 16_384);
     }
 
     #[test]

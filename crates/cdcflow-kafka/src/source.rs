@@ -37,7 +37,7 @@ use serde_json::Value;
 
 use crate::client::{Context, GIVE_UP_AFTER, KafkaConsumer, connect, serve_callbacks};
 use crate::offsets::{self, Bounds, Offsets, Partition};
-use crate::records::{PartitionRecords, Record, to_batch};
+use crate::records::{PartitionRecords, Record, to_batches};
 
 /// Messages taken from one partition's queue before the next partition's turn. Emptied
 /// one after another, the other partitions' queues would stay full, and the client
@@ -217,7 +217,7 @@ impl KafkaSource {
                 records: &r.records,
             })
             .collect();
-        let batch = to_batch(&parts, self.rk.include_headers)?;
+        let batches = to_batches(&parts, self.rk.include_headers)?;
         let all = || read.values().flat_map(|r| r.records.iter());
         let oldest = all()
             .filter_map(|r| r.timestamp_millis)
@@ -253,7 +253,7 @@ impl KafkaSource {
         };
         Ok(SourceRead {
             schema: self.rk.schema(),
-            rows: vec![batch],
+            rows: batches,
             position: offsets::to_json(&position),
             must_commit: moved,
             more: ranges.values().any(|r| r.cut),
