@@ -40,10 +40,12 @@ use datafusion::logical_expr::{
     Volatility,
 };
 use serde::{Deserialize, Deserializer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::columnar;
-use super::from_json::{decode_values, schema_argument, text_args};
+use super::from_json::{schema_argument, text_args};
+pub use super::raw_row::RowFields;
+use super::raw_row::decode_rows;
 
 /// The change metadata columns after the row's.
 pub const OP: &str = "_op";
@@ -138,27 +140,27 @@ impl ScalarUDFImpl for Debezium {
     }
 }
 
-/// One change event.
+/// One change event, borrowing from its message's text.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    pub op: String,
+pub struct Event<'a> {
+    pub op: &'static str,
     /// The row's columns (`None` for a truncate).
-    pub row: Option<Map<String, Value>>,
+    pub row: Option<RowFields<'a>>,
     pub position: Option<String>,
     pub commit_micros: Option<i64>,
 }
 
 /// A change event as Debezium writes it, read in one pass: only the fields used are
-/// kept (the `schema` part and the rest are skipped, not built), so a message costs
-/// the row's values, not a tree of the whole envelope.
+/// kept (the `schema` part and the rest are skipped, not built), and the row's values
+/// stay text.
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow, default)]
     op: Option<Cow<'a, str>>,
-    #[serde(default)]
-    before: Option<Map<String, Value>>,
-    #[serde(default)]
-    after: Option<Map<String, Value>>,
+    #[serde(borrow, default)]
+    before: Option<RowFields<'a>>,
+    #[serde(borrow, default)]
+    after: Option<RowFields<'a>>,
     #[serde(borrow, default)]
     source: Option<Source<'a>>,
     #[serde(default)]
@@ -199,7 +201,7 @@ fn bad(text: &str, why: &str) -> DataFusionError {
 
 /// The event in `text`; `None` for a tombstone (`null`, or a wrapper whose payload is
 /// null).
-pub fn event(text: &str, key: Option<&str>) -> Result<Option<Event>> {
+pub fn event<'a>(text: &'a str, key: Option<&'a str>) -> Result<Option<Event<'a>>> {
     let envelope: Option<Envelope> = serde_json::from_str(text).map_err(|_| {
         match serde_json::from_str::<serde::de::IgnoredAny>(text) {
             Ok(_) => bad(text, "not a change event (an object with `op`)"),
@@ -217,11 +219,15 @@ pub fn event(text: &str, key: Option<&str>) -> Result<Option<Event>> {
         }
     }
     let op = match m.op.as_deref() {
-        Some(op @ ("c" | "u" | "d" | "r" | "t")) => op.to_string(),
+        Some("c") => "c",
+        Some("u") => "u",
+        Some("d") => "d",
+        Some("r") => "r",
+        Some("t") => "t",
         Some(other) => return Err(bad(text, &format!("unknown op `{other}`"))),
         None => return Err(bad(text, "not a change event (no `op`)")),
     };
-    let mut row = match op.as_str() {
+    let mut row = match op {
         "d" => m.before.take(),
         "t" => None,
         _ => match m.after.take() {
@@ -230,13 +236,13 @@ pub fn event(text: &str, key: Option<&str>) -> Result<Option<Event>> {
         },
     };
     if op != "t"
-        && let Some(key) = key
-        && let Ok(Value::Object(k)) = serde_json::from_str::<Value>(key).map(unwrap_payload)
+        && let Some(key) = key.and_then(key_fields)
     {
-        let r = row.get_or_insert_with(Map::new);
-        for (name, value) in k {
-            if r.get(&name).is_none_or(Value::is_null) {
-                r.insert(name, value);
+        // The key fills the row's key columns that are missing or null.
+        let r = row.get_or_insert_with(RowFields::default);
+        for (name, value) in key.0 {
+            if r.get(&name).is_none_or(|v| v == "null") {
+                r.0.push((name, value));
             }
         }
     }
@@ -260,15 +266,16 @@ pub fn event(text: &str, key: Option<&str>) -> Result<Option<Event>> {
     }))
 }
 
-/// A message key, unwrapped from its `schema`/`payload` wrapper.
-fn unwrap_payload(v: Value) -> Value {
-    match v {
-        Value::Object(mut m)
-            if m.contains_key("payload") && (m.contains_key("schema") || m.len() == 1) =>
-        {
-            m.remove("payload").unwrap_or(Value::Null)
-        }
-        v => v,
+/// A message key's fields, unwrapped from its `schema`/`payload` wrapper; `None` when
+/// the key is no JSON object.
+fn key_fields(key: &str) -> Option<RowFields<'_>> {
+    let fields: RowFields = serde_json::from_str(key).ok()?;
+    let wrapped = fields
+        .get("payload")
+        .filter(|_| fields.0.len() == 1 || fields.0.iter().any(|(n, _)| n == "schema"));
+    match wrapped {
+        Some(payload) => serde_json::from_str(payload).ok(),
+        None => Some(fields),
     }
 }
 
@@ -308,22 +315,11 @@ fn position(source: &Source) -> Option<String> {
 pub fn to_struct(events: &[Option<Event>], fields: &Fields) -> Result<StructArray> {
     let row_count = fields.len() - metadata_fields().len();
     let row_fields: Fields = fields.iter().take(row_count).cloned().collect();
-    let objects: Vec<Option<&Map<String, Value>>> =
+    let objects: Vec<Option<&RowFields>> =
         events.iter().map(|e| e.as_ref()?.row.as_ref()).collect();
-    let rows = decode_values(&objects, &row_fields)?;
-    for (i, o) in objects.iter().enumerate() {
-        if let Some(o) = o
-            && rows.is_null(i)
-        {
-            let shown = serde_json::to_string(o).unwrap_or_default();
-            return exec_err!("debezium(): a row does not fit the schema: {shown}");
-        }
-    }
+    let rows = decode_rows("debezium", &objects, &row_fields)?;
     let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
-    let ops: StringArray = events
-        .iter()
-        .map(|e| e.as_ref().map(|e| e.op.as_str()))
-        .collect();
+    let ops: StringArray = events.iter().map(|e| e.as_ref().map(|e| e.op)).collect();
     let positions: StringArray = events
         .iter()
         .map(|e| e.as_ref().and_then(|e| e.position.as_deref()))
@@ -337,21 +333,9 @@ pub fn to_struct(events: &[Option<Event>], fields: &Fields) -> Result<StructArra
     columns.push(Arc::new(times.with_timezone("UTC")));
     // A few names: a scan is cheaper than hashing each row's keys.
     let named: Vec<&str> = row_fields.iter().map(|f| f.name().as_str()).collect();
-    let named = |k: &str| named.contains(&k);
-    let rescued: StringArray = events
+    let rescued: StringArray = objects
         .iter()
-        .map(|e| {
-            let row = e.as_ref()?.row.as_ref()?;
-            if row.keys().all(|k| named(k)) {
-                return None;
-            }
-            let unnamed: Map<String, Value> = row
-                .iter()
-                .filter(|(k, _)| !named(k))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            (!unnamed.is_empty()).then(|| Value::Object(unnamed).to_string())
-        })
+        .map(|o| o.and_then(|row| row.unnamed(|k| named.contains(&k))))
         .collect();
     columns.push(Arc::new(rescued));
     let nulls = NullBuffer::from(events.iter().map(Option::is_some).collect::<Vec<_>>());
@@ -433,6 +417,40 @@ mod tests {
     }
 
     #[test]
+    fn values_reach_arrow_as_the_event_wrote_them() {
+        // An escaped name, an escaped text, spacing, and a key that fills the key
+        // column a delete left null (from its schema/payload wrapper).
+        let texts = [
+            r#"{"op":"c","after":{ "i\u0064" : 4 , "name":"a\"b\u00e9"},"source":{"lsn":1}}"#,
+            r#"{"op":"d","before":{"id":null,"name":"x"},"source":{"lsn":2}}"#,
+        ];
+        let keys = [
+            None,
+            Some(r#"{"schema":{"type":"struct"},"payload":{"id":5}}"#),
+        ];
+        let events: Vec<Option<Event>> = texts
+            .iter()
+            .zip(keys)
+            .map(|(t, k)| event(t, k).unwrap())
+            .collect();
+        let s = to_struct(&events, &fields()).unwrap();
+        let ids = s.column(0).as_primitive::<Int32Type>();
+        assert_eq!((ids.value(0), ids.value(1)), (4, 5));
+        assert_eq!(s.column(1).as_string::<i32>().value(0), "a\"bé");
+        assert!(s.column(5).is_null(0) && s.column(5).is_null(1));
+        // A row that does not fit is named.
+        let wrong = event(r#"{"op":"c","after":{"id":"x"}}"#, None).unwrap();
+        let err = to_struct(&[events[0].clone(), wrong], &fields())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(r#"does not fit the schema: {"id":"x"}"#),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn tombstones_are_null_and_bad_events_fail() {
         assert_eq!(event("null", None).unwrap(), None);
         assert_eq!(
@@ -449,7 +467,7 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!(e.row.unwrap()["id"], 7);
+        assert_eq!(e.row.unwrap().get("id"), Some("7"));
         let s = to_struct(&[None], &fields()).unwrap();
         assert!(s.is_null(0));
         let wrong = event(r#"{"op":"c","after":{"id":"x"}}"#, None).unwrap();

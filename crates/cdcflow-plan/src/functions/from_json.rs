@@ -4,7 +4,8 @@
 //! schema lacks are ignored, and text that is not a JSON object, or whose values do not
 //! fit the types, gives a null struct (Spark's PERMISSIVE mode).
 //!
-//! [`decode_objects`] is the decoding, shared with `debezium` ([`super::debezium`]).
+//! [`decode_objects`] is the decoding (`debezium`, [`super::debezium`], hands its rows to
+//! Arrow's JSON decoder as text instead).
 
 use std::sync::Arc;
 

@@ -22,6 +22,7 @@ mod json;
 mod mode;
 mod nulls;
 mod operators;
+mod raw_row;
 mod regex_fns;
 mod secret;
 pub mod service;
