@@ -233,6 +233,12 @@ impl ChangeRows {
         })
     }
 
+    /// The text of row `row`'s value in column `column` (`None`: null, or no such
+    /// cell).
+    pub fn cell(&self, row: usize, column: usize) -> Option<&str> {
+        self.values.get(column)?.values.get(row)?.as_deref()
+    }
+
     pub fn columns(&self) -> &[TableColumn] {
         &self.columns
     }

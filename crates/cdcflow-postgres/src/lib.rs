@@ -11,7 +11,8 @@
 //!   session kept from one read to the next of a run; [`notices`]: what a read says
 //!   while it waits; [`identity`]: the
 //!   table and publication a position was read from, checked before each read; [`snapshot`]:
-//!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key);
+//!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key), each
+//!   read by COPY (`copy_text`);
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
 //!   [`changes`]: the rows and their metadata columns; [`rejected`]: rows with a value
 //!   their column's type has none of, set apart for the quarantine table.
@@ -19,6 +20,7 @@
 pub mod changes;
 pub mod client_cert;
 pub mod connection;
+mod copy_text;
 pub mod error;
 pub mod identity;
 pub mod notices;

@@ -15,12 +15,20 @@
 //! The end of the run ([`Parking::finish`]) waits for the server to take each parked
 //! session's position, then ends the session.
 //!
+//! A table's copy keeps here, between its chunks, the session whose slot exported the
+//! snapshot of the last one ([`Exporter`]): the next chunk of the same table reads in
+//! that snapshot instead of creating a slot for one of its own, which waits for the
+//! server's next consistent point (tens of milliseconds a chunk). The snapshot holds back
+//! the server's cleanup of dead rows while it lives, so it is kept for
+//! [`KEEP_SNAPSHOT_FOR`] at most; any other read of the slot ends it first.
+//!
 //! While a session waits here, its worker keeps sending status updates (the server
 //! would otherwise end it after `wal_sender_timeout`) and stops reading the socket
 //! once its event buffer is full, so memory stays bounded.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use pgwire_replication::ReplicationClient;
 
@@ -71,9 +79,31 @@ impl Parked {
     }
 }
 
-/// The sessions of one run waiting for their next read, one per slot at most.
+/// How long a copy reads its chunks in one exported snapshot before it takes a new one.
+pub(crate) const KEEP_SNAPSHOT_FOR: Duration = Duration::from_secs(60);
+
+/// The idle replication session whose slot exported a chunk's snapshot (valid while
+/// the session runs no other command), and where that snapshot stands.
+pub(crate) struct Exporter {
+    pub table: TableRef,
+    pub session: ReplicationClient,
+    /// The exported snapshot's name, for `SET TRANSACTION SNAPSHOT`.
+    pub snapshot: String,
+    /// The WAL position it sees everything before.
+    pub consistent: u64,
+    /// Whether its slot is the source's own, created by the copy's first chunk (else a
+    /// temporary slot that goes with the session).
+    pub source_slot: bool,
+    pub since: Instant,
+}
+
+/// The sessions of one run waiting for their next read, one per slot at most, and the
+/// exporters of the copies going on.
 #[derive(Clone, Default)]
-pub struct Parking(Arc<Mutex<HashMap<String, Parked>>>);
+pub struct Parking {
+    sessions: Arc<Mutex<HashMap<String, Parked>>>,
+    exporters: Arc<Mutex<HashMap<String, Exporter>>>,
+}
 
 impl std::fmt::Debug for Parking {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,17 +113,24 @@ impl std::fmt::Debug for Parking {
 
 impl Parking {
     pub(crate) fn park(&self, slot: &str, parked: Parked) {
-        self.0
+        self.sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(slot.to_string(), parked);
     }
 
-    /// Ends every parked session, each once the server has its acknowledged position:
-    /// the end of a run.
+    /// Ends every parked session, each once the server has its acknowledged position,
+    /// and every kept exporter: the end of a run.
     pub async fn finish(&self) {
+        drop(
+            self.exporters
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .drain()
+                .collect::<Vec<_>>(),
+        );
         let parked: Vec<(String, Parked)> = self
-            .0
+            .sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain()
@@ -106,7 +143,24 @@ impl Parking {
     /// The session parked on `slot`, taken out: the caller goes on with it or closes
     /// it before streaming the slot.
     pub(crate) fn take(&self, slot: &str) -> Option<Parked> {
-        self.0
+        self.sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(slot)
+    }
+
+    /// Keeps `exporter` for the next chunk of its table's copy through `slot`.
+    pub(crate) fn keep_exporter(&self, slot: &str, exporter: Exporter) {
+        self.exporters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(slot.to_string(), exporter);
+    }
+
+    /// The exporter kept on `slot`, taken out. A gated session that never started ends
+    /// when dropped, letting go of its slot.
+    pub(crate) fn take_exporter(&self, slot: &str) -> Option<Exporter> {
+        self.exporters
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(slot)

@@ -11,14 +11,17 @@
 //! without a primary key is copied in chunks of its tuple ids the same way
 //! ([`crate::tid_copy`]); a partitioned table without one is copied in one piece.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pgwire_replication::ReplicationClient;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
+use crate::copy_text::copy_rows;
+
 use crate::changes::{ChangeKind, ChangeMeta, ChangeRows};
 use crate::connection::{quote_ident, quote_literal};
 use crate::error::PgError;
+use crate::parking::Exporter;
 use crate::source::{TableSource, parse_lsn, table_sql};
 use crate::tid_copy::{self, TupleResume};
 
@@ -26,9 +29,6 @@ use crate::tid_copy::{self, TupleResume};
 /// how often it says so again.
 const FIRST_NOTICE: Duration = Duration::from_secs(3);
 const NOTICE_EVERY: Duration = Duration::from_secs(30);
-
-/// Rows per FETCH of a copy.
-pub(crate) const FETCH_ROWS: usize = 10_000;
 
 /// How far a table's initial copy has come.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -61,10 +61,11 @@ impl CopyProgress {
 pub struct Chunk {
     /// The WAL position of the snapshot it was read in.
     pub consistent: u64,
-    /// The session of the slot that exported it, when that is the source's own slot
-    /// (created by this chunk: the first of a table read first); gated before
-    /// START_REPLICATION.
-    pub session: Option<ReplicationClient>,
+    /// The session whose slot exported that snapshot, idle: the source's own slot
+    /// (created by the copy's first chunk), gated before START_REPLICATION, or a
+    /// temporary one. The next chunk may read in the same snapshot
+    /// ([`crate::parking`]).
+    pub(crate) exporter: Exporter,
     /// Where the copy stands after it.
     pub progress: CopyProgress,
     /// The table's rows as the server estimates them (for progress).
@@ -72,15 +73,49 @@ pub struct Chunk {
 }
 
 impl TableSource {
-    /// Copies the next chunk after `progress` into `rows`, in a snapshot exported by
-    /// the source's slot when the slot is missing (it is created), else by a temporary
-    /// slot that goes with its session.
+    /// Copies the next chunk after `progress` into `rows`: in the snapshot of `kept`,
+    /// the exporter of an earlier chunk of this table in this run, while it is still
+    /// valid; else in one exported by the source's slot when the slot is missing (it is
+    /// created), else by a temporary slot that goes with its session.
     pub(crate) async fn copy_chunk(
         &self,
         client: &Client,
         rows: &mut ChangeRows,
         progress: &CopyProgress,
+        kept: Option<Exporter>,
     ) -> Result<Chunk, PgError> {
+        let exporter = match kept {
+            Some(e) if begin_in_snapshot(client, &e.snapshot).await.is_ok() => e,
+            kept => {
+                if kept.is_some() {
+                    // Its session ended (a timeout, the server's restart): a new one.
+                    tracing::debug!(table = %self.table, "the kept snapshot is gone; exporting a new one");
+                    client.batch_execute("ROLLBACK").await?;
+                }
+                drop(kept);
+                let e = self.export_snapshot(client).await?;
+                begin_in_snapshot(client, &e.snapshot).await?;
+                e
+            }
+        };
+        let copied = self
+            .copy_rows(client, rows, progress, exporter.consistent)
+            .await;
+        let done = client.batch_execute("COMMIT").await;
+        let (progress, estimate) = copied?;
+        done?;
+        tracing::info!(table = %self.table, rows = rows.len(), snapshot = %exporter.snapshot, at = %crate::source::lsn_text(exporter.consistent), ?progress, "snapshot chunk copied");
+        Ok(Chunk {
+            consistent: exporter.consistent,
+            exporter,
+            progress,
+            estimate,
+        })
+    }
+
+    /// A snapshot exported by the source's slot, created now when missing, else by a
+    /// temporary slot that goes with its session.
+    async fn export_snapshot(&self, client: &Client) -> Result<Exporter, PgError> {
         let (name, temporary) = match self.slot_exists(client).await? {
             false => (self.slot.clone(), ""),
             true => (temporary_slot(&self.slot), " TEMPORARY"),
@@ -119,33 +154,13 @@ impl TableSource {
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .unwrap_or_default()
         };
-        let consistent = parse_lsn(&text(1))?;
-        let snapshot_name = text(2);
-        client
-            .batch_execute(&format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
-                quote_literal(&snapshot_name)
-            ))
-            .await?;
-        let copied = self.copy_rows(client, rows, progress, consistent).await;
-        let done = client.batch_execute("COMMIT").await;
-        let (progress, estimate) = copied?;
-        done?;
-        tracing::info!(table = %self.table, rows = rows.len(), slot = %name, at = %crate::source::lsn_text(consistent), ?progress, "snapshot chunk copied");
-        let session = match temporary.is_empty() {
-            true => Some(session),
-            // The temporary slot goes with its session, which ends when dropped (a
-            // gated session that never started has nothing to shut down).
-            false => {
-                drop(session);
-                None
-            }
-        };
-        Ok(Chunk {
-            consistent,
+        Ok(Exporter {
+            table: self.table.clone(),
             session,
-            progress,
-            estimate,
+            snapshot: text(2),
+            consistent: parse_lsn(&text(1))?,
+            source_slot: temporary.is_empty(),
+            since: Instant::now(),
         })
     }
 
@@ -271,44 +286,43 @@ impl TableSource {
                 // Literals of unknown type take the columns' types.
                 sql += &format!(" WHERE ({}) > ({})", columns.join(", "), values.join(", "));
             }
+            // One row past the chunk tells whether another follows (that row is the
+            // next chunk's first), so a table of whole chunks needs no empty last one.
             sql += &format!(
                 " ORDER BY {} LIMIT {}",
                 columns.join(", "),
-                self.max_changes.max(1)
+                self.max_changes.max(1).saturating_add(1)
             );
         }
-        client
-            .batch_execute(&format!(
-                "DECLARE cdcflow_snapshot NO SCROLL CURSOR FOR {sql}"
-            ))
-            .await?;
+        let before = rows.len();
+        let width = rows.columns().len();
+        // Unchunked (a partitioned table without a primary key), the copy is whole.
+        let most = match chunked {
+            true => self.max_changes.max(1),
+            false => usize::MAX,
+        };
         let mut n = 0_usize;
-        let mut last: Vec<String> = vec![];
-        loop {
-            let fetched = client
-                .simple_query(&format!("FETCH {FETCH_ROWS} FROM cdcflow_snapshot"))
-                .await?;
-            let before = n;
-            for m in fetched {
-                if let SimpleQueryMessage::Row(row) = m {
-                    n += 1;
-                    let values: Vec<Option<String>> = (0..row.len())
-                        .map(|i| row.get(i).map(String::from))
-                        .collect();
-                    if chunked {
-                        last = places
-                            .iter()
-                            .map(|&p| values[p].clone().unwrap_or_default())
-                            .collect();
-                    }
-                    rows.push(values, meta)?;
-                }
+        let mut more = false;
+        copy_rows(client, &sql, width, |values| match n < most {
+            true => {
+                n += 1;
+                rows.push(values, meta)
             }
-            if n - before < FETCH_ROWS {
-                break;
+            false => {
+                more = true;
+                Ok(())
             }
-        }
-        let progress = match chunked && n >= self.max_changes.max(1) {
+        })
+        .await?;
+        // The last row's key, where the next chunk starts.
+        let last: Vec<String> = match (chunked, rows.len().checked_sub(1)) {
+            (true, Some(row)) if row >= before => places
+                .iter()
+                .map(|&p| rows.cell(row, p).unwrap_or_default().to_string())
+                .collect(),
+            _ => vec![],
+        };
+        let progress = match chunked && more {
             true => CopyProgress::After {
                 key: last,
                 copied: copied_before + n as u64,
@@ -345,6 +359,17 @@ impl TableSource {
             .await?;
         Ok(row.is_some_and(|r| r.get(0)))
     }
+}
+
+/// Opens a read-only transaction in the exported snapshot `name`.
+async fn begin_in_snapshot(client: &Client, name: &str) -> Result<(), PgError> {
+    client
+        .batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+            quote_literal(name)
+        ))
+        .await?;
+    Ok(())
 }
 
 pub(crate) async fn one_number(client: &Client, sql: &str) -> Result<Option<i64>, PgError> {

@@ -29,7 +29,7 @@ use crate::changes::{ChangeKind, ChangeMeta, ChangeRows, TableColumn};
 use crate::connection::{PgConnection, quote_ident, quote_literal};
 use crate::error::{PgError, Refresh};
 use crate::identity::Identity;
-use crate::parking::{Parked, Parking};
+use crate::parking::{KEEP_SNAPSHOT_FOR, Parked, Parking};
 use crate::pgoutput::{self, Message, RelationColumn, Value};
 use crate::snapshot::CopyProgress;
 
@@ -284,6 +284,14 @@ impl TableSource {
         // What it was told is committed, which the server may not have yet: the
         // session that streams the slot next reports it.
         let parked = self.parking.take(&self.slot);
+        // The exporter an earlier chunk of this table's copy kept, for the next chunk;
+        // any other read of the slot ends it (its session may hold the slot).
+        let kept = self.parking.take_exporter(&self.slot).filter(|e| {
+            e.table == self.table
+                && from.lsn.is_some()
+                && from.copy.copied().is_some()
+                && e.since.elapsed() < KEEP_SNAPSHOT_FOR
+        });
         let acknowledged = parked.as_ref().map_or(0, |p| p.acknowledged);
         let resumed = match parked {
             Some(p)
@@ -300,27 +308,30 @@ impl TableSource {
         let mut rows = ChangeRows::new(columns.clone());
         let mut copy = from.copy.clone();
         let mut estimate = None;
-        let mut session = None;
+        let mut exporter = None;
         // `acked`: the slot's confirmed position, which the session reports until the
         // caller acknowledges more (other tables of the slot may be behind this one).
         let (start, acked) = match from.lsn {
             None => {
                 let chunk = self
-                    .copy_chunk(&client, &mut rows, &CopyProgress::Start)
+                    .copy_chunk(&client, &mut rows, &CopyProgress::Start, None)
                     .await?;
                 (copy, estimate) = (chunk.progress, chunk.estimate);
-                let acked = match chunk.session {
-                    Some(_) => chunk.consistent,
-                    None => self.check_slot(&client, chunk.consistent).await?,
+                let acked = match chunk.exporter.source_slot {
+                    true => chunk.consistent,
+                    false => self.check_slot(&client, chunk.consistent).await?,
                 };
-                session = chunk.session;
+                exporter = Some(chunk.exporter);
                 (chunk.consistent, acked)
             }
             Some(after) => {
                 let acked = self.check_slot(&client, after).await?;
                 if from.copy.copied().is_some() {
-                    let chunk = self.copy_chunk(&client, &mut rows, &from.copy).await?;
+                    let chunk = self
+                        .copy_chunk(&client, &mut rows, &from.copy, kept)
+                        .await?;
                     (copy, estimate) = (chunk.progress, chunk.estimate);
+                    exporter = Some(chunk.exporter);
                 }
                 (after, acked)
             }
@@ -333,9 +344,12 @@ impl TableSource {
         // costs more than the chunk), unless the WAL they hold grows large.
         let defer = copying && target.saturating_sub(start) < STREAM_DURING_COPY_BYTES;
         if target <= start || defer {
-            // Nothing to stream; a gated session that never started ends when dropped,
-            // and a kept one waits for the next read.
-            drop(session);
+            // Nothing to stream: the exporter waits for the copy's next chunk (a gated
+            // session that never started ends when dropped), and a kept session for
+            // the next read.
+            if let Some(e) = exporter.filter(|_| copying) {
+                self.parking.keep_exporter(&self.slot, e);
+            }
             if let Some(p) = resumed {
                 self.parking.park(&self.slot, p);
             }
@@ -360,6 +374,11 @@ impl TableSource {
         let most = self.max_changes.max(1);
         let limit = rows.len() + most;
         let mut resuming = resumed.is_some();
+        // The source slot's session made by this read's first chunk streams it;
+        // any other exporter ends here, letting go of its slot.
+        let session = exporter
+            .filter(|e| e.source_slot && from.lsn.is_none())
+            .map(|e| e.session);
         let (mut session, mut state) = match (session, resumed) {
             (Some(mut s), _) => {
                 s.start().await?;
@@ -531,6 +550,7 @@ impl TableSource {
         if let Some(p) = self.parking.take(&self.slot) {
             p.close().await;
         }
+        drop(self.parking.take_exporter(&self.slot));
         let client = self.connection.connect().await?;
         let mut waited = Duration::ZERO;
         loop {

@@ -21,12 +21,13 @@
 
 use std::fmt;
 
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 
 use crate::changes::{ChangeMeta, ChangeRows};
 use crate::connection::quote_literal;
+use crate::copy_text::copy_rows;
 use crate::error::PgError;
-use crate::snapshot::{CopyProgress, FETCH_ROWS, one_number};
+use crate::snapshot::{CopyProgress, one_number};
 
 /// Rows per page the first window assumes when the server has no statistics.
 const ROWS_PER_PAGE_UNKNOWN: u64 = 50;
@@ -193,41 +194,22 @@ pub(crate) async fn copy_chunk(
     })
 }
 
-/// Runs `sql` (its last column the tuple id) through a cursor into `rows`: how many
-/// rows and the last one's tuple id.
+/// Runs `sql` (its last column the tuple id) into `rows`: how many rows and the last
+/// one's tuple id.
 async fn fetch_all(
     client: &Client,
     sql: &str,
     rows: &mut ChangeRows,
     meta: ChangeMeta,
 ) -> Result<(u64, Option<Tid>), PgError> {
-    client
-        .batch_execute(&format!("DECLARE cdcflow_tids NO SCROLL CURSOR FOR {sql}"))
-        .await?;
-    let mut n = 0_u64;
     let mut last = None;
-    loop {
-        let fetched = client
-            .simple_query(&format!("FETCH {FETCH_ROWS} FROM cdcflow_tids"))
-            .await?;
-        let mut got = 0;
-        for m in fetched {
-            if let SimpleQueryMessage::Row(row) = m {
-                got += 1;
-                let mut values: Vec<Option<String>> = (0..row.len())
-                    .map(|i| row.get(i).map(String::from))
-                    .collect();
-                let tid = values.pop().flatten().unwrap_or_default();
-                last = Some(tid.parse::<Tid>().map_err(PgError::Protocol)?);
-                rows.push(values, meta)?;
-            }
-        }
-        n += got;
-        if got < FETCH_ROWS as u64 {
-            break;
-        }
-    }
-    client.batch_execute("CLOSE cdcflow_tids").await?;
+    let width = rows.columns().len() + 1;
+    let n = copy_rows(client, sql, width, |mut values| {
+        let tid = values.pop().flatten().unwrap_or_default();
+        last = Some(tid.parse::<Tid>().map_err(PgError::Protocol)?);
+        rows.push(values, meta)
+    })
+    .await?;
     Ok((n, last))
 }
 
