@@ -24,22 +24,23 @@ pub(crate) async fn copy_rows(
     futures::pin_mut!(stream);
     let mut lines = Lines::default();
     let mut n = 0_u64;
-    while let Some(data) = stream.next().await {
-        for row in lines.feed(&data?)? {
-            // A row of no columns is an empty line, as is one of an empty text.
-            let row = match width {
-                0 => vec![],
-                _ => row,
-            };
-            if row.len() != width {
-                return Err(PgError::Protocol(format!(
-                    "COPY gave a row of {} values for a query of {width} columns",
-                    row.len()
-                )));
-            }
-            each(row)?;
-            n += 1;
+    let mut take = |row: Vec<Option<String>>| {
+        // A row of no columns is an empty line, as is one of an empty text.
+        let row = match width {
+            0 => vec![],
+            _ => row,
+        };
+        if row.len() != width {
+            return Err(PgError::Protocol(format!(
+                "COPY gave a row of {} values for a query of {width} columns",
+                row.len()
+            )));
         }
+        n += 1;
+        each(row)
+    };
+    while let Some(data) = stream.next().await {
+        lines.feed(&data?, &mut take)?;
     }
     lines.finish()?;
     Ok(n)
@@ -53,24 +54,27 @@ struct Lines {
 }
 
 impl Lines {
-    /// The rows `data` ends.
-    fn feed(&mut self, data: &[u8]) -> Result<Vec<Vec<Option<String>>>, PgError> {
-        let mut rows = Vec::new();
+    /// Hands each row `data` ends to `each`.
+    fn feed(
+        &mut self,
+        data: &[u8],
+        each: &mut impl FnMut(Vec<Option<String>>) -> Result<(), PgError>,
+    ) -> Result<(), PgError> {
         let mut rest = data;
         while let Some(end) = rest.iter().position(|&b| b == b'\n') {
             let line = &rest[..end];
-            rows.push(match self.partial.is_empty() {
+            each(match self.partial.is_empty() {
                 true => row(line)?,
                 false => {
                     self.partial.extend_from_slice(line);
                     let whole = std::mem::take(&mut self.partial);
                     row(&whole)?
                 }
-            });
+            })?;
             rest = &rest[end + 1..];
         }
         self.partial.extend_from_slice(rest);
-        Ok(rows)
+        Ok(())
     }
 
     /// Fails if the stream ended inside a row.
@@ -163,17 +167,29 @@ mod tests {
         v.iter().map(|s| Some(s.to_string())).collect()
     }
 
+    /// The rows `data` ends.
+    fn fed(lines: &mut Lines, data: &[u8]) -> Vec<Vec<Option<String>>> {
+        let mut rows = vec![];
+        lines
+            .feed(data, &mut |row| {
+                rows.push(row);
+                Ok(())
+            })
+            .unwrap();
+        rows
+    }
+
     #[test]
     fn rows_split_across_messages_are_joined() {
         let mut lines = Lines::default();
-        assert_eq!(lines.feed(b"1\ta\n2\t").unwrap(), vec![text(&["1", "a"])]);
-        assert_eq!(lines.feed(b"b").unwrap(), Vec::<Vec<Option<String>>>::new());
+        assert_eq!(fed(&mut lines, b"1\ta\n2\t"), vec![text(&["1", "a"])]);
+        assert_eq!(fed(&mut lines, b"b"), Vec::<Vec<Option<String>>>::new());
         assert_eq!(
-            lines.feed(b"\n3\t\\N\n").unwrap(),
+            fed(&mut lines, b"\n3\t\\N\n"),
             vec![text(&["2", "b"]), vec![Some("3".into()), None]]
         );
         assert!(lines.finish().is_ok());
-        lines.feed(b"4\t").unwrap();
+        fed(&mut lines, b"4\t");
         assert!(lines.finish().is_err());
     }
 

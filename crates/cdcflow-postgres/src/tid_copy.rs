@@ -171,7 +171,7 @@ pub(crate) async fn copy_chunk(
             "SELECT {list}, ctid FROM {table} WHERE ctid > '{after}' AND ctid < '({end},0)' ORDER BY ctid LIMIT {}",
             limit - taken
         );
-        let (got, last) = fetch_all(client, &sql, rows, meta).await?;
+        let (got, last) = copy_window(client, &sql, rows, meta).await?;
         taken += got;
         match last {
             // The window held the rest of the chunk: the next starts after its last row.
@@ -196,7 +196,7 @@ pub(crate) async fn copy_chunk(
 
 /// Runs `sql` (its last column the tuple id) into `rows`: how many rows and the last
 /// one's tuple id.
-async fn fetch_all(
+async fn copy_window(
     client: &Client,
     sql: &str,
     rows: &mut ChangeRows,
