@@ -115,8 +115,15 @@ CREATE FLOW customers_cdc AS AUTO CDC INTO customers FROM STREAM(customers_chang
     .expect("flows.sql");
 }
 
-/// Runs `cdcflow run` and returns its wall time and the bronze flow's own time.
-fn run(dir: &Path) -> (Duration, Duration) {
+/// What one `cdcflow run` took: its wall time, and the bronze flow's own time and rows.
+struct Ran {
+    wall: Duration,
+    bronze: Duration,
+    bronze_rows: u64,
+}
+
+/// Runs `cdcflow run --json`.
+fn run(dir: &Path) -> Ran {
     let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
         .args(["run", "-p", dir.to_str().expect("utf-8"), "--json"])
@@ -129,13 +136,17 @@ fn run(dir: &Path) -> (Duration, Duration) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let bronze = String::from_utf8_lossy(&out.stdout)
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let bronze = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|f| f["flow"] == "customers_changes")
-        .and_then(|f| f["millis"].as_u64())
-        .unwrap_or(0);
-    (wall, Duration::from_millis(bronze))
+        .unwrap_or_default();
+    Ran {
+        wall,
+        bronze: Duration::from_millis(bronze["millis"].as_u64().unwrap_or(0)),
+        bronze_rows: bronze["rows_written"].as_u64().unwrap_or(0),
+    }
 }
 
 async fn silver_count(pipeline: &cdcflow_plan::Pipeline, filter: &str) -> i64 {
@@ -218,7 +229,7 @@ fn main() {
         .expect("pipeline");
 
     // 1. The snapshot.
-    let (wall, bronze) = run(dir.path());
+    let Ran { wall, bronze, .. } = run(dir.path());
     let (silver, expected) =
         rt.block_on(async { (silver_count(&loaded, "").await, source_count(&source).await) });
     assert_eq!(silver, expected, "the SCD type 1 table after the snapshot");
@@ -230,17 +241,19 @@ fn main() {
         per_second(rows, bronze)
     );
 
-    // 2. The catch-up.
+    // 2. The catch-up: each change touches a row (updates cycle over the first half of
+    // the keys, deletes walk the second half once, inserts add keys after the last), so
+    // the changes made are the changes read.
+    assert!(
+        changes.div_ceil(1000) * 200 <= rows / 2 && rows >= 2400,
+        "CDCFLOW_BENCH_CHANGES may be 2.5 times CDCFLOW_BENCH_ROWS at most"
+    );
     rt.block_on(async {
         let client = source.connect().await.expect("connect");
-        let per_transaction = 1000_u64;
-        for t in 0..changes.div_ceil(per_transaction) {
-            let base = t * per_transaction;
-            let (updates, inserts, deletes) = (
-                per_transaction * 6 / 10,
-                per_transaction * 2 / 10,
-                per_transaction * 2 / 10,
-            );
+        let (updates, inserts, deletes) = (600_u64, 200_u64, 200_u64);
+        let cycle = rows / 2 - updates;
+        for t in 0..changes.div_ceil(updates + inserts + deletes) {
+            let updated = t * updates % cycle;
             client
                 .batch_execute(&format!(
                     "BEGIN;
@@ -248,27 +261,33 @@ fn main() {
                      INSERT INTO customers SELECT i, 'new ' || i, 'new', 1 FROM generate_series({}, {}) i;
                      DELETE FROM customers WHERE id > {} AND id <= {};
                      COMMIT;",
-                    base * 2,
-                    base * 2 + updates,
-                    rows + 1 + base,
-                    rows + base + inserts,
-                    rows / 2 + base,
-                    rows / 2 + base + deletes,
+                    updated,
+                    updated + updates,
+                    rows + 1 + t * inserts,
+                    rows + (t + 1) * inserts,
+                    rows / 2 + t * deletes,
+                    rows / 2 + (t + 1) * deletes,
                 ))
                 .await
                 .expect("changes");
         }
     });
-    let (wall, bronze) = run(dir.path());
+    let Ran {
+        wall,
+        bronze,
+        bronze_rows,
+    } = run(dir.path());
     let (silver, expected) =
         rt.block_on(async { (silver_count(&loaded, "").await, source_count(&source).await) });
     assert_eq!(silver, expected, "the SCD type 1 table after the catch-up");
+    let made = changes.div_ceil(1000) * 1000;
+    assert_eq!(bronze_rows, made, "the changes the bronze flow read");
     println!(
-        "catch-up of {changes} changes: {:.1} s, {:.0} changes/s (the bronze flow {:.1} s, {:.0} changes/s)",
+        "catch-up of {made} changes: {:.1} s, {:.0} changes/s (the bronze flow {:.1} s, {:.0} changes/s)",
         wall.as_secs_f64(),
-        per_second(changes, wall),
+        per_second(made, wall),
         bronze.as_secs_f64(),
-        per_second(changes, bronze)
+        per_second(made, bronze)
     );
 
     // 3. Commit to queryable, continuous.

@@ -40,9 +40,11 @@ const SILENCE: Duration = Duration::from_secs(120);
 /// the position (10 s in all).
 const WAIT_STEP: Duration = Duration::from_millis(20);
 const WAIT_TRIES: usize = 500;
-/// How many times it looks before ending the session that sent it (1 s: the worker
-/// sends it within its status interval, 200 ms).
-const SENT_TRIES: usize = 50;
+/// How often, and how many times, it looks before ending the session that sent it
+/// (1 s: the worker sends it within its status interval,
+/// [`crate::connection::STATUS_INTERVAL`]).
+const SENT_STEP: Duration = Duration::from_millis(5);
+const SENT_TRIES: usize = 200;
 /// WAL behind a copy under way that its reads leave to after it; more is streamed
 /// with its chunks, so that the server can free it.
 const STREAM_DURING_COPY_BYTES: u64 = 256 << 20;
@@ -207,7 +209,7 @@ pub(crate) async fn wait_confirmed(
     let client = connection.connect().await?;
     for _ in 0..SENT_TRIES {
         match slot_row(&client, slot).await? {
-            Some(s) if s.confirmed < position => tokio::time::sleep(WAIT_STEP).await,
+            Some(s) if s.confirmed < position => tokio::time::sleep(SENT_STEP).await,
             _ => return Ok(()),
         }
     }
@@ -946,17 +948,23 @@ struct Relation {
     id: u32,
     places: Vec<Option<usize>>,
     keys: Vec<bool>,
+    /// The stream sends the table's columns in the table's order (the usual case).
+    in_place: bool,
 }
 
 impl Relation {
     /// The stream's tuple in the table's column order; a column the stream does not
-    /// have yet (added later upstream) is null.
-    fn reorder<T: Clone>(&self, tuple: &[T], missing: T) -> Vec<T> {
+    /// have yet (added later upstream) is null. The values are moved, not copied.
+    fn reorder<T>(&self, tuple: Vec<T>, missing: impl Fn() -> T) -> Vec<T> {
+        if self.in_place && tuple.len() == self.places.len() {
+            return tuple;
+        }
+        let mut sent: Vec<Option<T>> = tuple.into_iter().map(Some).collect();
         self.places
             .iter()
             .map(|p| {
-                p.and_then(|p| tuple.get(p).cloned())
-                    .unwrap_or_else(|| missing.clone())
+                p.and_then(|p| sent.get_mut(p).and_then(Option::take))
+                    .unwrap_or_else(&missing)
             })
             .collect()
     }
@@ -1006,7 +1014,14 @@ fn relation(
         .iter()
         .map(|p| p.is_some_and(|p| sent[p].key))
         .collect();
-    Ok(Relation { id, places, keys })
+    let in_place =
+        sent.len() == places.len() && places.iter().enumerate().all(|(i, p)| *p == Some(i));
+    Ok(Relation {
+        id,
+        places,
+        keys,
+        in_place,
+    })
 }
 
 /// Adds the rows of one decoded message to the open transaction. The table is known by
@@ -1057,8 +1072,8 @@ fn change(
         for i in unchanged {
             left_out[i] = true;
         }
-        let values = rel.reorder(&values, None);
-        let left_out = rel.reorder(&left_out, false);
+        let values = rel.reorder(values, || None);
+        let left_out = rel.reorder(left_out, || false);
         let unchanged: Vec<usize> = left_out
             .iter()
             .enumerate()
@@ -1080,7 +1095,7 @@ fn change(
             let (new, unchanged) = ordered(new, old.as_deref());
             let mut moved_from = None;
             if let Some(old) = old {
-                let old = rel.reorder(&texts_lenient(old), None);
+                let old = rel.reorder(texts_lenient(old), || None);
                 let moved = rel
                     .keys
                     .iter()
@@ -1102,7 +1117,7 @@ fn change(
                 .push((ChangeKind::Update, new, unchanged, moved_from));
         }
         Message::Delete { relation: id, old } if ours(id, current) => {
-            let old = rel.reorder(&texts_lenient(old), None);
+            let old = rel.reorder(texts_lenient(old), || None);
             txn.changes.push((ChangeKind::Delete, old, vec![], None));
         }
         Message::Truncate { relations } if relations.iter().any(|r| ours(*r, current)) => {
