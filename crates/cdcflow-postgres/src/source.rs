@@ -1166,3 +1166,41 @@ fn texts_lenient(values: Vec<Value>) -> Vec<Option<String>> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relation(places: Vec<Option<usize>>, sent: usize) -> Relation {
+        let in_place =
+            sent == places.len() && places.iter().enumerate().all(|(i, p)| *p == Some(i));
+        Relation {
+            id: 1,
+            keys: vec![false; places.len()],
+            places,
+            in_place,
+        }
+    }
+
+    fn texts(values: &[&str]) -> Vec<Option<String>> {
+        values.iter().map(|v| Some(v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_tuple_in_the_tables_order_is_kept_as_sent() {
+        let r = relation(vec![Some(0), Some(1)], 2);
+        assert_eq!(r.reorder(texts(&["1", "a"]), || None), texts(&["1", "a"]));
+    }
+
+    #[test]
+    fn a_tuple_in_another_order_or_short_of_a_column_takes_the_tables_order() {
+        // The table's columns: id, added later (not in the stream yet), name; the
+        // stream sends name before id.
+        let r = relation(vec![Some(1), None, Some(0)], 2);
+        assert_eq!(
+            r.reorder(texts(&["a", "1"]), || None),
+            vec![Some("1".to_string()), None, Some("a".to_string())]
+        );
+        assert_eq!(r.reorder(vec![true, false], || false), [false, false, true]);
+    }
+}
