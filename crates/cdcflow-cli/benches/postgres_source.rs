@@ -244,15 +244,16 @@ fn main() {
     // 2. The catch-up: each change touches a row (updates cycle over the first half of
     // the keys, deletes walk the second half once, inserts add keys after the last), so
     // the changes made are the changes read.
+    let (updates, inserts, deletes) = (600_u64, 200_u64, 200_u64);
+    let transactions = changes.div_ceil(updates + inserts + deletes);
     assert!(
-        changes.div_ceil(1000) * 200 <= rows / 2 && rows >= 2400,
+        rows / 2 > updates && transactions * deletes <= rows / 2,
         "CDCFLOW_BENCH_CHANGES may be 2.5 times CDCFLOW_BENCH_ROWS at most"
     );
     rt.block_on(async {
         let client = source.connect().await.expect("connect");
-        let (updates, inserts, deletes) = (600_u64, 200_u64, 200_u64);
         let cycle = rows / 2 - updates;
-        for t in 0..changes.div_ceil(updates + inserts + deletes) {
+        for t in 0..transactions {
             let updated = t * updates % cycle;
             client
                 .batch_execute(&format!(
@@ -280,7 +281,7 @@ fn main() {
     let (silver, expected) =
         rt.block_on(async { (silver_count(&loaded, "").await, source_count(&source).await) });
     assert_eq!(silver, expected, "the SCD type 1 table after the catch-up");
-    let made = changes.div_ceil(1000) * 1000;
+    let made = transactions * (updates + inserts + deletes);
     assert_eq!(bronze_rows, made, "the changes the bronze flow read");
     println!(
         "catch-up of {made} changes: {:.1} s, {:.0} changes/s (the bronze flow {:.1} s, {:.0} changes/s)",

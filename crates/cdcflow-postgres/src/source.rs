@@ -953,6 +953,19 @@ struct Relation {
 }
 
 impl Relation {
+    /// `places`: for each of the table's columns, its place among the `sent` columns
+    /// of the stream's tuples.
+    fn new(id: u32, places: Vec<Option<usize>>, keys: Vec<bool>, sent: usize) -> Self {
+        let in_place =
+            sent == places.len() && places.iter().enumerate().all(|(i, p)| *p == Some(i));
+        Self {
+            id,
+            places,
+            keys,
+            in_place,
+        }
+    }
+
     /// The stream's tuple in the table's column order; a column the stream does not
     /// have yet (added later upstream) is null. The values are moved, not copied.
     fn reorder<T>(&self, tuple: Vec<T>, missing: impl Fn() -> T) -> Vec<T> {
@@ -1014,14 +1027,7 @@ fn relation(
         .iter()
         .map(|p| p.is_some_and(|p| sent[p].key))
         .collect();
-    let in_place =
-        sent.len() == places.len() && places.iter().enumerate().all(|(i, p)| *p == Some(i));
-    Ok(Relation {
-        id,
-        places,
-        keys,
-        in_place,
-    })
+    Ok(Relation::new(id, places, keys, sent.len()))
 }
 
 /// Adds the rows of one decoded message to the open transaction. The table is known by
@@ -1172,14 +1178,8 @@ mod tests {
     use super::*;
 
     fn relation(places: Vec<Option<usize>>, sent: usize) -> Relation {
-        let in_place =
-            sent == places.len() && places.iter().enumerate().all(|(i, p)| *p == Some(i));
-        Relation {
-            id: 1,
-            keys: vec![false; places.len()],
-            places,
-            in_place,
-        }
+        let keys = vec![false; places.len()];
+        Relation::new(1, places, keys, sent)
     }
 
     fn texts(values: &[&str]) -> Vec<Option<String>> {
