@@ -40,6 +40,21 @@ fn staged() -> (tempfile::TempDir, Vec<u8>) {
     (dir, held)
 }
 
+/// A run of the pipeline in `dir` that dies at failpoint `point`.
+fn run_to_failpoint(dir: &Path, point: &str) {
+    let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", dir.to_str().expect("utf-8")])
+        .env("CDCFLOW_FAILPOINT", point)
+        .output()
+        .expect("run");
+    assert!(
+        !died.status.success() && stderr(&died).contains("failpoint"),
+        "{point}: the run did not reach its failpoint:\n{}{}",
+        stdout(&died),
+        stderr(&died)
+    );
+}
+
 fn run(dir: &Path) {
     let out = cdcflow(&["run", "-p", dir.to_str().expect("utf-8")]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
@@ -57,21 +72,7 @@ fn a_run_killed_at_any_step_of_a_commit_then_rerun_gives_the_uninterrupted_table
         let (dir, held) = staged();
         run(dir.path());
         fs::write(dir.path().join("landing/orders/0002.json"), &held).expect("land");
-        let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
-            .args(["run", "-p", dir.path().to_str().expect("utf-8")])
-            .env("CDCFLOW_FAILPOINT", point)
-            .output()
-            .expect("run");
-        assert!(
-            !died.status.success(),
-            "{point}: the run did not reach its failpoint:\n{}",
-            stdout(&died)
-        );
-        assert!(
-            stderr(&died).contains("failpoint"),
-            "{point}: {}",
-            stderr(&died)
-        );
+        run_to_failpoint(dir.path(), point);
         run(dir.path());
         assert_eq!(
             snapshot(dir.path(), SNAPSHOT),
@@ -148,4 +149,71 @@ fn the_real_binary_killed_at_random_moments_then_rerun_gives_the_uninterrupted_t
     }
     run(dir.path());
     assert_eq!(snapshot(dir.path(), BIG_SNAPSHOT), want);
+}
+
+/// The tumbling-window golden case (`tests/run/stream_tumbling`), its landing files of
+/// steps 1, 2 and 4 in order.
+fn stream_steps() -> Vec<std::path::PathBuf> {
+    let case = repo().join("tests/run/stream_tumbling");
+    ["1", "2", "4"]
+        .iter()
+        .map(|s| case.join("steps").join(s).join("files"))
+        .collect()
+}
+
+fn stream_staged() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let case = repo().join("tests/run/stream_tumbling");
+    for f in ["pipeline.yaml", "flows.sql"] {
+        fs::copy(case.join(f), dir.path().join(f)).expect("copy");
+    }
+    dir
+}
+
+const STREAM_SNAPSHOT: &[&str] = &[
+    "SELECT * FROM per_minute ORDER BY k, window_start",
+    "SELECT k, ts, v, _batch, _window_start, _watermark FROM per_minute__late ORDER BY k, ts",
+];
+
+/// A run of an aggregation over a watermarked stream killed at any point of its batch
+/// (offsets written, state written but not in place, state in place, the late rows
+/// committed, the target committed), then rerun, gives the tables of uninterrupted
+/// runs: target, state and offsets agree.
+#[test]
+fn a_stateful_run_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables() {
+    let steps = stream_steps();
+    let reference = stream_staged();
+    for step in &steps {
+        copy_dir(step, reference.path());
+        run(reference.path());
+    }
+    let want = snapshot(reference.path(), STREAM_SNAPSHOT);
+    assert!(
+        want[1].contains("2026-01-01T00:00:50Z"),
+        "a late row: {want:?}"
+    );
+    for point in [
+        "offsets:per_minute",
+        "state-written:per_minute",
+        "state-renamed:per_minute",
+        "before-commit:per_minute__late",
+        "committed:per_minute__late",
+        "before-commit:per_minute",
+        "committed:per_minute",
+    ] {
+        let dir = stream_staged();
+        copy_dir(&steps[0], dir.path());
+        run(dir.path());
+        // The second batch (with a late row) dies at the point.
+        copy_dir(&steps[1], dir.path());
+        run_to_failpoint(dir.path(), point);
+        run(dir.path());
+        copy_dir(&steps[2], dir.path());
+        run(dir.path());
+        assert_eq!(
+            snapshot(dir.path(), STREAM_SNAPSHOT),
+            want,
+            "after a crash at {point}"
+        );
+    }
 }

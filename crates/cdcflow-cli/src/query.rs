@@ -271,6 +271,15 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
             let late = crate::run::late(a as u64, d as u64);
             outln!("{:width$}  last batch: {late}", "");
         }
+        if let Some(state) = &f.state {
+            outln!(
+                "{:width$}  watermark {}, state: {} group(s), {}",
+                "",
+                state.watermark,
+                state.groups,
+                cdcflow_runtime::sizes::bytes(state.bytes)
+            );
+        }
         if let Some(e) = &f.last_error {
             outln!("{:width$}  last error: {e}", "");
         }

@@ -95,6 +95,15 @@ fn why_missing(
         ))
         .with_help("a run creates it when it finds the first landing record it cannot read");
     }
+    if let Some(target) = shown
+        .iter()
+        .find(|t| cdcflow_runtime::stateful::late::table_name(t).eq_ignore_ascii_case(name))
+    {
+        return RunError::input(format!(
+            "table `{name}` has not been created yet: no run has dropped a late row of `{target}`"
+        ))
+        .with_help("a run creates it when an aggregation over a watermarked stream drops its first late row");
+    }
     if name.eq_ignore_ascii_case(cdcflow_runtime::event_log::TABLE) {
         return RunError::input(format!(
             "table `{name}` has not been created yet: the pipeline has not run"
@@ -110,7 +119,8 @@ fn why_missing(
 }
 
 /// The names to list (the published tables and the event log), and every name
-/// `cdcflow query` can read once runs have written it (those and the quarantine tables).
+/// `cdcflow query` can read once runs have written it (those, the quarantine tables and
+/// the late-rows tables).
 fn readable_names(pipeline: &Pipeline) -> (Vec<String>, Vec<String>) {
     let published = pipeline
         .datasets
@@ -124,7 +134,12 @@ fn readable_names(pipeline: &Pipeline) -> (Vec<String>, Vec<String>) {
         .datasets
         .iter()
         .filter(|d| d.is_published())
-        .map(|d| cdcflow_runtime::quarantine::table_name(&d.name));
+        .flat_map(|d| {
+            [
+                cdcflow_runtime::quarantine::table_name(&d.name),
+                cdcflow_runtime::stateful::late::table_name(&d.name),
+            ]
+        });
     let readable = shown.iter().cloned().chain(quarantine).collect();
     (shown, readable)
 }

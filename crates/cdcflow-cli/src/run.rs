@@ -305,8 +305,14 @@ fn line(f: &FlowReport) -> String {
             f.rows_read, f.rows_written, f.target
         ),
         None => format!(
-            "read {}{files}: appended {} -> {}",
-            f.rows_read, f.rows_written, f.target
+            "read {}{files}: appended {} -> {}{}",
+            f.rows_read,
+            f.rows_written,
+            f.target,
+            f.state
+                .as_ref()
+                .map(|s| format!(" (state: {})", s.summary()))
+                .unwrap_or_default()
         ),
     };
     let lag = f

@@ -32,6 +32,7 @@ mod resolve;
 mod sql_spans;
 pub mod stateful;
 pub mod stored_shape;
+pub mod stream_aggregate;
 pub mod suggest;
 mod table_functions;
 pub mod table_properties;

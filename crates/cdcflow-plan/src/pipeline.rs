@@ -151,6 +151,8 @@ pub struct Flow {
     pub span: Span,
     /// The DataFusion plan, when every input schema is known.
     pub plan: Option<LogicalPlan>,
+    /// The WATERMARK clauses of the flow's query, each naming its from item by alias.
+    pub watermarks: Vec<cdcflow_sql::watermark::Watermark>,
 }
 
 impl Flow {
@@ -162,6 +164,27 @@ impl Flow {
             Some(node) => &node.target,
             None => plan.schema(),
         })
+    }
+
+    /// The names under which the flow's query scans what it reads as a stream;
+    /// `kind_of` gives a dataset's kind by name. The runtime reads STREAM(materialized
+    /// view) whole, so that is no stream.
+    pub fn stream_names(&self, kind_of: impl Fn(&str) -> Option<DatasetKind>) -> Vec<String> {
+        self.inputs
+            .iter()
+            .filter_map(|i| match i {
+                Input::Dataset {
+                    name,
+                    streaming: true,
+                } => (kind_of(name) != Some(DatasetKind::MaterializedView)).then(|| name.clone()),
+                Input::Files(rf) if rf.streaming => Some(rf.table.clone()),
+                Input::Delta(d) if d.streaming => Some(d.table.clone()),
+                Input::Postgres(rp) => Some(rp.table.clone()),
+                Input::Query(rq) => Some(rq.table.clone()),
+                Input::Kafka(rk) => Some(rk.table.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn auto_cdc(&self) -> Option<&AutoCdcSpec> {

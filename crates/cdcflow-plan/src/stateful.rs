@@ -29,6 +29,10 @@ pub enum Stateful {
     Window(String),
     /// A join of two streams.
     StreamJoin,
+    /// `ORDER BY` over a stream.
+    Sort,
+    /// `LIMIT` over a stream.
+    Limit,
 }
 
 impl Stateful {
@@ -40,6 +44,8 @@ impl Stateful {
             Stateful::Distinct => "DISTINCT".into(),
             Stateful::Window(f) => format!("window function `{f}`"),
             Stateful::StreamJoin => "join of two streams".into(),
+            Stateful::Sort => "ORDER BY".into(),
+            Stateful::Limit => "LIMIT".into(),
         }
     }
 
@@ -60,6 +66,8 @@ impl Stateful {
             Stateful::StreamJoin => {
                 "joins two streams: only rows of the same batch would meet".into()
             }
+            Stateful::Sort => "sorts a stream: each batch would be sorted on its own".into(),
+            Stateful::Limit => "limits a stream: each batch would be limited on its own".into(),
         }
     }
 }
@@ -136,6 +144,20 @@ pub fn locate(query: &Query, op: &Stateful, streams: &[String]) -> Option<Span> 
             Some(Distinct::Distinct | Distinct::On(_)) => Some(s.select_token.0.span),
             _ => None,
         }),
+        Stateful::Sort => {
+            let mut found = None;
+            let _ = query.visit(&mut Queries(|q: &Query| {
+                found = found.or_else(|| q.order_by.as_ref().map(Spanned::span));
+            }));
+            found
+        }
+        Stateful::Limit => {
+            let mut found = None;
+            let _ = query.visit(&mut Queries(|q: &Query| {
+                found = found.or_else(|| q.limit_clause.as_ref().map(Spanned::span));
+            }));
+            found
+        }
         Stateful::StreamJoin => selects(query, |s| {
             s.from.iter().flat_map(|t| &t.joins).find_map(|j| {
                 let TableFactor::Table { name, .. } = &j.relation else {
@@ -150,6 +172,17 @@ pub fn locate(query: &Query, op: &Stateful, streams: &[String]) -> Option<Span> 
         }),
     };
     span.filter(|s| *s != Span::empty())
+}
+
+/// Calls its function on every query and subquery.
+struct Queries<F>(F);
+
+impl<F: FnMut(&Query)> Visitor for Queries<F> {
+    type Break = ();
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        (self.0)(query);
+        ControlFlow::Continue(())
+    }
 }
 
 /// The first span `pick` gives for a SELECT of `query` (its subqueries included).

@@ -93,6 +93,28 @@ fn nested_type(t: &SqlType) -> Result<DataType, String> {
     }
 }
 
+/// The Databricks name of an arrow type, quoted as Spark's messages quote types
+/// (`"INT"`); arrow's own name for one it does not map.
+pub fn sql_type_name(t: &DataType) -> String {
+    let name = match t {
+        DataType::Boolean => "BOOLEAN".to_string(),
+        DataType::Int8 => "TINYINT".to_string(),
+        DataType::Int16 => "SMALLINT".to_string(),
+        DataType::Int32 => "INT".to_string(),
+        DataType::Int64 => "BIGINT".to_string(),
+        DataType::Float32 => "FLOAT".to_string(),
+        DataType::Float64 => "DOUBLE".to_string(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "STRING".to_string(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "BINARY".to_string(),
+        DataType::Date32 | DataType::Date64 => "DATE".to_string(),
+        DataType::Timestamp(_, Some(_)) => "TIMESTAMP".to_string(),
+        DataType::Timestamp(_, None) => "TIMESTAMP_NTZ".to_string(),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("DECIMAL({p},{s})"),
+        other => other.to_string(),
+    };
+    format!("\"{name}\"")
+}
+
 /// Parses a schema string such as `id BIGINT NOT NULL, name STRING, ts TIMESTAMP`.
 pub fn ddl_schema(ddl: &str) -> Result<Schema, String> {
     let dialect = DatabricksDialect {};

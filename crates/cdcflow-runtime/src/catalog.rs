@@ -79,6 +79,10 @@ pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable
                 error,
             });
         }
+        let late = crate::stateful::late::table_name(&d.name);
+        if let Err(error) = register(&ctx, &late, &layout::late_dir(&dir)).await {
+            unreadable.push(Unreadable { name: late, error });
+        }
     }
     let log = crate::event_log::TABLE;
     if let Err(error) = register(&ctx, log, &crate::event_log::dir(&storage)).await {
@@ -203,6 +207,11 @@ pub fn all(pipeline: &Pipeline) -> Result<Vec<Located>, RunError> {
             name: crate::quarantine::table_name(&d.name),
             kind: "quarantine",
             dir: layout::quarantine_dir(&dir),
+        });
+        out.push(Located {
+            name: crate::stateful::late::table_name(&d.name),
+            kind: "late rows",
+            dir: layout::late_dir(&dir),
         });
         out.push(Located {
             name: d.name.clone(),

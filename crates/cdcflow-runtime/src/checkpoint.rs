@@ -78,6 +78,11 @@ impl Checkpoint {
         Self { dir }
     }
 
+    /// The flow's checkpoint folder (offsets, and the state of a stateful flow).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn offsets_dir(&self) -> PathBuf {
         self.dir.join("offsets")
     }

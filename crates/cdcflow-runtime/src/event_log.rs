@@ -110,6 +110,9 @@ pub async fn append(
         if let Some(lag) = f.partition_lag_line() {
             notes.push(format!("lag per partition: {lag}"));
         }
+        if let Some(state) = &f.state {
+            notes.push(format!("state: {}", state.summary()));
+        }
         let cdc = f.cdc;
         rows.push(Row {
             timestamp: f.ended_micros.max(f.started_micros),

@@ -37,6 +37,14 @@ pub fn quarantine_dir(table_dir: &Path) -> PathBuf {
     table_dir.with_file_name(name)
 }
 
+/// The late-rows table of the table at `table_dir` (rows an aggregation over a
+/// watermarked stream dropped): beside it, its folder name with `__late` appended.
+pub fn late_dir(table_dir: &Path) -> PathBuf {
+    let mut name = table_dir.file_name().unwrap_or_default().to_os_string();
+    name.push("__late");
+    table_dir.with_file_name(name)
+}
+
 /// The internal state table of an AUTO CDC target.
 pub fn state_dir(storage: &Path, dataset: &str) -> Result<PathBuf, RunError> {
     under(storage, "state", dataset)

@@ -52,6 +52,7 @@ mod runner;
 pub mod schedule;
 pub mod sizes;
 pub mod sources;
+pub mod stateful;
 pub mod status;
 pub mod storage_id;
 pub mod time_travel;

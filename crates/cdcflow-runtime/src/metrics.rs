@@ -21,6 +21,10 @@ struct FlowMetrics {
     tombstones: u64,
     /// After the flow's last committed batch.
     partition_lag: Vec<PartitionLag>,
+    /// Flows that aggregate a watermarked stream: the state after the last committed
+    /// batch, and the late rows dropped in all.
+    state: Option<crate::stateful::StateMetrics>,
+    dropped_by_watermark: u64,
 }
 
 /// A metric: name, type, help, and its value for a flow.
@@ -63,6 +67,10 @@ impl Metrics {
                         m.reads_broker = true;
                         m.partition_lag = f.partition_lag.clone();
                     }
+                    if let Some(state) = &f.state {
+                        m.dropped_by_watermark += state.rows_dropped_by_watermark;
+                        m.state = Some(state.clone());
+                    }
                 }
                 FlowOutcome::Failed { .. } => m.errors += 1,
                 _ => {}
@@ -80,7 +88,7 @@ impl Metrics {
                 escape(flow)
             )
         };
-        let series: [Series; 6] = [
+        let series: [Series; 10] = [
             (
                 "cdcflow_lag_seconds",
                 "gauge",
@@ -113,6 +121,30 @@ impl Metrics {
                 "counter",
                 "Broker tombstones (records without a value) read by committed batches.",
                 |m| m.reads_broker.then_some(m.tombstones as f64),
+            ),
+            (
+                "cdcflow_state_rows",
+                "gauge",
+                "Groups an aggregation over a watermarked stream holds after its last batch (Spark's numRowsTotal).",
+                |m| m.state.as_ref().map(|s| s.rows_total as f64),
+            ),
+            (
+                "cdcflow_state_memory_bytes",
+                "gauge",
+                "Memory of the groups held (Spark's memoryUsedBytes).",
+                |m| m.state.as_ref().map(|s| s.memory_used_bytes as f64),
+            ),
+            (
+                "cdcflow_watermark_seconds",
+                "gauge",
+                "The flow's watermark after its last batch, seconds since the epoch.",
+                |m| m.state.as_ref().map(|s| s.watermark_micros as f64 / 1e6),
+            ),
+            (
+                "cdcflow_rows_dropped_by_watermark_total",
+                "counter",
+                "Rows (per window) dropped as late by committed batches, kept in <target>__late.",
+                |m| m.state.is_some().then_some(m.dropped_by_watermark as f64),
             ),
         ];
         for (name, kind, help, value) in series {

@@ -11,7 +11,7 @@ use datafusion::arrow::array::{BinaryArray, Int64Array, RecordBatch, StringArray
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::RunError;
-use crate::delta::{self, Commit, Mode, Table};
+use crate::delta::{self, Commit};
 use crate::files::BadRecord;
 
 /// The quarantine table's name for `target`.
@@ -52,10 +52,6 @@ pub(crate) async fn write(
 ) -> Result<String, RunError> {
     let name = table_name(&flow.target);
     let dir = crate::layout::quarantine_dir(target_dir);
-    let table = Table::open(&dir).await?;
-    if table.txn_version(app).await?.is_some_and(|v| v >= batch) {
-        return Ok(name);
-    }
     let n = bad.len();
     let rows = RecordBatch::try_new(
         schema(),
@@ -88,6 +84,6 @@ pub(crate) async fn write(
         )),
         ..Commit::default()
     };
-    delta::write(&dir, &schema(), vec![rows], Mode::Append, &commit).await?;
+    delta::append_once(&dir, &schema(), vec![rows], app, batch, &commit).await?;
     Ok(name)
 }

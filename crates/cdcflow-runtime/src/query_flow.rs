@@ -104,7 +104,28 @@ impl QueryBatch {
                 "{n} malformed record(s) quarantined in `{table}` (file and line kept; query it with cdcflow query)"
             ));
         }
-        let (schema, batches) = execute(rc, &self.planner, flow).await?;
+        let mut plan = flow.plan_with(&self.planner)?;
+        let stateful = match mode {
+            Mode::Append => crate::stateful::find(rc, flow, &plan)?,
+            _ => None,
+        };
+        if let Some(sa) = stateful {
+            let dir = self.checkpoint.dir().to_path_buf();
+            let done =
+                crate::stateful::run(rc, flow, plan, &sa, &dir, self.progress.committed, batch)
+                    .await?;
+            if let Some(late) = done.late {
+                let n = late.num_rows();
+                let table =
+                    crate::stateful::late::write(flow, &self.dir, &self.app, batch, late).await?;
+                report.warnings.push(format!(
+                    "{n} row(s) arrived after the watermark had closed their window and were not aggregated; they are kept in `{table}`"
+                ));
+            }
+            report.state = Some(done.metrics);
+            plan = done.plan;
+        }
+        let (schema, batches) = execute(rc, plan).await?;
         // The target's rules, then the columns it makes and declares, in that order:
         // expectations see the query's rows, the table stores the declared ones.
         let (schema, batches) = match rc.pipeline.dataset(&flow.target) {
@@ -260,27 +281,39 @@ pub(crate) async fn explain(
     let mut report = FlowReport::new(&flow.name, &flow.target, "explain");
     batch.read_inputs(rc, flow, &mut report).await?;
     let logical = flow.plan_with(&batch.planner)?;
+    // The stateful operator runs around the plan: shown above it, with its state.
+    let stateful = match crate::stateful::find(rc, flow, &logical)? {
+        Some(sa) => crate::stateful::describe(
+            &sa,
+            batch.checkpoint.dir(),
+            &flow.name,
+            batch.progress.committed,
+        ),
+        None => String::new(),
+    };
     let physical = rc.ctx.state().create_physical_plan(&logical).await?;
     if !analyze {
-        return Ok(displayable(physical.as_ref()).indent(true).to_string());
+        return Ok(format!(
+            "{stateful}{}",
+            displayable(physical.as_ref()).indent(true)
+        ));
     }
     let mut rows = execute_stream(Arc::clone(&physical), rc.ctx.task_ctx())?;
     while let Some(batch) = rows.next().await {
         batch?;
     }
-    Ok(DisplayableExecutionPlan::with_metrics(physical.as_ref())
-        .indent(true)
-        .to_string())
+    Ok(format!(
+        "{stateful}{}",
+        DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true)
+    ))
 }
 
-/// Runs the flow's plan over the batch's input registered in `planner`; the result's
-/// columns are all nullable, as stored.
+/// Runs the flow's plan (bound to the batch's input); the result's columns are all
+/// nullable, as stored.
 async fn execute(
     rc: &RunContext,
-    planner: &Planner,
-    flow: &Flow,
+    plan: datafusion::logical_expr::LogicalPlan,
 ) -> Result<(SchemaRef, Vec<RecordBatch>), RunError> {
-    let plan = flow.plan_with(planner)?;
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let batches = rc.ctx.execute_logical_plan(plan).await?.collect().await?;
     let stored: SchemaRef = Arc::new(Schema::new(

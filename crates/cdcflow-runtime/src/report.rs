@@ -75,6 +75,10 @@ pub struct FlowReport {
     pub partition_lag: Vec<crate::sources::PartitionLag>,
     /// AUTO CDC flows: what the apply did.
     pub cdc: Option<ApplyMetrics>,
+    /// Flows that aggregate a watermarked stream: their state and watermark after the
+    /// batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::stateful::StateMetrics>,
     /// The target's expectations over the rows of this batch.
     pub expectations: Vec<crate::expectations::ExpectationResult>,
     /// Things the user should know that did not fail the flow.
@@ -111,6 +115,7 @@ impl FlowReport {
             tombstones: 0,
             partition_lag: vec![],
             cdc: None,
+            state: None,
             expectations: vec![],
             warnings: vec![],
             pending_files: 0,

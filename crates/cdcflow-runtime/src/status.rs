@@ -68,6 +68,10 @@ pub struct FlowStatus {
     /// Sources outside the storage that the flow reads (`read_postgres`, `read_kafka`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceStatus>,
+    /// A flow that aggregates a watermarked stream: its watermark and state after its
+    /// last committed batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::stateful::StoredState>,
 }
 
 pub async fn status(pipeline: &Pipeline) -> Result<Vec<FlowStatus>, RunError> {
@@ -106,9 +110,14 @@ pub async fn status_with_sources(
                 continue;
             }
         };
-        let progress = Checkpoint::new(layout::checkpoint_dir(&storage, &flow.name)?)
+        let checkpoint_dir = layout::checkpoint_dir(&storage, &flow.name)?;
+        let progress = Checkpoint::new(checkpoint_dir.clone())
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
+        if !flow.watermarks.is_empty() {
+            s.state =
+                crate::stateful::stored_state(&checkpoint_dir, &flow.name, progress.committed);
+        }
         for input in &flow.inputs {
             if let (Input::Postgres(_) | Input::Query(_) | Input::Kafka(_), Some(sources)) =
                 (input, sources)

@@ -17,6 +17,7 @@ mod parser;
 pub mod preprocess;
 mod spark_forms;
 mod tokens;
+pub mod watermark;
 
 pub use datafusion::sql::sqlparser;
 pub use error::ParseError;

@@ -19,11 +19,14 @@ pub struct ParsedFile {
     /// Datasets whose definition broke after their name: a reference to one is not
     /// reported as unknown on top of the definition's own error.
     pub broken: Vec<String>,
+    /// The WATERMARK clauses of the file's queries, taken out of them
+    /// (`watermark.rs`); a query's own are those its span holds.
+    pub watermarks: Vec<crate::watermark::Watermark>,
 }
 
 /// Parses the text of a flow file.
 pub fn parse_statements(text: &str) -> ParsedFile {
-    let (tokens, unended) = match tokenize(text) {
+    let (tokens, unended, found) = match tokenize(text) {
         Ok(t) => t,
         Err(e) => {
             return ParsedFile {
@@ -38,7 +41,11 @@ pub fn parse_statements(text: &str) -> ParsedFile {
         p: parser,
         defining: None,
     };
-    let mut out = ParsedFile::default();
+    let mut out = ParsedFile {
+        watermarks: found.watermarks,
+        errors: found.errors,
+        ..ParsedFile::default()
+    };
     loop {
         while p.p.consume_token(&Token::SemiColon) {}
         if p.at_end() {

@@ -14,16 +14,17 @@ use crate::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Whitesp
 
 /// Tokenizes `text` (whitespace and comments included, as sqlparser's parser expects),
 /// with the statements that began without a `;` before them.
-pub(crate) fn tokenize(text: &str) -> Result<(Vec<TokenWithSpan>, Vec<Unended>), ParseError> {
+pub(crate) fn tokenize(
+    text: &str,
+) -> Result<(Vec<TokenWithSpan>, Vec<Unended>, crate::watermark::Found), ParseError> {
     let dialect = crate::dialect::SparkSqlDialect;
     let tokens = Tokenizer::new(&dialect, text)
         .tokenize_with_location()
         .map_err(ParseError::from_tokenizer)?;
     let (tokens, unended) = end_before_statements(end_cells(tokens));
-    Ok((
-        crate::spark_forms::rewrite(parenthesize_stream(tokens)),
-        unended,
-    ))
+    let (tokens, watermarks) =
+        crate::watermark::extract(crate::spark_forms::rewrite(parenthesize_stream(tokens)));
+    Ok((tokens, unended, watermarks))
 }
 
 /// A statement that began where the one before had no `;`: a `;` with its first

@@ -1,5 +1,5 @@
--- `run` validates first: a count per city over a stream, which would append one count
--- per batch (two `oslo` rows of 1 after two runs), is refused before anything is read.
+-- `run` validates first: a count per city over a stream without a watermark, which
+-- no watermark would ever close, is refused before anything is read.
 CREATE OR REFRESH STREAMING TABLE bronze
 AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, city STRING');
 

@@ -27,7 +27,10 @@ mod regex_fns;
 mod secret;
 pub mod service;
 pub mod syntax;
+pub mod time_window;
+mod to_timestamp;
 mod unix_timestamp;
+mod window_column;
 
 use std::sync::Arc;
 
@@ -76,6 +79,8 @@ fn scalar_functions() -> Vec<Arc<ScalarUDF>> {
     all.push(debezium::function());
     all.extend(regex_fns::functions());
     all.extend(unix_timestamp::functions());
+    all.extend(time_window::functions());
+    all.push(to_timestamp::function());
     all.extend(aliases::scalar());
     all.push(secret::function());
     all.extend(service::functions());

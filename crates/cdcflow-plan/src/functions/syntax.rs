@@ -52,6 +52,7 @@ fn rewrite_body(body: &mut SetExpr) {
     match body {
         SetExpr::Select(select) => {
             rewrite_select(select);
+            super::window_column::name_window(select);
             super::field_names::name_fields(select);
         }
         SetExpr::SetOperation { left, right, .. } => {

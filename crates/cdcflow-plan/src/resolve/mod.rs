@@ -138,6 +138,7 @@ pub fn load_with_columns(
         externals: Vec::new(),
         connections: config.connections.clone(),
         source_columns: columns.clone(),
+        watermarks: HashMap::new(),
     };
     let defaults = Namespace::new(config.catalog.clone(), config.schema.clone());
     r.externals = config
@@ -219,6 +220,8 @@ struct Resolver<'a> {
     connections: BTreeMap<String, Connection>,
     /// Columns of sources found on their servers, by [`ReadPostgres::key`].
     source_columns: BTreeMap<String, SchemaRef>,
+    /// The WATERMARK clauses of each file (`cdcflow_sql::watermark`), by file.
+    watermarks: HashMap<FileId, Vec<cdcflow_sql::watermark::Watermark>>,
 }
 
 /// A flow as parsed, before its references are resolved.
@@ -266,6 +269,18 @@ impl Resolver<'_> {
         self.diags.push(d);
     }
 
+    /// The WATERMARK clauses written in `query` (taken out of its text by the parser).
+    fn watermarks_of(&self, file: FileId, query: &Query) -> Vec<cdcflow_sql::watermark::Watermark> {
+        let span = query.span();
+        self.watermarks
+            .get(&file)
+            .into_iter()
+            .flatten()
+            .filter(|w| span.start <= w.span.start && w.span.start <= span.end)
+            .cloned()
+            .collect()
+    }
+
     fn position(&self, file: FileId, span: Span) -> String {
         let l = self.locate(file, span, "");
         format!("{}:{}:{}", l.path, l.span.start.line, l.span.start.column)
@@ -278,6 +293,7 @@ impl Resolver<'_> {
         for file in 0..self.files.len() {
             let mut namespace = defaults.clone();
             let parsed = parse_statements(&self.files[file].pre.text);
+            self.watermarks.insert(file, parsed.watermarks.clone());
             for u in self.files[file].pre.unknown.clone() {
                 let located = Located {
                     path: self.files[file].path.clone(),
@@ -610,6 +626,7 @@ impl Resolver<'_> {
         match body {
             PendingBody::Query { mut query, append } => {
                 let (errors, broken) = (self.diags.len(), self.broken_references);
+                let watermarks = self.watermarks_of(file, &query);
                 let mut inputs = self.resolve_query(&mut query, file, &name, &namespace);
                 self.file_metadata(&mut query, &mut inputs, file);
                 if self.diags[errors..].iter().any(Diagnostic::is_error)
@@ -626,6 +643,7 @@ impl Resolver<'_> {
                     file,
                     span,
                     plan: None,
+                    watermarks,
                 });
             }
             PendingBody::AutoCdc(cdc) => {
@@ -698,6 +716,7 @@ impl Resolver<'_> {
                     file,
                     span,
                     plan: None,
+                    watermarks: Vec::new(),
                 });
             }
         }

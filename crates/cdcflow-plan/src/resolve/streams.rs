@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use super::*;
 use crate::stateful::{Stateful, first_stateful, locate};
+use crate::stream_aggregate;
 
 impl Resolver<'_> {
     pub(super) fn check_stateful_streams(&mut self) {
@@ -28,26 +29,7 @@ impl Resolver<'_> {
 
     /// The names under which flow `f`'s query scans what it reads as a stream.
     fn stream_names(&self, f: usize) -> Vec<String> {
-        self.flows[f]
-            .inputs
-            .iter()
-            .filter_map(|i| match i {
-                Input::Dataset {
-                    name,
-                    streaming: true,
-                } => {
-                    let kind = self.dataset_index(name).map(|d| self.datasets[d].kind);
-                    // The runtime reads STREAM(materialized view) whole (`inputs.rs`).
-                    (kind != Some(DatasetKind::MaterializedView)).then(|| name.clone())
-                }
-                Input::Files(rf) if rf.streaming => Some(rf.table.clone()),
-                Input::Delta(d) if d.streaming => Some(d.table.clone()),
-                Input::Postgres(rp) => Some(rp.table.clone()),
-                Input::Query(rq) => Some(rq.table.clone()),
-                Input::Kafka(rk) => Some(rk.table.clone()),
-                _ => None,
-            })
-            .collect()
+        self.flows[f].stream_names(|name| self.dataset_index(name).map(|d| self.datasets[d].kind))
     }
 
     /// The views flow `f` reads with STREAM(view), and theirs, checked as streams.
@@ -69,8 +51,10 @@ impl Resolver<'_> {
         }
     }
 
-    /// Reports the first stateful operator of query flow `f` over its streams; `reader`
-    /// names the flow that reads `f`'s view as a stream.
+    /// Reports the first stateful operator of query flow `f` over its streams that
+    /// cannot run; `reader` names the flow that reads `f`'s view as a stream. A
+    /// streaming table's own query (or an append flow) may aggregate a watermarked
+    /// stream (`crate::stream_aggregate`); a view read as a stream may not.
     fn check_stream_query(&mut self, f: usize, reader: Option<&str>) {
         let streams = self.stream_names(f);
         let flow = &self.flows[f];
@@ -78,28 +62,65 @@ impl Resolver<'_> {
             return;
         };
         let is_stream = |t: &str| streams.iter().any(|s| s.eq_ignore_ascii_case(t));
-        let Some(op) = first_stateful(plan, &is_stream) else {
-            return;
-        };
-        let span = locate(query, &op, &streams).unwrap_or_else(|| query.span());
         let (file, target) = (flow.file, flow.target.clone());
         let source_of = self
             .dataset_index(&target)
             .and_then(|d| self.datasets[d].source_of.as_deref());
         let in_source = source_of.is_some();
-        let what = match (reader, source_of) {
-            (None, _) => format!("streaming table `{target}`"),
-            (Some(_), Some(cdc)) => format!("the FROM query of AUTO CDC flow `{cdc}`"),
-            (Some(r), None) => format!("view `{target}` (read as a stream by `{r}`)"),
+        let mut found = Vec::new();
+        for w in &flow.watermarks {
+            match stream_aggregate::event_time_type(plan, w) {
+                Some(DataType::Timestamp(..)) => {}
+                Some(other) => found.push((
+                    w.column_span,
+                    "cdcflow::watermark",
+                    format!(
+                        "[EVENT_TIME_IS_NOT_ON_TIMESTAMP_TYPE] The event time `{}` has the invalid type {}, but expected \"TIMESTAMP\"",
+                        w.column,
+                        crate::types::sql_type_name(&other)
+                    ),
+                    "not a TIMESTAMP",
+                    format!(
+                        "compute a timestamp and name it: WATERMARK to_timestamp({0}) AS {0}_ts DELAY OF {1}",
+                        w.column, w.delay_text
+                    ),
+                )),
+                None => found.push((
+                    w.column_span,
+                    "cdcflow::watermark",
+                    format!("the watermark's event time `{}` is not a column of `{}`", w.column, w.alias),
+                    "no such column",
+                    "name a TIMESTAMP column of the from item the WATERMARK clause follows".to_string(),
+                )),
+            }
+        }
+        let stateful_runs = reader.is_none() && !in_source;
+        let refusal = match stateful_runs {
+            true => match stream_aggregate::analyze(plan, &flow.watermarks, &is_stream) {
+                Ok(_) => None,
+                Err(r) => {
+                    let message = r.describe(&format!("streaming table `{target}`"));
+                    Some((r.at, "cdcflow::stateful_stream", message, r.help))
+                }
+            },
+            false => first_stateful(plan, &is_stream).map(|op| {
+                let what = match (reader, source_of) {
+                    (None, _) => format!("streaming table `{target}`"),
+                    (Some(_), Some(cdc)) => format!("the FROM query of AUTO CDC flow `{cdc}`"),
+                    (Some(r), None) => format!("view `{target}` (read as a stream by `{r}`)"),
+                };
+                let message = format!("{what} {}", op.consequence());
+                let help = help(&op, &target, reader.is_some(), in_source);
+                (op, "cdcflow::stateful_stream", message, help)
+            }),
         };
-        self.error(
-            file,
-            span,
-            "cdcflow::stateful_stream",
-            format!("{what} {}", op.consequence()),
-            "needs state across batches",
-            Some(help(&op, &target, reader.is_some(), in_source)),
-        );
+        if let Some((op, code, message, help)) = refusal {
+            let span = locate(query, &op, &streams).unwrap_or_else(|| query.span());
+            found.push((span, code, message, "needs state across batches", help));
+        }
+        for (span, code, message, label, help) in found {
+            self.error(file, span, code, message, label, Some(help));
+        }
     }
 }
 

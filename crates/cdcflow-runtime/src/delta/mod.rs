@@ -549,6 +549,25 @@ pub async fn write(
         .await
 }
 
+/// Appends `batches` for batch `batch` of the flow whose commits carry `app`, once: when
+/// the table already holds that batch's commit (a rerun after a crash past it), nothing
+/// is written. For the side tables a batch writes before its target (quarantined
+/// records, late rows), whose commit carries the same transaction id.
+pub async fn append_once(
+    dir: &Path,
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+    app: &str,
+    batch: i64,
+    commit: &Commit,
+) -> Result<(), RunError> {
+    let table = Table::open(dir).await?;
+    if table.txn_version(app).await?.is_some_and(|v| v >= batch) {
+        return Ok(());
+    }
+    write(dir, schema, batches, Mode::Append, commit).await
+}
+
 /// A write whose data files may be written already, awaiting its commit: two tables'
 /// files can be encoded together and committed in the order their consistency needs.
 pub struct Staged {

@@ -1,0 +1,633 @@
+//! One batch of an aggregation over a watermarked stream ([`StreamAggregate`]), as
+//! Spark's `StateStoreRestoreExec` / `StateStoreSaveExec` run it in append mode:
+//!
+//! 1. the batch's rows, each in every window of its event time, are split into the
+//!    late (their window closed under the watermark left by the batches before:
+//!    `end <= watermark`, or `event time <= watermark` for a plain event-time key) and
+//!    the rest;
+//! 2. the rest, as one state row each, are merged with the kept state per group (a
+//!    count is a sum of counts, an average a sum and a count, …);
+//! 3. the watermark moves to the batch's greatest event time less the delay (never
+//!    down), and the groups it closes are emitted and leave the state.
+//!
+//! Spark runs step 3's closing in a second, data-less batch; the rows it appends are
+//! the same. The greatest event time is taken over the rows that pass the query's
+//! filters on other columns (Spark pushes those below its watermark operator, and
+//! not those on the event time).
+
+use std::sync::Arc;
+
+use cdcflow_plan::functions::time_window::window_array;
+use cdcflow_plan::stream_aggregate::{Function, StreamAggregate, is_event_time};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray, UInt32Array,
+};
+use datafusion::arrow::compute::{cast, filter_record_batch, is_not_null, take};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::datasource::MemTable;
+use datafusion::functions_aggregate::expr_fn::{max, min, sum};
+use datafusion::logical_expr::utils::{conjunction, split_conjunction};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast as cast_expr, col};
+use datafusion::prelude::SessionContext;
+
+use crate::RunError;
+
+/// What one batch did to the state, as Spark's state operator metrics name it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct StateMetrics {
+    /// Groups held after the batch (`numRowsTotal`).
+    pub rows_total: u64,
+    /// Groups the batch's rows updated or created (`numRowsUpdated`).
+    pub rows_updated: u64,
+    /// Groups the watermark closed, emitted and removed (`numRowsRemoved`).
+    pub rows_removed: u64,
+    /// The state's size in memory (`memoryUsedBytes`).
+    pub memory_used_bytes: u64,
+    /// Rows (one per window) dropped as late (`numRowsDroppedByWatermark`).
+    pub rows_dropped_by_watermark: u64,
+    /// The watermark after the batch, in microseconds since the epoch.
+    pub watermark_micros: i64,
+}
+
+impl StateMetrics {
+    /// One line, as the event log, `run` and `status` show it.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} group(s) held ({} updated, {} closed and appended, {} bytes), {} row(s) dropped as late, watermark {}",
+            self.rows_total,
+            self.rows_updated,
+            self.rows_removed,
+            self.memory_used_bytes,
+            self.rows_dropped_by_watermark,
+            format_micros(self.watermark_micros)
+        )
+    }
+}
+
+/// A time in microseconds since the epoch, as `cdcflow query` prints a TIMESTAMP.
+pub fn format_micros(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string())
+        .unwrap_or_else(|| micros.to_string())
+}
+
+/// The state before a batch.
+pub(crate) struct Before {
+    pub watermark_micros: i64,
+    pub seen_rows: bool,
+    pub rows: Vec<RecordBatch>,
+}
+
+/// A batch's result.
+pub(crate) struct Stepped {
+    /// The closed groups, in the aggregation's output columns (named `c0`, `c1`, …).
+    pub closed: RecordBatch,
+    /// The open groups: the state after the batch, of [`state_schema`].
+    pub open: Vec<RecordBatch>,
+    pub watermark_micros: i64,
+    pub seen_rows: bool,
+    /// The late rows, as the aggregation's input had them, with why and when.
+    pub late: Option<RecordBatch>,
+    pub metrics: StateMetrics,
+}
+
+const TS: DataType = DataType::Timestamp(TimeUnit::Microsecond, None);
+
+fn utc() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// The columns of the kept state: the group keys other than the window (`g<i>`), the
+/// window's bounds (`ws`, `we`, microseconds), the time a group closes at (`evict`),
+/// and each aggregate's state (`s<j>`, and `n<j>` the count of an average).
+pub(crate) fn state_schema(sa: &StreamAggregate) -> SchemaRef {
+    let out = sa.aggregate.schema.as_arrow();
+    let mut fields = Vec::new();
+    for i in 0..sa.aggregate.group_expr.len() {
+        if i == sa.event_time.index && sa.event_time.window.is_some() {
+            fields.push(Field::new("ws", DataType::Int64, true));
+            fields.push(Field::new("we", DataType::Int64, true));
+        } else {
+            fields.push(Field::new(
+                format!("g{i}"),
+                out.field(i).data_type().clone(),
+                true,
+            ));
+        }
+    }
+    fields.push(Field::new("evict", DataType::Int64, true));
+    for (j, f) in sa.functions.iter().enumerate() {
+        match f.function {
+            Function::Avg => {
+                fields.push(Field::new(format!("s{j}"), DataType::Float64, true));
+                fields.push(Field::new(format!("n{j}"), DataType::Int64, true));
+            }
+            Function::Count => fields.push(Field::new(format!("s{j}"), DataType::Int64, true)),
+            _ => fields.push(Field::new(format!("s{j}"), f.output.clone(), true)),
+        }
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// What the state is of, to refuse a state kept for another query.
+pub(crate) fn operator_fingerprint(sa: &StreamAggregate) -> String {
+    let schema = state_schema(sa);
+    let columns: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect();
+    let functions: Vec<String> = sa
+        .functions
+        .iter()
+        .map(|f| {
+            format!(
+                "{:?}({})",
+                f.function,
+                f.arg.as_ref().map(|a| a.to_string()).unwrap_or_default()
+            )
+        })
+        .collect();
+    format!(
+        "aggregate [{}] of [{}] keyed by [{}] window {:?}",
+        functions.join(", "),
+        columns.join(", "),
+        sa.aggregate
+            .group_expr
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        sa.event_time.window
+    )
+}
+
+/// Runs one batch over the rows the aggregation's input gives now.
+pub(crate) async fn step(
+    ctx: &SessionContext,
+    sa: &StreamAggregate,
+    before: Before,
+    delay_micros: i64,
+) -> Result<Stepped, RunError> {
+    let input = sa.aggregate.input.as_ref().clone();
+    let in_schema = Arc::clone(input.schema());
+    let window = sa.event_time.window;
+    let groups = sa.aggregate.group_expr.len();
+    // The input's rows, with their keys, event time and arguments evaluated.
+    let mut exprs: Vec<Expr> = Vec::new();
+    for (i, g) in sa.aggregate.group_expr.iter().enumerate() {
+        if !(i == sa.event_time.index && window.is_some()) {
+            exprs.push(unalias(g).clone().alias(format!("g{i}")));
+        }
+    }
+    // Microseconds, whatever the column's unit.
+    let event_time = cast_expr(
+        cast_expr(Expr::Column(sa.event_column.clone()), TS),
+        DataType::Int64,
+    );
+    exprs.push(event_time.clone().alias("et"));
+    for (j, f) in sa.functions.iter().enumerate() {
+        if let Some(a) = &f.arg {
+            exprs.push(a.clone().alias(format!("a{j}")));
+        }
+    }
+    let passed = exprs.len();
+    for (k, c) in in_schema.columns().into_iter().enumerate() {
+        exprs.push(Expr::Column(c).alias(format!("in{k}")));
+    }
+    let rows_plan = LogicalPlanBuilder::from(input.clone())
+        .project(exprs)?
+        .build()?;
+    let rows = ctx.execute_logical_plan(rows_plan).await?.collect().await?;
+    let max_plan = LogicalPlanBuilder::from(without_event_time_filters(&input, sa)?)
+        .aggregate(Vec::<Expr>::new(), vec![max(event_time).alias("m")])?
+        .build()?;
+    let greatest = ctx
+        .execute_logical_plan(max_plan)
+        .await?
+        .collect()
+        .await?
+        .first()
+        .and_then(|b| {
+            let m = b.column(0).as_primitive::<Int64Type>();
+            (b.num_rows() > 0 && m.is_valid(0)).then(|| m.value(0))
+        });
+
+    // 1. Each row in each of its windows, split into late and kept.
+    let mut kept = Split::default();
+    let mut late = Split::default();
+    let mut dropped = 0u64;
+    let mut kept_batches = Vec::new();
+    let mut late_batches = Vec::new();
+    for batch in &rows {
+        let et = batch
+            .column(batch.schema().index_of("et")?)
+            .as_primitive::<Int64Type>();
+        kept.clear();
+        late.clear();
+        for (r, row) in (0..batch.num_rows()).zip(0u32..) {
+            if et.is_null(r) {
+                // Spark's windows drop a row without event time; a plain key keeps it,
+                // in a group no watermark closes.
+                if window.is_none() {
+                    kept.push(row, None, None);
+                }
+                continue;
+            }
+            let t = et.value(r);
+            let bounds: Vec<(i64, i64)> = match window {
+                Some(w) => w.windows(t).collect(),
+                None => vec![(t, t)],
+            };
+            for (s, e) in bounds {
+                let evict = if window.is_some() { e } else { t };
+                if before.seen_rows && evict <= before.watermark_micros {
+                    dropped += 1;
+                    late.push(row, window.map(|_| (s, e)), Some(evict));
+                } else {
+                    kept.push(row, window.map(|_| (s, e)), Some(evict));
+                }
+            }
+        }
+        kept_batches.push(kept.state_rows(batch, sa)?);
+        if !late.rows.is_empty() {
+            late_batches.push(late.late_rows(
+                batch,
+                passed,
+                &in_schema,
+                before.watermark_micros,
+                window.is_some(),
+            )?);
+        }
+    }
+
+    // 2. Merged with the state, per group.
+    let state_schema = state_schema(sa);
+    let touched_schema = with_touched(&state_schema);
+    let mark = |batches: Vec<RecordBatch>, touched: i64| -> Result<Vec<RecordBatch>, RunError> {
+        batches
+            .into_iter()
+            .map(|b| {
+                let n = b.num_rows();
+                let mut columns = b.columns().to_vec();
+                columns.push(Arc::new(Int64Array::from(vec![touched; n])));
+                Ok(RecordBatch::try_new(Arc::clone(&touched_schema), columns)?)
+            })
+            .collect()
+    };
+    let mut all = mark(before.rows, 0)?;
+    all.extend(mark(kept_batches, 1)?);
+    let table = MemTable::try_new(Arc::clone(&touched_schema), vec![all])?;
+    let keys: Vec<Expr> = state_schema
+        .fields()
+        .iter()
+        .take_while(|f| !f.name().starts_with('s'))
+        .map(|f| col(f.name()))
+        .collect();
+    let mut merges = Vec::new();
+    for (j, f) in sa.functions.iter().enumerate() {
+        let s = col(format!("s{j}"));
+        merges.push(
+            match f.function {
+                Function::Min => min(s),
+                Function::Max => max(s),
+                _ => sum(s),
+            }
+            .alias(format!("s{j}")),
+        );
+        if f.function == Function::Avg {
+            merges.push(sum(col(format!("n{j}"))).alias(format!("n{j}")));
+        }
+    }
+    merges.push(max(col("touched")).alias("touched"));
+    let merged = ctx
+        .read_table(Arc::new(table))?
+        .aggregate(keys, merges)?
+        .select(
+            touched_schema
+                .fields()
+                .iter()
+                .map(|f| cast_expr(col(f.name()), f.data_type().clone()).alias(f.name()))
+                .collect::<Vec<_>>(),
+        )?
+        .collect()
+        .await?;
+
+    // 3. The watermark moves; what it closes is emitted.
+    let seen_rows = before.seen_rows || greatest.is_some();
+    let watermark = match greatest {
+        Some(g) => before.watermark_micros.max(g.saturating_sub(delay_micros)),
+        None => before.watermark_micros,
+    };
+    let mut metrics = StateMetrics {
+        rows_dropped_by_watermark: dropped,
+        watermark_micros: watermark,
+        ..StateMetrics::default()
+    };
+    let evict_index = state_schema.index_of("evict")?;
+    let mut open = Vec::new();
+    let mut closed = Vec::new();
+    for b in merged {
+        let touched = b.column(b.num_columns() - 1).as_primitive::<Int64Type>();
+        metrics.rows_updated += touched.iter().filter(|t| *t == Some(1)).count() as u64;
+        let evict = b.column(evict_index).as_primitive::<Int64Type>();
+        let closes: BooleanArray = evict
+            .iter()
+            .map(|e| Some(e.is_some_and(|e| e <= watermark)))
+            .collect();
+        let stays = datafusion::arrow::compute::not(&closes)?;
+        let b = b.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())?;
+        let b = RecordBatch::try_new(Arc::clone(&state_schema), b.columns().to_vec())?;
+        closed.push(filter_record_batch(&b, &closes)?);
+        open.push(filter_record_batch(&b, &stays)?);
+    }
+    open.retain(|b| b.num_rows() > 0);
+    metrics.rows_total = open.iter().map(|b| b.num_rows() as u64).sum();
+    metrics.rows_removed = closed.iter().map(|b| b.num_rows() as u64).sum();
+    metrics.memory_used_bytes = open.iter().map(|b| b.get_array_memory_size() as u64).sum();
+    let closed = datafusion::arrow::compute::concat_batches(&state_schema, &closed)?;
+    let late = match late_batches.is_empty() {
+        true => None,
+        false => Some(datafusion::arrow::compute::concat_batches(
+            &late_batches[0].schema(),
+            &late_batches,
+        )?),
+    };
+    Ok(Stepped {
+        closed: finalize(sa, &closed, groups)?,
+        open,
+        watermark_micros: watermark,
+        seen_rows,
+        late,
+        metrics,
+    })
+}
+
+fn with_touched(schema: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("touched", DataType::Int64, true));
+    Arc::new(Schema::new(fields))
+}
+
+fn unalias(e: &Expr) -> &Expr {
+    match e {
+        Expr::Alias(a) => unalias(&a.expr),
+        _ => e,
+    }
+}
+
+/// Rows of one input batch taken into a split, each with its window and close time.
+#[derive(Default)]
+struct Split {
+    rows: Vec<u32>,
+    windows: Vec<Option<(i64, i64)>>,
+    evict: Vec<Option<i64>>,
+}
+
+impl Split {
+    fn clear(&mut self) {
+        self.rows.clear();
+        self.windows.clear();
+        self.evict.clear();
+    }
+
+    fn push(&mut self, row: u32, window: Option<(i64, i64)>, evict: Option<i64>) {
+        self.rows.push(row);
+        self.windows.push(window);
+        self.evict.push(evict);
+    }
+
+    /// The taken rows as state rows: one per row and window, each aggregate's state
+    /// for that row alone.
+    fn state_rows(
+        &self,
+        batch: &RecordBatch,
+        sa: &StreamAggregate,
+    ) -> Result<RecordBatch, RunError> {
+        let schema = state_schema(sa);
+        let indices = UInt32Array::from(self.rows.clone());
+        let column = |name: &str| -> Result<ArrayRef, RunError> {
+            let i = batch.schema().index_of(name)?;
+            Ok(take(batch.column(i), &indices, None)?)
+        };
+        let n = self.rows.len();
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for i in 0..sa.aggregate.group_expr.len() {
+            if i == sa.event_time.index && sa.event_time.window.is_some() {
+                columns.push(Arc::new(Int64Array::from_iter(
+                    self.windows.iter().map(|w| w.map(|w| w.0)),
+                )));
+                columns.push(Arc::new(Int64Array::from_iter(
+                    self.windows.iter().map(|w| w.map(|w| w.1)),
+                )));
+            } else {
+                let target = schema
+                    .field_with_name(&format!("g{i}"))?
+                    .data_type()
+                    .clone();
+                columns.push(cast(&column(&format!("g{i}"))?, &target)?);
+            }
+        }
+        columns.push(Arc::new(Int64Array::from(self.evict.clone())));
+        for (j, f) in sa.functions.iter().enumerate() {
+            let arg = f
+                .arg
+                .as_ref()
+                .map(|_| column(&format!("a{j}")))
+                .transpose()?;
+            let present = |a: &ArrayRef| -> Result<ArrayRef, RunError> {
+                Ok(cast(&is_not_null(a)?, &DataType::Int64)?)
+            };
+            match (f.function, &arg) {
+                (Function::Count, None) => columns.push(Arc::new(Int64Array::from(vec![1; n]))),
+                (Function::Count, Some(a)) => columns.push(present(a)?),
+                (Function::Avg, Some(a)) => {
+                    columns.push(cast(a, &DataType::Float64)?);
+                    columns.push(present(a)?);
+                }
+                (_, Some(a)) => {
+                    let target = schema
+                        .field_with_name(&format!("s{j}"))?
+                        .data_type()
+                        .clone();
+                    columns.push(cast(a, &target)?);
+                }
+                (_, None) => return Err(RunError::internal("an aggregate without its argument")),
+            }
+        }
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+
+    /// The taken rows as the late table has them: the input's columns, the window that
+    /// had closed, the watermark, the reason.
+    fn late_rows(
+        &self,
+        batch: &RecordBatch,
+        passed: usize,
+        in_schema: &datafusion::common::DFSchemaRef,
+        watermark: i64,
+        windowed: bool,
+    ) -> Result<RecordBatch, RunError> {
+        let indices = UInt32Array::from(self.rows.clone());
+        let mut fields = Vec::new();
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        for (k, field) in in_schema.fields().iter().enumerate() {
+            let mut name = field.name().clone();
+            while names.iter().any(|n| n.eq_ignore_ascii_case(&name)) {
+                name.push('_');
+            }
+            names.push(name.clone());
+            fields.push(Field::new(name, field.data_type().clone(), true));
+            columns.push(take(batch.column(passed + k), &indices, None)?);
+        }
+        let n = self.rows.len();
+        let ts = |values: Vec<Option<i64>>| -> ArrayRef {
+            Arc::new(TimestampMicrosecondArray::from(values).with_timezone("UTC"))
+        };
+        fields.push(Field::new("_window_start", utc(), true));
+        columns.push(ts(self.windows.iter().map(|w| w.map(|w| w.0)).collect()));
+        fields.push(Field::new("_window_end", utc(), true));
+        columns.push(ts(self.windows.iter().map(|w| w.map(|w| w.1)).collect()));
+        fields.push(Field::new("_watermark", utc(), true));
+        columns.push(ts(vec![Some(watermark); n]));
+        let reason = match windowed {
+            true => "its window had closed: the window's end was at or before the watermark",
+            false => "its event time was at or before the watermark",
+        };
+        fields.push(Field::new("_reason", DataType::Utf8, true));
+        columns.push(Arc::new(StringArray::from(vec![reason; n])));
+        Ok(RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            columns,
+        )?)
+    }
+}
+
+/// The closed groups in the aggregation's output columns, `c0`, `c1`, ….
+fn finalize(
+    sa: &StreamAggregate,
+    closed: &RecordBatch,
+    groups: usize,
+) -> Result<RecordBatch, RunError> {
+    let out = sa.aggregate.schema.as_arrow();
+    let column = |name: &str| -> Result<ArrayRef, RunError> {
+        Ok(Arc::clone(closed.column(closed.schema().index_of(name)?)))
+    };
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (i, field) in out.fields().iter().enumerate() {
+        let value: ArrayRef = if i < groups {
+            if i == sa.event_time.index && sa.event_time.window.is_some() {
+                let ws = column("ws")?;
+                let we = column("we")?;
+                let (ws, we) = (
+                    ws.as_primitive::<Int64Type>(),
+                    we.as_primitive::<Int64Type>(),
+                );
+                let bounds: Vec<Option<(i64, i64)>> = (0..ws.len())
+                    .map(|r| (ws.is_valid(r) && we.is_valid(r)).then(|| (ws.value(r), we.value(r))))
+                    .collect();
+                let ts_type = match field.data_type() {
+                    DataType::Struct(f) => f[0].data_type().clone(),
+                    _ => TS,
+                };
+                window_array(&ts_type, &bounds)?
+            } else {
+                column(&format!("g{i}"))?
+            }
+        } else {
+            let j = i - groups;
+            let f = &sa.functions[j];
+            let s = column(&format!("s{j}"))?;
+            match f.function {
+                Function::Avg => {
+                    let n = column(&format!("n{j}"))?;
+                    let (s, n) = (
+                        s.as_primitive::<datafusion::arrow::datatypes::Float64Type>(),
+                        n.as_primitive::<Int64Type>(),
+                    );
+                    let avg: datafusion::arrow::array::Float64Array = (0..s.len())
+                        .map(|r| {
+                            (s.is_valid(r) && n.is_valid(r) && n.value(r) > 0)
+                                .then(|| s.value(r) / n.value(r) as f64)
+                        })
+                        .collect();
+                    Arc::new(avg)
+                }
+                _ => s,
+            }
+        };
+        let value = cast(&value, field.data_type())?;
+        fields.push(Field::new(format!("c{i}"), field.data_type().clone(), true));
+        columns.push(value);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}
+
+/// `input` without the filter conjuncts on the event time, for the greatest event time
+/// Spark's watermark operator sees.
+fn without_event_time_filters(
+    input: &LogicalPlan,
+    sa: &StreamAggregate,
+) -> Result<LogicalPlan, RunError> {
+    let w = &sa.watermark;
+    let out = input.clone().transform_up(|node| {
+        let LogicalPlan::Filter(f) = &node else {
+            return Ok(Transformed::no(node));
+        };
+        let (on_time, other): (Vec<&Expr>, Vec<&Expr>) =
+            split_conjunction(&f.predicate).into_iter().partition(|c| {
+                c.column_refs()
+                    .iter()
+                    .any(|col| is_event_time(&f.input, col, w))
+            });
+        if on_time.is_empty() {
+            return Ok(Transformed::no(node));
+        }
+        let input = f.input.as_ref().clone();
+        let plan = match conjunction(other.into_iter().cloned()) {
+            Some(p) => LogicalPlanBuilder::from(input).filter(p)?.build()?,
+            None => input,
+        };
+        Ok(Transformed::yes(plan))
+    })?;
+    Ok(out.data)
+}
+
+/// `plan` with the aggregation's node replaced by `closed`'s rows under the
+/// aggregation's own column names.
+pub(crate) fn above(
+    plan: LogicalPlan,
+    sa: &StreamAggregate,
+    closed: RecordBatch,
+) -> Result<LogicalPlan, RunError> {
+    let schema = closed.schema();
+    let table = MemTable::try_new(Arc::clone(&schema), vec![vec![closed]])?;
+    let source = datafusion::datasource::provider_as_source(Arc::new(table));
+    let names = Arc::clone(sa.node.schema());
+    let exprs: Vec<Expr> = (0..names.fields().len())
+        .map(|i| {
+            let (qualifier, field) = names.qualified_field(i);
+            col(format!("c{i}")).alias_qualified(qualifier.cloned(), field.name())
+        })
+        .collect();
+    let replacement = LogicalPlanBuilder::scan("__closed_groups", source, None)?
+        .project(exprs)?
+        .build()?;
+    let out = plan.transform_up(|node| {
+        if node == sa.node {
+            return Ok(Transformed::yes(replacement.clone()));
+        }
+        Ok(Transformed::no(node))
+    })?;
+    let replaced = out.data;
+    Ok(replaced
+        .transform_up(|n| Ok(Transformed::yes(n.recompute_schema()?)))?
+        .data)
+}

@@ -1,0 +1,144 @@
+"""Writes the expected tables of stateful streaming run cases from Apache Spark.
+
+    python3 tests/run/spark_oracle.py tests/run/stream_tumbling [more cases]
+
+Run it with the pyspark of `.ci/spark` (pyspark==4.3.0, local[2]). For each case it
+runs the case's flows.sql in Spark Structured Streaming, step by step as the golden
+runner runs cdcflow (tests/e2e/run_cases.rs): before step n the files of
+`steps/<n>/files/` land, then every streaming table's query runs one
+`Trigger.AvailableNow` trigger (one `cdcflow run`), appending to a Parquet sink, and each
+materialized view is computed over the tables. The tables after the step are written
+to `steps/<n>/expect/<table>.csv` as `cdcflow query --format csv` prints them. Other
+files under `expect/` (late rows, hand-written) are left alone.
+
+What it reads of flows.sql: `CREATE [OR REFRESH] STREAMING TABLE t AS <query>;` and
+`CREATE [OR REFRESH] MATERIALIZED VIEW m AS <query>;`, where each
+`read_files('<folder>', format => 'json', schema => '<ddl>')` becomes a view of
+`spark.readStream.schema(<ddl>).json(<folder>)` (a plain `read_files`, `spark.read`).
+"""
+
+import datetime
+import decimal
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+from pyspark.sql import SparkSession
+
+READ_FILES = re.compile(
+    r"(STREAM\s+)?read_files\(\s*'([^']+)'\s*,\s*format\s*=>\s*'json'\s*,\s*schema\s*=>\s*'([^']+)'\s*\)",
+    re.IGNORECASE,
+)
+DATASET = re.compile(
+    r"^\s*CREATE\s+(?:OR\s+REFRESH\s+)?(STREAMING\s+TABLE|MATERIALIZED\s+VIEW)\s+(\w+)\s+AS\s+(.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def statements(text):
+    text = "\n".join(l for l in text.splitlines() if not l.strip().startswith("--"))
+    return [s.strip() for s in text.split(";") if s.strip()]
+
+
+def cell(v):
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, datetime.datetime):
+        v = v.astimezone(datetime.timezone.utc) if v.tzinfo else v
+        text = v.strftime("%Y-%m-%dT%H:%M:%S")
+        if v.microsecond:
+            text += (".%06d" % v.microsecond).rstrip("0")
+        return text + "Z"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    text = str(v)
+    if any(c in text for c in ',"\n'):
+        text = '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def write_csv(path, df_rows, columns):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lines = [",".join(columns)]
+    lines += sorted(",".join(cell(r[c]) for c in columns) for r in df_rows)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def run_case(spark, case):
+    work = tempfile.mkdtemp(prefix="oracle-")
+    try:
+        defs = []
+        sources = {}
+        for stmt in statements(open(os.path.join(case, "flows.sql")).read()):
+            m = DATASET.match(stmt)
+            if not m:
+                raise SystemExit(f"{case}: not a statement the oracle reads: {stmt[:60]}")
+            kind, name, query = m.group(1).upper().split()[0], m.group(2), m.group(3)
+
+            def source(mm):
+                streaming, folder, schema = bool(mm.group(1)), mm.group(2), mm.group(3)
+                view = f"src_{len(sources)}"
+                sources[view] = (streaming, os.path.join(work, folder), schema)
+                return f"STREAM({view})" if streaming else view
+
+            defs.append((kind, name, READ_FILES.sub(source, query)))
+        steps = sorted(
+            (d for d in os.listdir(os.path.join(case, "steps"))),
+            key=lambda s: int(s) if s.isdigit() else 1 << 30,
+        )
+        for view, (streaming, folder, schema) in sources.items():
+            os.makedirs(folder, exist_ok=True)
+        for step in steps:
+            step_dir = os.path.join(case, "steps", step)
+            files = os.path.join(step_dir, "files")
+            if os.path.isdir(files):
+                shutil.copytree(files, work, dirs_exist_ok=True)
+            for view, (streaming, folder, schema) in sources.items():
+                reader = spark.readStream if streaming else spark.read
+                reader.schema(schema).json(folder).createOrReplaceTempView(view)
+            for kind, name, query in defs:
+                out = os.path.join(work, "_out", name)
+                if kind == "STREAMING":
+                    (
+                        spark.sql(query)
+                        .writeStream.format("parquet")
+                        .option("path", out)
+                        .option("checkpointLocation", os.path.join(work, "_cp", name))
+                        .outputMode("append")
+                        .trigger(availableNow=True)
+                        .start()
+                        .awaitTermination()
+                    )
+                    df = spark.read.parquet(out)
+                else:
+                    df = spark.sql(query)
+                df.createOrReplaceTempView(name)
+                rows = df.collect()
+                write_csv(os.path.join(step_dir, "expect", f"{name}.csv"), rows, df.columns)
+                print(f"{case} step {step}: {name}: {len(rows)} row(s)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    for case in sys.argv[1:]:
+        run_case(spark, case.rstrip("/"))
+
+
+if __name__ == "__main__":
+    main()
