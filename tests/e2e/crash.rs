@@ -151,69 +151,103 @@ fn the_real_binary_killed_at_random_moments_then_rerun_gives_the_uninterrupted_t
     assert_eq!(snapshot(dir.path(), BIG_SNAPSHOT), want);
 }
 
-/// The tumbling-window golden case (`tests/run/stream_tumbling`), its landing files of
-/// steps 1, 2 and 4 in order.
-fn stream_steps() -> Vec<std::path::PathBuf> {
-    let case = repo().join("tests/run/stream_tumbling");
-    ["1", "2", "4"]
-        .iter()
-        .map(|s| case.join("steps").join(s).join("files"))
-        .collect()
-}
-
-fn stream_staged() -> tempfile::TempDir {
+/// A golden run case's pipeline (`tests/run/<case>`), without its landing files.
+fn case_staged(case: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    let case = repo().join("tests/run/stream_tumbling");
+    let from = repo().join("tests/run").join(case);
     for f in ["pipeline.yaml", "flows.sql"] {
-        fs::copy(case.join(f), dir.path().join(f)).expect("copy");
+        fs::copy(from.join(f), dir.path().join(f)).expect("copy");
     }
     dir
 }
 
-const STREAM_SNAPSHOT: &[&str] = &[
-    "SELECT * FROM per_minute ORDER BY k, window_start",
-    "SELECT k, ts, v, _batch, _window_start, _watermark FROM per_minute__late ORDER BY k, ts",
-];
+/// Runs golden case `case` step by step (landing `steps/<n>/files` before each run),
+/// killing the run of step `killed` at each of `points` and running it again; the
+/// tables after the last step must equal those of uninterrupted runs.
+fn killed_at_each_point(
+    case: &str,
+    steps: &[&str],
+    killed: &str,
+    tables: &[&str],
+    points: &[&str],
+) {
+    let files = |step: &str| {
+        repo()
+            .join("tests/run")
+            .join(case)
+            .join("steps")
+            .join(step)
+            .join("files")
+    };
+    let reference = case_staged(case);
+    for step in steps {
+        copy_dir(&files(step), reference.path());
+        run(reference.path());
+    }
+    let want = snapshot(reference.path(), tables);
+    for point in points {
+        let dir = case_staged(case);
+        for step in steps {
+            copy_dir(&files(step), dir.path());
+            if step == &killed {
+                run_to_failpoint(dir.path(), point);
+            }
+            run(dir.path());
+        }
+        assert_eq!(
+            snapshot(dir.path(), tables),
+            want,
+            "{case}: after a crash at {point}"
+        );
+    }
+}
 
 /// A run of an aggregation over a watermarked stream killed at any point of its batch
 /// (offsets written, state written but not in place, state in place, the late rows
 /// committed, the target committed), then rerun, gives the tables of uninterrupted
 /// runs: target, state and offsets agree.
 #[test]
-fn a_stateful_run_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables() {
-    let steps = stream_steps();
-    let reference = stream_staged();
-    for step in &steps {
-        copy_dir(step, reference.path());
-        run(reference.path());
-    }
-    let want = snapshot(reference.path(), STREAM_SNAPSHOT);
-    assert!(
-        want[1].contains("2026-01-01T00:00:50Z"),
-        "a late row: {want:?}"
+fn a_stateful_aggregation_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables() {
+    killed_at_each_point(
+        "stream_tumbling",
+        &["1", "2", "4"],
+        "2",
+        &[
+            "SELECT * FROM per_minute ORDER BY k, window_start",
+            "SELECT k, ts, v, _batch, _window_start, _watermark FROM per_minute__late ORDER BY k, ts",
+        ],
+        &[
+            "offsets:per_minute",
+            "state-written:per_minute",
+            "state-renamed:per_minute",
+            "before-commit:per_minute__late",
+            "committed:per_minute__late",
+            "before-commit:per_minute",
+            "committed:per_minute",
+        ],
     );
-    for point in [
-        "offsets:per_minute",
-        "state-written:per_minute",
-        "state-renamed:per_minute",
-        "before-commit:per_minute__late",
-        "committed:per_minute__late",
-        "before-commit:per_minute",
-        "committed:per_minute",
-    ] {
-        let dir = stream_staged();
-        copy_dir(&steps[0], dir.path());
-        run(dir.path());
-        // The second batch (with a late row) dies at the point.
-        copy_dir(&steps[1], dir.path());
-        run_to_failpoint(dir.path(), point);
-        run(dir.path());
-        copy_dir(&steps[2], dir.path());
-        run(dir.path());
-        assert_eq!(
-            snapshot(dir.path(), STREAM_SNAPSHOT),
-            want,
-            "after a crash at {point}"
-        );
-    }
+}
+
+/// The same for a left outer join of two watermarked streams, killed in the run that
+/// drops late rows of both sides.
+#[test]
+fn a_stream_stream_join_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables() {
+    killed_at_each_point(
+        "stream_join_left_outer",
+        &["1", "2", "3", "5", "6"],
+        "3",
+        &[
+            "SELECT * FROM clicked ORDER BY id, shown_at, clicked_at",
+            "SELECT id, _side, _watermark FROM clicked__late ORDER BY id",
+        ],
+        &[
+            "offsets:clicked",
+            "state-written:clicked",
+            "state-renamed:clicked",
+            "before-commit:clicked__late",
+            "committed:clicked__late",
+            "before-commit:clicked",
+            "committed:clicked",
+        ],
+    );
 }

@@ -33,6 +33,7 @@ mod sql_spans;
 pub mod stateful;
 pub mod stored_shape;
 pub mod stream_aggregate;
+pub mod stream_join;
 pub mod suggest;
 mod table_functions;
 pub mod table_properties;

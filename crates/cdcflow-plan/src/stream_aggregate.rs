@@ -10,11 +10,12 @@
 
 use cdcflow_sql::watermark::Watermark;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::{Column, DFSchemaRef};
+use datafusion::common::{Column, DFSchemaRef, JoinType};
 use datafusion::logical_expr::{Aggregate, Distinct, Expr, LogicalPlan, LogicalPlanBuilder};
 
 use crate::functions::time_window::{TimeWindow, WINDOW};
 use crate::stateful::Stateful;
+use crate::stream_join::{self, JoinRefusal, StreamJoin};
 
 /// A stateful aggregation over a watermarked stream.
 #[derive(Debug, Clone)]
@@ -108,13 +109,20 @@ impl Refusal {
     }
 }
 
-/// The stateful aggregation of `plan` over a stream (`streaming` tells which scanned
+/// The operator of a flow that keeps state across batches.
+#[derive(Debug, Clone)]
+pub enum StatefulOp {
+    Aggregate(Box<StreamAggregate>),
+    Join(Box<StreamJoin>),
+}
+
+/// The stateful operator of `plan` over a stream (`streaming` tells which scanned
 /// tables are), if it has one that can run.
 pub fn analyze(
     plan: &LogicalPlan,
     watermarks: &[Watermark],
     streaming: &dyn Fn(&str) -> bool,
-) -> Result<Option<StreamAggregate>, Refusal> {
+) -> Result<Option<StatefulOp>, Refusal> {
     let mut found: Vec<LogicalPlan> = Vec::new();
     check(plan, streaming, &mut found)?;
     let Some(node) = found.first() else {
@@ -122,10 +130,16 @@ pub fn analyze(
     };
     if found.len() > 1 {
         return Err(Refusal::ours(
-            "aggregates a stream twice (an aggregation over an aggregation's result): not run yet",
-            "aggregate once over the stream, and again in a MATERIALIZED VIEW over the streaming table",
+            "keeps state in two operators over a stream (an aggregation over an aggregation, or over a join of two streams): not run yet",
+            "keep one stateful operator per streaming table: aggregate or join into one, and aggregate that table in a MATERIALIZED VIEW or another flow",
             Stateful::GroupBy(None),
         ));
+    }
+    if let LogicalPlan::Join(_) = node {
+        return match stream_join::analyze(node, watermarks) {
+            Ok(j) => Ok(Some(StatefulOp::Join(Box::new(j)))),
+            Err(refused) => Err(join_refusal(node, refused)),
+        };
     }
     let aggregate = match node {
         LogicalPlan::Aggregate(a) => a.clone(),
@@ -219,14 +233,51 @@ pub fn analyze(
         )
         .map(|(e, field)| stream_function(e, field.data_type(), &at))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(StreamAggregate {
+    Ok(Some(StatefulOp::Aggregate(Box::new(StreamAggregate {
         aggregate,
         event_time,
         functions,
         watermark,
         event_column,
         node: node.clone(),
-    }))
+    }))))
+}
+
+/// Why a join of two streams cannot run, as Spark says it where Spark refuses it.
+fn join_refusal(node: &LogicalPlan, refused: JoinRefusal) -> Refusal {
+    let join_type = match node {
+        LogicalPlan::Join(j) => j.join_type,
+        _ => JoinType::Inner,
+    };
+    let spark_name = match join_type {
+        JoinType::Left => "LeftOuter",
+        JoinType::Right => "RightOuter",
+        JoinType::Full => "FullOuter",
+        _ => "Inner",
+    };
+    let bound = "bound both event times in ON, with a WATERMARK on each stream: ON i.id = c.id AND c.t2 >= i.t1 AND c.t2 <= i.t1 + INTERVAL 2 MINUTES";
+    match (join_type, refused) {
+        (JoinType::Inner, JoinRefusal::NoWatermark) => Refusal::ours(
+            "joins two streams without a WATERMARK on each one's event time: its state would never shrink (Spark keeps it whole; cdcflow does not run such a join)",
+            bound,
+            Stateful::StreamJoin,
+        ),
+        (JoinType::Left | JoinType::Right | JoinType::Full, _) => Refusal::spark(
+            "_LEGACY_ERROR_TEMP_3102",
+            format!(
+                "joins two streams ({spark_name}) without a watermark on both sides and a range condition on their event times: Spark does not support it, since an unmatched row could never be written"
+            ),
+            bound,
+            Stateful::StreamJoin,
+        ),
+        _ => Refusal::ours(
+            format!(
+                "joins two streams ({spark_name}): only inner and outer joins of two streams run"
+            ),
+            "use an inner, left, right or full outer join",
+            Stateful::StreamJoin,
+        ),
+    }
 }
 
 fn unalias(e: &Expr) -> &Expr {
@@ -381,11 +432,8 @@ fn check(
             ));
         }
         LogicalPlan::Join(_) if inputs.iter().all(|s| *s) => {
-            return Err(Refusal::ours(
-                "joins two streams: stream-stream joins are not run yet",
-                "read one side whole, without STREAM(…), to join each batch with all of it, or define the table as a MATERIALIZED VIEW",
-                Stateful::StreamJoin,
-            ));
+            // What follows reads the join's appended rows.
+            found.push(plan.clone());
         }
         _ => {}
     }

@@ -109,10 +109,10 @@ impl QueryBatch {
             Mode::Append => crate::stateful::find(rc, flow, &plan)?,
             _ => None,
         };
-        if let Some(sa) = stateful {
+        if let Some(op) = stateful {
             let dir = self.checkpoint.dir().to_path_buf();
             let done =
-                crate::stateful::run(rc, flow, plan, &sa, &dir, self.progress.committed, batch)
+                crate::stateful::run(rc, flow, plan, &op, &dir, self.progress.committed, batch)
                     .await?;
             if let Some(late) = done.late {
                 let n = late.num_rows();
@@ -283,8 +283,8 @@ pub(crate) async fn explain(
     let logical = flow.plan_with(&batch.planner)?;
     // The stateful operator runs around the plan: shown above it, with its state.
     let stateful = match crate::stateful::find(rc, flow, &logical)? {
-        Some(sa) => crate::stateful::describe(
-            &sa,
+        Some(op) => crate::stateful::describe(
+            &op,
             batch.checkpoint.dir(),
             &flow.name,
             batch.progress.committed,

@@ -64,3 +64,17 @@ FROM STREAM(events) WATERMARK ts DELAY OF INTERVAL 1 MINUTE e GROUP BY window(ts
 
 CREATE OR REFRESH STREAMING TABLE outer_pairs AS
 SELECT a.k FROM STREAM(events) a LEFT OUTER JOIN STREAM(unique_events) b ON a.k = b.k;
+
+CREATE OR REFRESH STREAMING TABLE unbounded_outer AS
+SELECT a.k FROM STREAM(events) WATERMARK ts DELAY OF INTERVAL 1 MINUTE a
+LEFT OUTER JOIN STREAM(unique_events) WATERMARK ts DELAY OF INTERVAL 1 MINUTE b ON a.k = b.k;
+
+CREATE OR REFRESH STREAMING TABLE inner_without_watermarks AS
+SELECT a.k FROM STREAM(events) a JOIN STREAM(unique_events) b ON a.k = b.k;
+
+-- Accepted: an interval join of two watermarked streams, inner and outer.
+CREATE OR REFRESH STREAMING TABLE paired AS
+SELECT a.k, a.ts AS first_at, b.ts AS then_at
+FROM STREAM(events) WATERMARK ts DELAY OF INTERVAL 1 MINUTE a
+FULL OUTER JOIN STREAM(unique_events) WATERMARK ts DELAY OF INTERVAL 1 MINUTE b
+ON a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL 1 HOUR;

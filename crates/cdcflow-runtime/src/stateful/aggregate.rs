@@ -600,31 +600,31 @@ fn without_event_time_filters(
     Ok(out.data)
 }
 
-/// `plan` with the aggregation's node replaced by `closed`'s rows under the
-/// aggregation's own column names.
+/// `plan` with the stateful operator's `node` replaced by `rows` (the node's output
+/// columns, named `c0`, `c1`, …) under the node's own column names.
 pub(crate) fn above(
     plan: LogicalPlan,
-    sa: &StreamAggregate,
-    closed: RecordBatch,
+    node: &LogicalPlan,
+    rows: RecordBatch,
 ) -> Result<LogicalPlan, RunError> {
-    let schema = closed.schema();
-    let table = MemTable::try_new(Arc::clone(&schema), vec![vec![closed]])?;
+    let schema = rows.schema();
+    let table = MemTable::try_new(Arc::clone(&schema), vec![vec![rows]])?;
     let source = datafusion::datasource::provider_as_source(Arc::new(table));
-    let names = Arc::clone(sa.node.schema());
+    let names = Arc::clone(node.schema());
     let exprs: Vec<Expr> = (0..names.fields().len())
         .map(|i| {
             let (qualifier, field) = names.qualified_field(i);
             col(format!("c{i}")).alias_qualified(qualifier.cloned(), field.name())
         })
         .collect();
-    let replacement = LogicalPlanBuilder::scan("__closed_groups", source, None)?
+    let replacement = LogicalPlanBuilder::scan("__stateful_rows", source, None)?
         .project(exprs)?
         .build()?;
-    let out = plan.transform_up(|node| {
-        if node == sa.node {
+    let out = plan.transform_up(|n| {
+        if &n == node {
             return Ok(Transformed::yes(replacement.clone()));
         }
-        Ok(Transformed::no(node))
+        Ok(Transformed::no(n))
     })?;
     let replaced = out.data;
     Ok(replaced

@@ -7,13 +7,14 @@
 //! "Stateful streaming", states the rules.
 
 mod aggregate;
+mod join;
 pub mod late;
 mod store;
 
 use std::path::Path;
 
 use cdcflow_plan::Flow;
-use cdcflow_plan::stream_aggregate::{self, StreamAggregate};
+use cdcflow_plan::stream_aggregate::{self, StatefulOp};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 
@@ -32,110 +33,187 @@ pub fn stored_state(
 use crate::RunError;
 use crate::context::RunContext;
 
-/// The stateful aggregation of `flow`'s plan for this batch, if it has one.
+/// The stateful operator of `flow`'s plan for this batch, if it has one.
 pub(crate) fn find(
     rc: &RunContext,
     flow: &Flow,
     plan: &LogicalPlan,
-) -> Result<Option<StreamAggregate>, RunError> {
+) -> Result<Option<StatefulOp>, RunError> {
     if flow.watermarks.is_empty() {
         return Ok(None);
     }
     let streams = flow.stream_names(|n| rc.pipeline.dataset(n).map(|d| d.kind));
     let is_stream = |t: &str| streams.iter().any(|s| s.eq_ignore_ascii_case(t));
     stream_aggregate::analyze(plan, &flow.watermarks, &is_stream)
-        .map_err(|r| RunError::internal(format!("flow `{}`: {}", flow.name, r.message)))
+        .map_err(|r| RunError::internal(r.describe(&format!("flow `{}`", flow.name))))
 }
 
 /// What a stateful batch gives the flow's commit.
 pub(crate) struct Batch {
-    /// The flow's plan with the aggregation replaced by the groups it closed.
+    /// The flow's plan with the stateful operator replaced by the rows it appends.
     pub plan: LogicalPlan,
     pub late: Option<RecordBatch>,
     pub metrics: StateMetrics,
 }
 
-/// Runs batch `batch` of the aggregation `sa` of `flow` (whose last committed batch is
-/// `committed`), writes its state, and gives the plan of the rows to append.
+/// Runs batch `batch` of the stateful operator `op` of `flow` (whose last committed
+/// batch is `committed`), writes its state, and gives the plan of the rows to append.
 pub(crate) async fn run(
     rc: &RunContext,
     flow: &Flow,
     plan: LogicalPlan,
-    sa: &StreamAggregate,
+    op: &StatefulOp,
     checkpoint_dir: &Path,
     committed: Option<i64>,
     batch: i64,
 ) -> Result<Batch, RunError> {
     let store = store::StateStore::new(checkpoint_dir, &flow.name);
-    let operator = aggregate::operator_fingerprint(sa);
+    let operator = match op {
+        StatefulOp::Aggregate(sa) => aggregate::operator_fingerprint(sa),
+        StatefulOp::Join(sj) => join::operator_fingerprint(sj),
+    };
     let loaded = store.load(committed, &operator)?;
-    let before = match loaded {
-        Some(l) => aggregate::Before {
-            watermark_micros: l.meta.watermark_micros,
-            seen_rows: l.meta.seen_rows,
-            rows: l.rows,
-        },
-        None => aggregate::Before {
-            watermark_micros: 0,
-            seen_rows: false,
-            rows: Vec::new(),
-        },
+    let (meta, mut parts) = match loaded {
+        Some(l) => (Some(l.meta), l.parts),
+        None => (None, Default::default()),
     };
-    let stepped = aggregate::step(&rc.ctx, sa, before, sa.watermark.delay_micros).await?;
-    let meta = store::Meta {
-        batch,
-        watermark_micros: stepped.watermark_micros,
-        seen_rows: stepped.seen_rows,
-        operator,
-    };
-    store.write(&meta, &aggregate::state_schema(sa), &stepped.open)?;
-    Ok(Batch {
-        plan: aggregate::above(plan, sa, stepped.closed)?,
-        late: stepped.late,
-        metrics: stepped.metrics,
-    })
+    let watermark_micros = meta.as_ref().map_or(0, |m| m.watermark_micros);
+    let seen_rows = meta.as_ref().is_some_and(|m| m.seen_rows);
+    let mut part = |name: &str| parts.remove(name).unwrap_or_default();
+    match op {
+        StatefulOp::Aggregate(sa) => {
+            let before = aggregate::Before {
+                watermark_micros,
+                seen_rows,
+                rows: part("groups"),
+            };
+            let stepped = aggregate::step(&rc.ctx, sa, before, sa.watermark.delay_micros).await?;
+            let meta = store::Meta {
+                batch,
+                watermark_micros: stepped.watermark_micros,
+                seen_rows: stepped.seen_rows,
+                inputs: Default::default(),
+                operator,
+            };
+            let schema = aggregate::state_schema(sa);
+            store.write(
+                &meta,
+                &[store::Part {
+                    name: "groups",
+                    schema: &schema,
+                    rows: &stepped.open,
+                }],
+            )?;
+            Ok(Batch {
+                plan: aggregate::above(plan, &sa.node, stepped.closed)?,
+                late: stepped.late,
+                metrics: stepped.metrics,
+            })
+        }
+        StatefulOp::Join(sj) => {
+            let before = join::Before {
+                watermark_micros,
+                seen_rows,
+                left: part("left"),
+                right: part("right"),
+            };
+            let stepped = join::step(&rc.ctx, sj, before, batch).await?;
+            let meta = store::Meta {
+                batch,
+                watermark_micros: stepped.watermark_micros,
+                seen_rows: stepped.seen_rows,
+                inputs: stepped.inputs,
+                operator,
+            };
+            let (left, right) = (
+                join::side_schema(sj.join.left.schema()),
+                join::side_schema(sj.join.right.schema()),
+            );
+            store.write(
+                &meta,
+                &[
+                    store::Part {
+                        name: "left",
+                        schema: &left,
+                        rows: &stepped.left,
+                    },
+                    store::Part {
+                        name: "right",
+                        schema: &right,
+                        rows: &stepped.right,
+                    },
+                ],
+            )?;
+            Ok(Batch {
+                plan: aggregate::above(plan, &sj.node, stepped.emitted)?,
+                late: stepped.late,
+                metrics: stepped.metrics,
+            })
+        }
+    }
 }
 
 /// The stateful operator as `cdcflow explain` shows it above the flow's plan: what it
-/// keys by, when a group closes, the watermark's delay, and the state now.
+/// keys by, when its state is let go, the watermark's delay, and the state now.
 pub(crate) fn describe(
-    sa: &StreamAggregate,
+    op: &StatefulOp,
     checkpoint_dir: &Path,
     flow: &str,
     committed: Option<i64>,
 ) -> String {
-    let keys: Vec<String> = sa
-        .aggregate
-        .group_expr
-        .iter()
-        .map(|g| g.to_string())
-        .collect();
-    let functions: Vec<String> = sa
-        .aggregate
-        .aggr_expr
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    let closes = match sa.event_time.window {
-        Some(w) if w.is_tumbling() => format!("window of {} µs closes at its end", w.width),
-        Some(w) => format!(
-            "window of {} µs every {} µs closes at its end",
-            w.width, w.slide
-        ),
-        None => "group closes at its event time".to_string(),
-    };
     let state = match store::StateStore::new(checkpoint_dir, flow).peek(committed) {
         Some(s) => format!(
-            "watermark {}, {} group(s) held, {} B",
+            "watermark {}, {} row(s) held, {} B",
             s.watermark, s.groups, s.bytes
         ),
         None => "no state yet, watermark 1970-01-01T00:00:00Z".to_string(),
     };
+    let head = match op {
+        StatefulOp::Aggregate(sa) => {
+            let keys: Vec<String> = sa
+                .aggregate
+                .group_expr
+                .iter()
+                .map(|g| g.to_string())
+                .collect();
+            let functions: Vec<String> = sa
+                .aggregate
+                .aggr_expr
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+            let closes = match sa.event_time.window {
+                Some(w) if w.is_tumbling() => format!("window of {} µs closes at its end", w.width),
+                Some(w) => format!(
+                    "window of {} µs every {} µs closes at its end",
+                    w.width, w.slide
+                ),
+                None => "group closes at its event time".to_string(),
+            };
+            format!(
+                "StatefulAggregateExec: mode=append, keys=[{}], aggr=[{}], event_time={} ({closes}), watermark_delay={}",
+                keys.join(", "),
+                functions.join(", "),
+                sa.event_column,
+                sa.watermark.delay_text,
+            )
+        }
+        StatefulOp::Join(sj) => format!(
+            "StreamingSymmetricHashJoinExec: join_type={:?}, left_event_time={} (delay {}), right_event_time={} (delay {}), right - left in [{}, {}] µs",
+            sj.join.join_type,
+            sj.left.event_column,
+            sj.left.watermark.delay_text,
+            sj.right.event_column,
+            sj.right.watermark.delay_text,
+            sj.bounds
+                .lower
+                .map_or("-inf".to_string(), |b| b.to_string()),
+            sj.bounds
+                .upper
+                .map_or("+inf".to_string(), |b| b.to_string()),
+        ),
+    };
     format!(
-        "StatefulAggregateExec: mode=append, keys=[{}], aggr=[{}], event_time={} ({closes}), watermark_delay={}\n  state: {state}\n  (the plan below is the flow's query over the batch; its aggregation is this operator's, merged with the state)\n",
-        keys.join(", "),
-        functions.join(", "),
-        sa.event_column,
-        sa.watermark.delay_text,
+        "{head}\n  state: {state}\n  (the plan below is the flow's query over the batch; the stateful operator runs its aggregation or join over the batch and the state)\n"
     )
 }

@@ -24,6 +24,20 @@ use serde::{Deserialize, Serialize};
 use crate::RunError;
 use crate::checkpoint::write_atomic;
 
+fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
+    let damaged = |e: &dyn std::fmt::Display| RunError::File {
+        path: path.to_path_buf(),
+        message: format!("damaged state: {e}"),
+    };
+    let file = fs::File::open(path).map_err(|e| RunError::io(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| damaged(&e))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| damaged(&e))
+}
+
 /// What a version says besides its rows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Meta {
@@ -33,6 +47,10 @@ pub(crate) struct Meta {
     /// Whether any batch has had rows yet (before that the watermark is 0 and holds
     /// nothing back).
     pub seen_rows: bool,
+    /// Each watermarked input's own watermark after the batch, from its rows in the
+    /// batch (a join's two; shown, not carried over: see `join.rs`).
+    #[serde(default)]
+    pub inputs: std::collections::BTreeMap<String, i64>,
     /// The operator the state is of (its columns and what they aggregate): a changed
     /// query cannot read an older state.
     pub operator: String,
@@ -49,10 +67,17 @@ pub struct StoredState {
     pub bytes: u64,
 }
 
-/// A version read back.
+/// A version read back: its meta and its parts' rows, by part name.
 pub(crate) struct Loaded {
     pub meta: Meta,
-    pub rows: Vec<RecordBatch>,
+    pub parts: std::collections::BTreeMap<String, Vec<RecordBatch>>,
+}
+
+/// One part of a state version: a name (its file's) and its rows.
+pub(crate) struct Part<'a> {
+    pub name: &'a str,
+    pub schema: &'a SchemaRef,
+    pub rows: &'a [RecordBatch],
 }
 
 pub(crate) struct StateStore {
@@ -104,21 +129,19 @@ impl StateStore {
             ))
             .with_help("run `cdcflow run --full-refresh` on the flow's table to recompute it with the new query"));
         }
-        let path = dir.join("groups.parquet");
-        let file = fs::File::open(&path).map_err(|e| RunError::io(&path, e))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| b.build())
-            .map_err(|e| RunError::File {
-                path: path.clone(),
-                message: format!("damaged state: {e}"),
-            })?;
-        let rows = reader
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RunError::File {
-                path: path.clone(),
-                message: format!("damaged state: {e}"),
-            })?;
-        Ok(Some(Loaded { meta, rows }))
+        let mut parts = std::collections::BTreeMap::new();
+        for entry in fs::read_dir(&dir).map_err(|e| RunError::io(&dir, e))? {
+            let path = entry.map_err(|e| RunError::io(&dir, e))?.path();
+            let Some(name) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".parquet"))
+            else {
+                continue;
+            };
+            parts.insert(name.to_string(), read_parquet(&path)?);
+        }
+        Ok(Some(Loaded { meta, parts }))
     }
 
     /// The state after batch `committed` as `cdcflow status` shows it, changing nothing:
@@ -127,13 +150,20 @@ impl StateStore {
         let dir = self.version_dir(committed?);
         let meta: Meta =
             serde_json::from_str(&fs::read_to_string(dir.join("meta.json")).ok()?).ok()?;
-        let file = fs::File::open(dir.join("groups.parquet")).ok()?;
-        let bytes = file.metadata().ok()?.len();
-        let groups = ParquetRecordBatchReaderBuilder::try_new(file)
-            .ok()?
-            .metadata()
-            .file_metadata()
-            .num_rows();
+        let (mut groups, mut bytes) = (0i64, 0u64);
+        for entry in fs::read_dir(&dir).ok()? {
+            let path = entry.ok()?.path();
+            if path.extension().is_none_or(|e| e != "parquet") {
+                continue;
+            }
+            let file = fs::File::open(&path).ok()?;
+            bytes += file.metadata().ok()?.len();
+            groups += ParquetRecordBatchReaderBuilder::try_new(file)
+                .ok()?
+                .metadata()
+                .file_metadata()
+                .num_rows();
+        }
         Some(StoredState {
             watermark: crate::stateful::aggregate::format_micros(meta.watermark_micros),
             groups: u64::try_from(groups).unwrap_or_default(),
@@ -163,31 +193,20 @@ impl StateStore {
     }
 
     /// Writes the state after batch `meta.batch`: whole, then renamed into place.
-    pub fn write(
-        &self,
-        meta: &Meta,
-        schema: &SchemaRef,
-        rows: &[RecordBatch],
-    ) -> Result<(), RunError> {
+    pub fn write(&self, meta: &Meta, parts: &[Part<'_>]) -> Result<(), RunError> {
         let done = self.version_dir(meta.batch);
         let tmp = done.with_extension("tmp");
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(|e| RunError::io(&tmp, e))?;
         }
         fs::create_dir_all(&tmp).map_err(|e| RunError::io(&tmp, e))?;
-        let path = tmp.join("groups.parquet");
-        let file = fs::File::create(&path).map_err(|e| RunError::io(&path, e))?;
-        let parquet_error = |e: datafusion::parquet::errors::ParquetError| RunError::File {
-            path: path.clone(),
-            message: e.to_string(),
-        };
-        let mut writer =
-            ArrowWriter::try_new(file, Arc::clone(schema), None).map_err(parquet_error)?;
-        for batch in rows {
-            writer.write(batch).map_err(parquet_error)?;
+        for part in parts {
+            write_parquet(
+                &tmp.join(format!("{}.parquet", part.name)),
+                part.schema,
+                part.rows,
+            )?;
         }
-        let file = writer.into_inner().map_err(parquet_error)?;
-        file.sync_all().map_err(|e| RunError::io(&path, e))?;
         crate::failpoint::hit(&format!("state-written:{}", self.flow));
         let text =
             serde_json::to_string_pretty(meta).map_err(|e| RunError::internal(e.to_string()))?;
@@ -199,6 +218,20 @@ impl StateStore {
         crate::failpoint::hit(&format!("state-renamed:{}", self.flow));
         Ok(())
     }
+}
+
+fn write_parquet(path: &Path, schema: &SchemaRef, rows: &[RecordBatch]) -> Result<(), RunError> {
+    let file = fs::File::create(path).map_err(|e| RunError::io(path, e))?;
+    let parquet_error = |e: datafusion::parquet::errors::ParquetError| RunError::File {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let mut writer = ArrowWriter::try_new(file, Arc::clone(schema), None).map_err(parquet_error)?;
+    for batch in rows {
+        writer.write(batch).map_err(parquet_error)?;
+    }
+    let file = writer.into_inner().map_err(parquet_error)?;
+    file.sync_all().map_err(|e| RunError::io(path, e))
 }
 
 #[cfg(test)]
@@ -222,6 +255,7 @@ mod tests {
             batch,
             watermark_micros: batch * 10,
             seen_rows: true,
+            inputs: Default::default(),
             operator: "op".into(),
         }
     }
@@ -232,13 +266,24 @@ mod tests {
         let store = StateStore::new(dir.path(), "f");
         assert!(store.load(None, "op").unwrap().is_none());
         let (schema, b) = rows(&[1, 2]);
-        store.write(&meta(0), &schema, &b).unwrap();
+        let part = |rows| Part {
+            name: "groups",
+            schema: &schema,
+            rows,
+        };
+        store.write(&meta(0), &[part(&b)]).unwrap();
         let (_, b1) = rows(&[3]);
-        store.write(&meta(1), &schema, &b1).unwrap();
+        store.write(&meta(1), &[part(&b1)]).unwrap();
         // Batch 1 never committed: its version goes, batch 0's is read.
         let loaded = store.load(Some(0), "op").unwrap().unwrap();
         assert_eq!(loaded.meta, meta(0));
-        assert_eq!(loaded.rows.iter().map(|r| r.num_rows()).sum::<usize>(), 2);
+        assert_eq!(
+            loaded.parts["groups"]
+                .iter()
+                .map(|r| r.num_rows())
+                .sum::<usize>(),
+            2
+        );
         assert!(!dir.path().join("state").join(format!("{:020}", 1)).exists());
         // A changed operator is refused; a missing version is an error, not empty state.
         assert!(store.load(Some(0), "other").is_err());
