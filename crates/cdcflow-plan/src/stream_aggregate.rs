@@ -13,7 +13,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Column, DFSchemaRef, JoinType};
 use datafusion::logical_expr::{Aggregate, Distinct, Expr, LogicalPlan, LogicalPlanBuilder};
 
-use crate::functions::time_window::{TimeWindow, WINDOW};
+use crate::functions::time_window::{SESSION_WINDOW, TimeWindow, WINDOW, session_gap};
 use crate::stateful::Stateful;
 use crate::stream_join::{self, JoinRefusal, StreamJoin};
 
@@ -43,6 +43,16 @@ pub struct EventTimeKey {
     /// `window(ts, …)`: a group closes at the window's end; `None`: the key is the
     /// event time itself, and a group closes at it.
     pub window: Option<TimeWindow>,
+    /// `session_window(ts, gap)`: a row opens the session `[ts, ts + gap)`, sessions of a
+    /// key that meet merge, and a session closes at its end.
+    pub session_gap: Option<i64>,
+}
+
+impl EventTimeKey {
+    /// Whether the key is a window (time or session), kept as its two bounds.
+    pub fn is_window(&self) -> bool {
+        self.window.is_some() || self.session_gap.is_some()
+    }
 }
 
 /// An aggregate function the state can hold: each has a state that merges.
@@ -182,16 +192,37 @@ pub fn analyze(
     let mut event_time = None;
     for (index, g) in aggregate.group_expr.iter().enumerate() {
         let g = unalias(g);
-        let (column, window) = match g {
-            Expr::Column(c) => (c, None),
+        let (column, window, session_gap) = match g {
+            Expr::Column(c) => (c, None, None),
             Expr::ScalarFunction(f) if f.func.name() == WINDOW => match f.args.first().map(unalias)
             {
                 Some(Expr::Column(c)) => {
-                    let shape = TimeWindow::of_args(&f.args[1..]).map_err(|e| Refusal::ours(format!("groups a stream by a window it cannot compute: {e}"), "write the window's durations as literals: window(ts, '10 minutes'), window(ts, '10 minutes', '5 minutes')", at.clone()))?;
-                    (c, Some(shape))
+                    let shape = TimeWindow::of_args(&f.args[1..]).map_err(|e| {
+                        Refusal::ours(
+                            format!("groups a stream by a window it cannot compute: {e}"),
+                            "write the window's durations as literals: window(ts, '10 minutes'), window(ts, '10 minutes', '5 minutes')",
+                            at.clone(),
+                        )
+                    })?;
+                    (c, Some(shape), None)
                 }
                 _ => continue,
             },
+            Expr::ScalarFunction(f) if f.func.name() == SESSION_WINDOW => {
+                match f.args.first().map(unalias) {
+                    Some(Expr::Column(c)) => {
+                        let gap = session_gap(&f.args[1..]).map_err(|e| {
+                        Refusal::ours(
+                            format!("groups a stream by a session window it cannot compute: {e}"),
+                            "write the gap as a literal duration: session_window(ts, '5 minutes')",
+                            at.clone(),
+                        )
+                    })?;
+                        (c, None, Some(gap))
+                    }
+                    _ => continue,
+                }
+            }
             Expr::GroupingSet(_) => {
                 return Err(Refusal::ours(
                     "groups a stream by GROUPING SETS, CUBE or ROLLUP: not run yet",
@@ -208,7 +239,15 @@ pub fn analyze(
             .iter()
             .find(|w| is_event_time(&aggregate.input, column, w))
         {
-            event_time = Some((EventTimeKey { index, window }, w.clone(), column.clone()));
+            event_time = Some((
+                EventTimeKey {
+                    index,
+                    window,
+                    session_gap,
+                },
+                w.clone(),
+                column.clone(),
+            ));
         }
     }
     let Some((event_time, watermark, event_column)) = event_time else {

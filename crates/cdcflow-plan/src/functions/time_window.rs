@@ -22,12 +22,41 @@ use datafusion::logical_expr::{
 pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
     vec![
         Arc::new(ScalarUDF::new_from_impl(Window::new())),
+        Arc::new(ScalarUDF::new_from_impl(SessionWindow::new())),
         Arc::new(ScalarUDF::new_from_impl(WindowTime::new())),
     ]
 }
 
 /// The function's name, as the stateful planner finds it in a GROUP BY.
 pub const WINDOW: &str = "window";
+/// `session_window(ts, gap)`: the session `[ts, ts + gap)` a row opens; sessions of a
+/// key that meet merge in a stateful aggregation (`stream_aggregate`).
+pub const SESSION_WINDOW: &str = "session_window";
+
+/// The gap of a `session_window`'s literal arguments after the timestamp, microseconds.
+pub fn session_gap(args: &[Expr]) -> std::result::Result<i64, String> {
+    let [gap] = args else {
+        return Err(
+            "session_window() takes a timestamp and a gap: session_window(ts, '5 minutes')".into(),
+        );
+    };
+    if let Some(text) = literal_text(gap)
+        && ["month", "year"]
+            .iter()
+            .any(|m| text.to_ascii_lowercase().contains(m))
+    {
+        return Err(format!(
+            "the gap '{text}' is in months or years, which differ in length"
+        ));
+    }
+    match duration_of_expr(gap) {
+        Some(g) if g > 0 => Ok(g),
+        Some(_) => Err("the gap must be positive".into()),
+        None => Err(format!(
+            "the gap `{gap}` is not a literal duration such as '5 minutes'"
+        )),
+    }
+}
 
 /// A window's shape, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +281,54 @@ fn shape_of(args: &[ColumnarValue]) -> Result<TimeWindow> {
         })
         .collect::<Result<Vec<_>>>()?;
     TimeWindow::of_args(&exprs).or_else(|e| exec_err!("{e}"))
+}
+
+/// `session_window(ts, gap)` of one row: `[ts, ts + gap)`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SessionWindow {
+    signature: Signature,
+}
+
+impl SessionWindow {
+    fn new() -> Self {
+        Self {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for SessionWindow {
+    fn name(&self) -> &str {
+        SESSION_WINDOW
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        Window::new().coerce_types(args)
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(window_type(&args[0]))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let gap = args.args[1..]
+            .iter()
+            .map(|a| match a {
+                ColumnarValue::Scalar(v) => Ok(Expr::Literal(v.clone(), None)),
+                ColumnarValue::Array(_) => exec_err!("session_window()'s gap must be a literal"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let gap = session_gap(&gap).or_else(|e| exec_err!("{e}"))?;
+        let ts_type = args.args[0].data_type();
+        let ts = cast(&args.args[0].to_array(args.number_rows)?, &DataType::Int64)?;
+        let ts = ts.as_primitive::<Int64Type>();
+        let bounds: Vec<Option<(i64, i64)>> = ts.iter().map(|t| t.map(|t| (t, t + gap))).collect();
+        super::columnar(window_array(&ts_type, &bounds)?, &args.args)
+    }
 }
 
 /// `window_time(window)`: the window's last instant, `end` − 1 µs.

@@ -1,8 +1,9 @@
 //! Spark names the column a `GROUP BY window(ts, …)` makes `window` (its
-//! `TimeWindowing` rule), so a query reads `SELECT window.start, window.end, count(*)
-//! … GROUP BY window(ts, '1 minute')`. DataFusion has no such column: in a SELECT that
-//! groups by a window (or a session window), `window` is rewritten into the call it
-//! names, `window.start` into the call's field, and a bare `window` keeps its name.
+//! `TimeWindowing` rule; `session_window` for a session window), so a query reads
+//! `SELECT window.start, window.end, count(*) … GROUP BY window(ts, '1 minute')`.
+//! DataFusion has no such column: in a SELECT that groups by a window, its name is
+//! rewritten into the call it names, `window.start` into the call's field, and a bare
+//! `window` keeps its name.
 
 use std::ops::ControlFlow;
 
@@ -17,8 +18,14 @@ fn is_window_call(e: &Expr) -> bool {
     matches!(e, Expr::Function(f) if WINDOWS.iter().any(|w| f.name.to_string().eq_ignore_ascii_case(w)))
 }
 
-fn is_window_name(i: &Ident) -> bool {
-    i.quote_style.is_none() && i.value.eq_ignore_ascii_case("window")
+/// The column's name: `window`, or `session_window` for a session window.
+fn column_name(call: &Expr) -> &'static str {
+    match call {
+        Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("session_window") => {
+            "session_window"
+        }
+        _ => "window",
+    }
 }
 
 /// Rewrites `select`'s references to the `window` column of its GROUP BY's window.
@@ -29,12 +36,14 @@ pub(super) fn name_window(select: &mut Select) {
     let Some(window) = exprs.iter().find(|e| is_window_call(e)).cloned() else {
         return;
     };
+    let name = column_name(&window);
+    let is_window_name = |i: &Ident| i.quote_style.is_none() && i.value.eq_ignore_ascii_case(name);
     for item in &mut select.projection {
         match item {
             SelectItem::UnnamedExpr(Expr::Identifier(i)) if is_window_name(i) => {
                 *item = SelectItem::ExprWithAlias {
                     expr: window.clone(),
-                    alias: Ident::new("window"),
+                    alias: Ident::new(name),
                 };
             }
             SelectItem::UnnamedExpr(Expr::CompoundIdentifier(parts))
@@ -47,13 +56,13 @@ pub(super) fn name_window(select: &mut Select) {
                 };
             }
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                replace(e, &window)
+                replace(e, &window, &is_window_name)
             }
             _ => {}
         }
     }
     if let Some(h) = &mut select.having {
-        replace(h, &window);
+        replace(h, &window, &is_window_name);
     }
 }
 
@@ -66,7 +75,7 @@ fn field(window: &Expr, name: &Ident) -> Expr {
     }
 }
 
-fn replace(e: &mut Expr, window: &Expr) {
+fn replace(e: &mut Expr, window: &Expr, is_window_name: &dyn Fn(&Ident) -> bool) {
     let _ = visit_expressions_mut(e, |x| {
         match x {
             Expr::Identifier(i) if is_window_name(i) => *x = window.clone(),

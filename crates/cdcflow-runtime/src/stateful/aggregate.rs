@@ -25,6 +25,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{cast, filter_record_batch, is_not_null, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::MemTable;
 use datafusion::functions_aggregate::expr_fn::{max, min, sum};
@@ -106,7 +107,7 @@ pub(crate) fn state_schema(sa: &StreamAggregate) -> SchemaRef {
     let out = sa.aggregate.schema.as_arrow();
     let mut fields = Vec::new();
     for i in 0..sa.aggregate.group_expr.len() {
-        if i == sa.event_time.index && sa.event_time.window.is_some() {
+        if i == sa.event_time.index && sa.event_time.is_window() {
             fields.push(Field::new("ws", DataType::Int64, true));
             fields.push(Field::new("we", DataType::Int64, true));
         } else {
@@ -174,11 +175,13 @@ pub(crate) async fn step(
     let input = sa.aggregate.input.as_ref().clone();
     let in_schema = Arc::clone(input.schema());
     let window = sa.event_time.window;
+    let session = sa.event_time.session_gap;
+    let windowed = sa.event_time.is_window();
     let groups = sa.aggregate.group_expr.len();
     // The input's rows, with their keys, event time and arguments evaluated.
     let mut exprs: Vec<Expr> = Vec::new();
     for (i, g) in sa.aggregate.group_expr.iter().enumerate() {
-        if !(i == sa.event_time.index && window.is_some()) {
+        if !(i == sa.event_time.index && windowed) {
             exprs.push(unalias(g).clone().alias(format!("g{i}")));
         }
     }
@@ -231,23 +234,25 @@ pub(crate) async fn step(
             if et.is_null(r) {
                 // Spark's windows drop a row without event time; a plain key keeps it,
                 // in a group no watermark closes.
-                if window.is_none() {
+                if !windowed {
                     kept.push(row, None, None);
                 }
                 continue;
             }
             let t = et.value(r);
-            let bounds: Vec<(i64, i64)> = match window {
-                Some(w) => w.windows(t).collect(),
-                None => vec![(t, t)],
+            let bounds: Vec<(i64, i64)> = match (window, session) {
+                (Some(w), _) => w.windows(t).collect(),
+                (None, Some(gap)) => vec![(t, t.saturating_add(gap))],
+                (None, None) => vec![(t, t)],
             };
             for (s, e) in bounds {
-                let evict = if window.is_some() { e } else { t };
+                let evict = if windowed { e } else { t };
+                let bounds = windowed.then_some((s, e));
                 if before.seen_rows && evict <= before.watermark_micros {
                     dropped += 1;
-                    late.push(row, window.map(|_| (s, e)), Some(evict));
+                    late.push(row, bounds, Some(evict));
                 } else {
-                    kept.push(row, window.map(|_| (s, e)), Some(evict));
+                    kept.push(row, bounds, Some(evict));
                 }
             }
         }
@@ -258,7 +263,7 @@ pub(crate) async fn step(
                 passed,
                 &in_schema,
                 before.watermark_micros,
-                window.is_some(),
+                windowed,
             )?);
         }
     }
@@ -279,14 +284,36 @@ pub(crate) async fn step(
     };
     let mut all = mark(before.rows, 0)?;
     all.extend(mark(kept_batches, 1)?);
-    let table = MemTable::try_new(Arc::clone(&touched_schema), vec![all])?;
-    let keys: Vec<Expr> = state_schema
+    let key_names: Vec<String> = state_schema
         .fields()
         .iter()
         .take_while(|f| !f.name().starts_with('s'))
-        .map(|f| col(f.name()))
+        .map(|f| f.name().clone())
         .collect();
-    let mut merges = Vec::new();
+    // Sessions of a key that meet are one: numbered, and merged by their number.
+    let (all, schema, keys, mut merges) = match session {
+        Some(_) => {
+            let groups: Vec<String> = key_names
+                .iter()
+                .filter(|n| n.starts_with('g'))
+                .cloned()
+                .collect();
+            let (all, schema) = number_sessions(ctx, &touched_schema, all, &groups).await?;
+            let mut keys: Vec<Expr> = groups.iter().map(col).collect();
+            keys.push(col("sid"));
+            let bounds = vec![
+                min(col("ws")).alias("ws"),
+                max(col("we")).alias("we"),
+                max(col("evict")).alias("evict"),
+            ];
+            (all, schema, keys, bounds)
+        }
+        None => {
+            let keys = key_names.iter().map(col).collect();
+            (all, Arc::clone(&touched_schema), keys, Vec::new())
+        }
+    };
+    let table = MemTable::try_new(schema, vec![all])?;
     for (j, f) in sa.functions.iter().enumerate() {
         let s = col(format!("s{j}"));
         merges.push(
@@ -343,7 +370,15 @@ pub(crate) async fn step(
         closed.push(filter_record_batch(&b, &closes)?);
         open.push(filter_record_batch(&b, &stays)?);
     }
-    open.retain(|b| b.num_rows() > 0);
+    // One batch of its own buffers: filtered batches may share the merge's larger ones,
+    // which would count (and stay in memory) whole.
+    let open: Vec<RecordBatch> = match open.iter().map(RecordBatch::num_rows).sum::<usize>() {
+        0 => Vec::new(),
+        _ => vec![datafusion::arrow::compute::concat_batches(
+            &state_schema,
+            &open,
+        )?],
+    };
     metrics.rows_total = open.iter().map(|b| b.num_rows() as u64).sum();
     metrics.rows_removed = closed.iter().map(|b| b.num_rows() as u64).sum();
     metrics.memory_used_bytes = open.iter().map(|b| b.get_array_memory_size() as u64).sum();
@@ -363,6 +398,65 @@ pub(crate) async fn step(
         late,
         metrics,
     })
+}
+
+/// `rows` (of `schema`) sorted by their group keys `groups` and window start, with a
+/// column `sid` numbering their sessions: a row starts a new one when its keys differ
+/// from the row before or it starts after the session's end so far (sessions that
+/// touch merge, as in Spark).
+async fn number_sessions(
+    ctx: &SessionContext,
+    schema: &SchemaRef,
+    rows: Vec<RecordBatch>,
+    groups: &[String],
+) -> Result<(Vec<RecordBatch>, SchemaRef), RunError> {
+    let table = MemTable::try_new(Arc::clone(schema), vec![rows])?;
+    let mut order: Vec<datafusion::logical_expr::SortExpr> =
+        groups.iter().map(|g| col(g).sort(true, true)).collect();
+    order.push(col("ws").sort(true, true));
+    let sorted = ctx
+        .read_table(Arc::new(table))?
+        .sort(order)?
+        .collect()
+        .await?;
+    let sorted = datafusion::arrow::compute::concat_batches(schema, &sorted)?;
+    let keys: Vec<ArrayRef> = groups
+        .iter()
+        .map(|g| Ok(Arc::clone(sorted.column(schema.index_of(g)?))))
+        .collect::<Result<_, RunError>>()?;
+    let converter = RowConverter::new(
+        keys.iter()
+            .map(|k| SortField::new(k.data_type().clone()))
+            .collect(),
+    )?;
+    let key_rows = converter.convert_columns(&keys)?;
+    let ws = sorted
+        .column(schema.index_of("ws")?)
+        .as_primitive::<Int64Type>();
+    let we = sorted
+        .column(schema.index_of("we")?)
+        .as_primitive::<Int64Type>();
+    let mut sid = Vec::with_capacity(sorted.num_rows());
+    let (mut current, mut end) = (-1i64, i64::MIN);
+    for r in 0..sorted.num_rows() {
+        let same_key = r > 0 && key_rows.row(r) == key_rows.row(r - 1);
+        if !same_key || ws.value(r) > end {
+            current += 1;
+            end = we.value(r);
+        } else {
+            end = end.max(we.value(r));
+        }
+        sid.push(current);
+    }
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("sid", DataType::Int64, true));
+    let numbered = Arc::new(Schema::new(fields));
+    let mut columns = sorted.columns().to_vec();
+    columns.push(Arc::new(Int64Array::from(sid)));
+    Ok((
+        vec![RecordBatch::try_new(Arc::clone(&numbered), columns)?],
+        numbered,
+    ))
 }
 
 fn with_touched(schema: &SchemaRef) -> SchemaRef {
@@ -415,7 +509,7 @@ impl Split {
         let n = self.rows.len();
         let mut columns: Vec<ArrayRef> = Vec::new();
         for i in 0..sa.aggregate.group_expr.len() {
-            if i == sa.event_time.index && sa.event_time.window.is_some() {
+            if i == sa.event_time.index && sa.event_time.is_window() {
                 columns.push(Arc::new(Int64Array::from_iter(
                     self.windows.iter().map(|w| w.map(|w| w.0)),
                 )));
@@ -520,7 +614,7 @@ fn finalize(
     let mut columns: Vec<ArrayRef> = Vec::new();
     for (i, field) in out.fields().iter().enumerate() {
         let value: ArrayRef = if i < groups {
-            if i == sa.event_time.index && sa.event_time.window.is_some() {
+            if i == sa.event_time.index && sa.event_time.is_window() {
                 let ws = column("ws")?;
                 let we = column("we")?;
                 let (ws, we) = (

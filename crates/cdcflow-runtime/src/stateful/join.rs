@@ -340,8 +340,22 @@ pub(crate) async fn step(
         }
         sides.push(kept);
     }
-    let right = sides.pop().unwrap_or_default();
-    let left = sides.pop().unwrap_or_default();
+    // Each side in one batch of its own buffers (see `aggregate.rs`).
+    let compact =
+        |kept: Vec<RecordBatch>, schema: SchemaRef| -> Result<Vec<RecordBatch>, RunError> {
+            match kept.iter().map(RecordBatch::num_rows).sum::<usize>() {
+                0 => Ok(Vec::new()),
+                _ => Ok(vec![concat_batches(&schema, &kept)?]),
+            }
+        };
+    let right = compact(
+        sides.pop().unwrap_or_default(),
+        side_schema(join.right.schema()),
+    )?;
+    let left = compact(
+        sides.pop().unwrap_or_default(),
+        side_schema(join.left.schema()),
+    )?;
     metrics.rows_total = left.iter().chain(&right).map(|b| b.num_rows() as u64).sum();
     metrics.memory_used_bytes = left
         .iter()

@@ -183,6 +183,10 @@ pub(crate) fn describe(
                 .map(|a| a.to_string())
                 .collect();
             let closes = match sa.event_time.window {
+                None if sa.event_time.session_gap.is_some() => format!(
+                    "session window with a gap of {} µs closes at its end",
+                    sa.event_time.session_gap.unwrap_or_default()
+                ),
                 Some(w) if w.is_tumbling() => format!("window of {} µs closes at its end", w.width),
                 Some(w) => format!(
                     "window of {} µs every {} µs closes at its end",
