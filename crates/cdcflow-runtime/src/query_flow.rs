@@ -122,6 +122,7 @@ impl QueryBatch {
                     "{n} row(s) arrived after the watermark had closed their window and were not aggregated; they are kept in `{table}`"
                 ));
             }
+            report.warnings.extend(done.warning);
             report.state = Some(done.metrics);
             plan = done.plan;
         }

@@ -54,6 +54,35 @@ pub(crate) struct Batch {
     pub plan: LogicalPlan,
     pub late: Option<RecordBatch>,
     pub metrics: StateMetrics,
+    /// Said when the state has grown for [`GROWING_WARNS_AFTER`] batches in a row while
+    /// the watermark stayed.
+    pub warning: Option<String>,
+}
+
+/// Batches in a row of a growing state under a watermark that does not move before
+/// `run` warns: an idle input holding the watermark back, or event times that stopped.
+pub const GROWING_WARNS_AFTER: u32 = 3;
+
+/// How many batches in a row, up to this one, grew the state under a still watermark.
+fn growing(before: Option<&store::Meta>, metrics: &StateMetrics) -> u32 {
+    match before {
+        Some(b)
+            if metrics.rows_total > b.rows && metrics.watermark_micros == b.watermark_micros =>
+        {
+            b.growing_batches + 1
+        }
+        _ => 0,
+    }
+}
+
+fn growing_warning(batches: u32, metrics: &StateMetrics) -> Option<String> {
+    (batches >= GROWING_WARNS_AFTER).then(|| {
+        format!(
+            "the state has grown for {batches} batches (now {} rows) while the watermark stayed at {}: an input without new rows holds a join's watermark back, or event times stopped advancing; the state shrinks only when the watermark moves",
+            metrics.rows_total,
+            format_micros(metrics.watermark_micros)
+        )
+    })
 }
 
 /// Runs batch `batch` of the stateful operator `op` of `flow` (whose last committed
@@ -73,7 +102,7 @@ pub(crate) async fn run(
         StatefulOp::Join(sj) => join::operator_fingerprint(sj),
     };
     let loaded = store.load(committed, &operator)?;
-    let (meta, mut parts) = match loaded {
+    let (meta, mut parts): (Option<store::Meta>, _) = match loaded {
         Some(l) => (Some(l.meta), l.parts),
         None => (None, Default::default()),
     };
@@ -88,11 +117,14 @@ pub(crate) async fn run(
                 rows: part("groups"),
             };
             let stepped = aggregate::step(&rc.ctx, sa, before, sa.watermark.delay_micros).await?;
+            let growing_batches = growing(meta.as_ref(), &stepped.metrics);
             let meta = store::Meta {
                 batch,
                 watermark_micros: stepped.watermark_micros,
                 seen_rows: stepped.seen_rows,
                 inputs: Default::default(),
+                rows: stepped.metrics.rows_total,
+                growing_batches,
                 operator,
             };
             let schema = aggregate::state_schema(sa);
@@ -107,6 +139,7 @@ pub(crate) async fn run(
             Ok(Batch {
                 plan: aggregate::above(plan, &sa.node, stepped.closed)?,
                 late: stepped.late,
+                warning: growing_warning(growing_batches, &stepped.metrics),
                 metrics: stepped.metrics,
             })
         }
@@ -118,11 +151,14 @@ pub(crate) async fn run(
                 right: part("right"),
             };
             let stepped = join::step(&rc.ctx, sj, before, batch).await?;
+            let growing_batches = growing(meta.as_ref(), &stepped.metrics);
             let meta = store::Meta {
                 batch,
                 watermark_micros: stepped.watermark_micros,
                 seen_rows: stepped.seen_rows,
                 inputs: stepped.inputs,
+                rows: stepped.metrics.rows_total,
+                growing_batches,
                 operator,
             };
             let (left, right) = (
@@ -147,6 +183,7 @@ pub(crate) async fn run(
             Ok(Batch {
                 plan: aggregate::above(plan, &sj.node, stepped.emitted)?,
                 late: stepped.late,
+                warning: growing_warning(growing_batches, &stepped.metrics),
                 metrics: stepped.metrics,
             })
         }
@@ -220,4 +257,42 @@ pub(crate) fn describe(
     format!(
         "{head}\n  state: {state}\n  (the plan below is the flow's query over the batch; the stateful operator runs its aggregation or join over the batch and the state)\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(rows: u64, watermark_micros: i64, growing_batches: u32) -> store::Meta {
+        store::Meta {
+            batch: 0,
+            watermark_micros,
+            seen_rows: true,
+            inputs: Default::default(),
+            rows,
+            growing_batches,
+            operator: String::new(),
+        }
+    }
+
+    fn after(rows_total: u64, watermark_micros: i64) -> StateMetrics {
+        StateMetrics {
+            rows_total,
+            watermark_micros,
+            ..StateMetrics::default()
+        }
+    }
+
+    #[test]
+    fn a_state_growing_under_a_still_watermark_is_said_after_three_batches() {
+        assert_eq!(growing(None, &after(10, 0)), 0);
+        assert_eq!(growing(Some(&meta(10, 5, 0)), &after(20, 5)), 1);
+        assert_eq!(growing(Some(&meta(20, 5, 2)), &after(30, 5)), 3);
+        // The watermark moved, or the state did not grow: the count starts again.
+        assert_eq!(growing(Some(&meta(20, 5, 2)), &after(30, 6)), 0);
+        assert_eq!(growing(Some(&meta(20, 5, 2)), &after(20, 5)), 0);
+        assert!(growing_warning(2, &after(30, 5)).is_none());
+        let said = growing_warning(3, &after(30, 5)).expect("a warning");
+        assert!(said.contains("grown for 3 batches (now 30 rows)"), "{said}");
+    }
 }

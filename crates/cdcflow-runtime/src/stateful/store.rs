@@ -51,6 +51,12 @@ pub(crate) struct Meta {
     /// batch (a join's two; shown, not carried over: see `join.rs`).
     #[serde(default)]
     pub inputs: std::collections::BTreeMap<String, i64>,
+    /// Rows the state held after the batch.
+    #[serde(default)]
+    pub rows: u64,
+    /// Batches in a row, up to this one, whose state grew while the watermark stayed.
+    #[serde(default)]
+    pub growing_batches: u32,
     /// The operator the state is of (its columns and what they aggregate): a changed
     /// query cannot read an older state.
     pub operator: String,
@@ -256,6 +262,8 @@ mod tests {
             watermark_micros: batch * 10,
             seen_rows: true,
             inputs: Default::default(),
+            rows: 0,
+            growing_batches: 0,
             operator: "op".into(),
         }
     }
