@@ -6,8 +6,10 @@
 //! files and SQL then run in Spark (`pyspark==4.3.0`, `local[2]`, the venv of
 //! `.ci/spark`, or the python `CDCFLOW_SPARK_PYTHON` names), one `Trigger.AvailableNow`
 //! per batch. Prints per batch cdcflow's time, state rows and peak RSS, then both
-//! throughputs; the windows appended must be the same number in both. docs/benchmarks.md
-//! keeps the figures.
+//! throughputs; the windows appended must be the same number in both. Then an interval
+//! join of two watermarked streams, `CDCFLOW_STREAM_BENCH_JOIN_EVENTS` (1e6) per side in
+//! the same number of batches, each impression clicked within 90 s, runs the same way
+//! (0 skips it). docs/benchmarks.md keeps the figures.
 //!
 //! ```text
 //! cargo bench --locked -p cdcflow-cli --bench stream_window
@@ -132,6 +134,180 @@ fn spark_python() -> Option<PathBuf> {
     python.exists().then_some(python)
 }
 
+const JOIN_FLOWS: &str = "CREATE OR REFRESH STREAMING TABLE clicked AS
+SELECT i.id, i.t1 AS shown_at, c.t2 AS clicked_at
+FROM STREAM read_files('landing/impressions', format => 'parquet') WATERMARK t1 DELAY OF INTERVAL 1 MINUTE i
+JOIN STREAM read_files('landing/clicks', format => 'parquet') WATERMARK t2 DELAY OF INTERVAL 1 MINUTE c
+ON i.id = c.id AND c.t2 >= i.t1 AND c.t2 <= i.t1 + INTERVAL 2 MINUTES;
+";
+
+const SPARK_JOIN: &str = r#"
+import os, shutil, sys, time
+from pyspark.sql import SparkSession
+data, work, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+         .config("spark.driver.memory", "4g").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+for side in ("impressions", "clicks"):
+    os.makedirs(os.path.join(work, side))
+query = """SELECT i.id, i.t1 AS shown_at, c.t2 AS clicked_at
+FROM STREAM(impressions) WATERMARK t1 DELAY OF INTERVAL 1 MINUTE i
+JOIN STREAM(clicks) WATERMARK t2 DELAY OF INTERVAL 1 MINUTE c
+ON i.id = c.id AND c.t2 >= i.t1 AND c.t2 <= i.t1 + INTERVAL 2 MINUTES"""
+total = 0.0
+for b in range(batches):
+    for side, schema in (("impressions", "id BIGINT, t1 TIMESTAMP"), ("clicks", "id BIGINT, t2 TIMESTAMP")):
+        name = "%s-%04d.parquet" % (side, b)
+        shutil.copy(os.path.join(data, name), os.path.join(work, side, name))
+        spark.readStream.schema(schema).parquet(os.path.join(work, side)).createOrReplaceTempView(side)
+    started = time.monotonic()
+    (spark.sql(query).writeStream.format("parquet").option("path", os.path.join(work, "out"))
+        .option("checkpointLocation", os.path.join(work, "cp")).outputMode("append")
+        .trigger(availableNow=True).start().awaitTermination())
+    took = time.monotonic() - started
+    total += took
+    print("spark join batch %d: %.2f s" % (b, took), flush=True)
+rows = spark.read.parquet(os.path.join(work, "out")).count()
+print("spark total %.3f windows %d" % (total, rows), flush=True)
+"#;
+
+/// Writes batch `b` of both sides of the join: impressions `id` at `t1`, each clicked
+/// once at `t1` plus up to 90 seconds.
+fn write_join_batch(data: &Path, b: u64, per_batch: u64) {
+    let ts_type = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    for (side, column, offset) in [("impressions", "t1", false), ("clicks", "t2", true)] {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new(column, ts_type.clone(), true),
+        ]));
+        let path = data.join(format!("{side}-{b:04}.parquet"));
+        let mut writer =
+            ArrowWriter::try_new(fs::File::create(path).unwrap(), Arc::clone(&schema), None)
+                .unwrap();
+        let ids: Vec<i64> = (b * per_batch..(b + 1) * per_batch)
+            .map(|x| x as i64)
+            .collect();
+        let id = Int64Array::from_iter_values(ids.iter().copied());
+        let ts =
+            TimestampMicrosecondArray::from_iter_values(ids.iter().map(|x| {
+                START_MICROS + x * 60_000 + if offset { (x % 90) * 1_000_000 } else { 0 }
+            }))
+            .with_timezone("UTC");
+        let batch =
+            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(id), Arc::new(ts)]).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+}
+
+/// Lands each batch's files under `pipeline` (named by `files(b)`: source file, folder
+/// under landing), runs cdcflow after each, and gives the total time, the rows the flow
+/// `flow` appended and the peak RSS in KiB; prints a line per batch.
+fn run_cdcflow(
+    pipeline: &Path,
+    batches: u64,
+    per_batch: u64,
+    flow: &str,
+    files: &dyn Fn(u64) -> Vec<(PathBuf, &'static str)>,
+) -> (Duration, u64, u64) {
+    let mut total = Duration::ZERO;
+    let mut peak_kib = 0u64;
+    let mut appended = 0u64;
+    println!("batch  seconds  events/s  state rows  state bytes  appended  peak RSS MiB");
+    for b in 0..batches {
+        for (from, folder) in files(b) {
+            let landed = pipeline
+                .join("landing")
+                .join(folder)
+                .join(from.file_name().unwrap());
+            fs::create_dir_all(landed.parent().unwrap()).unwrap();
+            fs::copy(&from, &landed).unwrap();
+            // Landed a while ago: settled, so the run does not wait for it.
+            fs::File::options()
+                .write(true)
+                .open(&landed)
+                .unwrap()
+                .set_modified(SystemTime::now() - Duration::from_secs(3600))
+                .unwrap();
+        }
+        let started = Instant::now();
+        let out = Command::new("/usr/bin/time")
+            .args([
+                "-f",
+                "maxrss_kib=%M",
+                env!("CARGO_BIN_EXE_cdcflow"),
+                "run",
+                "-p",
+            ])
+            .arg(pipeline)
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        let took = started.elapsed();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "cdcflow run failed:\n{stdout}\n{stderr}"
+        );
+        total += took;
+        let rss: u64 = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("maxrss_kib="))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        peak_kib = peak_kib.max(rss);
+        // One JSON object per flow.
+        let report: serde_json::Value = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["flow"] == flow)
+            .unwrap_or_default();
+        let written = report["rows_written"].as_u64().unwrap_or(0);
+        appended += written;
+        println!(
+            "{b:>5}  {:>7.2}  {:>8.0}  {:>10}  {:>11}  {:>8}  {:>12.0}",
+            took.as_secs_f64(),
+            per_batch as f64 / took.as_secs_f64(),
+            report["state"]["rows_total"],
+            report["state"]["memory_used_bytes"],
+            written,
+            rss as f64 / 1024.0
+        );
+    }
+    (total, appended, peak_kib)
+}
+
+/// Runs `script` in Spark over `data`; gives its total trigger time and rows written.
+fn run_spark(python: &Path, script: &str, work: &Path, data: &Path, batches: u64) -> (f64, u64) {
+    let path = work.join("spark.py");
+    fs::write(&path, script).unwrap();
+    let spark_work = work.join("spark");
+    let _ = fs::remove_dir_all(&spark_work);
+    let out = Command::new(python)
+        .arg(&path)
+        .arg(data)
+        .arg(&spark_work)
+        .arg(batches.to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "spark failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("spark total ")?;
+            let (s, w) = rest.split_once(" windows ")?;
+            Some((s.parse::<f64>().ok()?, w.trim().parse::<u64>().ok()?))
+        })
+        .expect("spark's total")
+}
+
 fn main() {
     let events = env_u64("CDCFLOW_STREAM_BENCH_EVENTS", 10_000_000);
     let batches = env_u64("CDCFLOW_STREAM_BENCH_BATCHES", 10);
@@ -152,66 +328,10 @@ fn main() {
     fs::create_dir_all(pipeline.join("landing")).unwrap();
     fs::write(pipeline.join("pipeline.yaml"), "name: stream_window\n").unwrap();
     fs::write(pipeline.join("flows.sql"), FLOWS).unwrap();
-    let mut total = Duration::ZERO;
-    let mut peak_kib = 0u64;
-    let mut appended = 0u64;
-    println!("batch  seconds  events/s  state rows  state bytes  appended  peak RSS MiB");
-    for b in 0..batches {
-        let name = format!("batch-{b:04}.parquet");
-        let landed = pipeline.join("landing").join(&name);
-        fs::copy(data.join(&name), &landed).unwrap();
-        // Landed a while ago: settled, so the run does not wait for it.
-        fs::File::options()
-            .write(true)
-            .open(&landed)
-            .unwrap()
-            .set_modified(SystemTime::now() - Duration::from_secs(3600))
-            .unwrap();
-        let started = Instant::now();
-        let out = Command::new("/usr/bin/time")
-            .args([
-                "-f",
-                "maxrss_kib=%M",
-                env!("CARGO_BIN_EXE_cdcflow"),
-                "run",
-                "-p",
-            ])
-            .arg(&pipeline)
-            .args(["--format", "json"])
-            .output()
-            .unwrap();
-        let took = started.elapsed();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "cdcflow run failed:\n{stdout}\n{stderr}"
-        );
-        total += took;
-        let rss: u64 = stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("maxrss_kib="))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        peak_kib = peak_kib.max(rss);
-        // One JSON object per flow.
-        let flow: serde_json::Value = stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|v| v["flow"] == "per_minute")
-            .unwrap_or_default();
-        let written = flow["rows_written"].as_u64().unwrap_or(0);
-        appended += written;
-        println!(
-            "{b:>5}  {:>7.2}  {:>8.0}  {:>10}  {:>11}  {:>8}  {:>12.0}",
-            took.as_secs_f64(),
-            per_batch as f64 / took.as_secs_f64(),
-            flow["state"]["rows_total"],
-            flow["state"]["memory_used_bytes"],
-            written,
-            rss as f64 / 1024.0
-        );
-    }
+    let (total, appended, peak_kib) =
+        run_cdcflow(&pipeline, batches, per_batch, "per_minute", &|b| {
+            vec![(data.join(format!("batch-{b:04}.parquet")), ".")]
+        });
     let ours = events as f64 / total.as_secs_f64();
     println!(
         "cdcflow: {events} events in {:.2} s: {ours:.0} events/s; {appended} windows appended; peak RSS {:.0} MiB",
@@ -219,41 +339,67 @@ fn main() {
         peak_kib as f64 / 1024.0
     );
 
-    let Some(python) = spark_python() else {
-        println!("spark: not run (no pyspark venv: bash .ci/spark, or set CDCFLOW_SPARK_PYTHON)");
+    let python = spark_python();
+    match &python {
+        Some(python) => {
+            let (seconds, windows) = run_spark(python, SPARK, work.path(), &data, batches);
+            let theirs = events as f64 / seconds;
+            println!(
+                "spark (local[2]): {events} events in {seconds:.2} s: {theirs:.0} events/s; {windows} windows appended"
+            );
+            println!("cdcflow / spark: {:.1}x", ours / theirs);
+            assert_eq!(
+                appended, windows,
+                "cdcflow and Spark appended different numbers of windows"
+            );
+        }
+        None => println!(
+            "spark: not run (no pyspark venv: bash .ci/spark, or set CDCFLOW_SPARK_PYTHON)"
+        ),
+    }
+
+    let join_events = env_u64("CDCFLOW_STREAM_BENCH_JOIN_EVENTS", 1_000_000);
+    if join_events == 0 {
         return;
-    };
-    let script = work.path().join("spark_window.py");
-    fs::write(&script, SPARK).unwrap();
-    let spark_work = work.path().join("spark");
-    let out = Command::new(python)
-        .arg(&script)
-        .arg(&data)
-        .arg(&spark_work)
-        .arg(batches.to_string())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "spark failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let (seconds, windows) = stdout
-        .lines()
-        .find_map(|l| {
-            let rest = l.strip_prefix("spark total ")?;
-            let (s, w) = rest.split_once(" windows ")?;
-            Some((s.parse::<f64>().ok()?, w.trim().parse::<u64>().ok()?))
-        })
-        .expect("spark's total");
-    let theirs = events as f64 / seconds;
+    }
+    let per_batch = join_events / batches;
+    for b in 0..batches {
+        write_join_batch(&data, b, per_batch);
+    }
+    let pipeline = work.path().join("join");
+    fs::create_dir_all(pipeline.join("landing/impressions")).unwrap();
+    fs::create_dir_all(pipeline.join("landing/clicks")).unwrap();
+    fs::write(pipeline.join("pipeline.yaml"), "name: stream_join\n").unwrap();
+    fs::write(pipeline.join("flows.sql"), JOIN_FLOWS).unwrap();
+    println!("join: {join_events} impressions and as many clicks in {batches} batch(es)");
+    let (total, joined, peak_kib) =
+        run_cdcflow(&pipeline, batches, 2 * per_batch, "clicked", &|b| {
+            vec![
+                (
+                    data.join(format!("impressions-{b:04}.parquet")),
+                    "impressions",
+                ),
+                (data.join(format!("clicks-{b:04}.parquet")), "clicks"),
+            ]
+        });
+    let ours = (2 * join_events) as f64 / total.as_secs_f64();
     println!(
-        "spark (local[2]): {events} events in {seconds:.2} s: {theirs:.0} events/s; {windows} windows appended"
+        "cdcflow join: {} events in {:.2} s: {ours:.0} events/s; {joined} pairs appended; peak RSS {:.0} MiB",
+        2 * join_events,
+        total.as_secs_f64(),
+        peak_kib as f64 / 1024.0
     );
-    println!("cdcflow / spark: {:.1}x", ours / theirs);
-    assert_eq!(
-        appended, windows,
-        "cdcflow and Spark appended different numbers of windows"
-    );
+    if let Some(python) = &python {
+        let (seconds, pairs) = run_spark(python, SPARK_JOIN, work.path(), &data, batches);
+        let theirs = (2 * join_events) as f64 / seconds;
+        println!(
+            "spark join (local[2]): {} events in {seconds:.2} s: {theirs:.0} events/s; {pairs} pairs appended",
+            2 * join_events
+        );
+        println!("cdcflow / spark (join): {:.1}x", ours / theirs);
+        assert_eq!(
+            joined, pairs,
+            "cdcflow and Spark appended different numbers of pairs"
+        );
+    }
 }
