@@ -273,7 +273,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         }
         if let Some(state) = &f.state {
             outln!(
-                "{:width$}  watermark {}, state: {} group(s), {}",
+                "{:width$}  watermark {}, state: {} row(s), {}",
                 "",
                 state.watermark,
                 state.groups,

@@ -56,7 +56,7 @@ impl StateMetrics {
     /// One line, as the event log, `run` and `status` show it.
     pub fn summary(&self) -> String {
         format!(
-            "{} group(s) held ({} updated, {} closed and appended, {} bytes), {} row(s) dropped as late, watermark {}",
+            "{} row(s) held ({} updated, {} closed or let go, {} bytes), {} row(s) dropped as late, watermark {}",
             self.rows_total,
             self.rows_updated,
             self.rows_removed,
