@@ -3,7 +3,8 @@
 //! 100,000 keys, event times a little out of order, land as Parquet files in
 //! `CDCFLOW_STREAM_BENCH_BATCHES` batches (10); after each, one `cdcflow run` of
 //! `count(*)` and `sum(v)` per key and 1-minute window with a 10-minute delay. The same
-//! files and SQL then run in Spark (`pyspark==4.3.0`, `local[2]`, the venv of
+//! files and SQL then run in Spark (`pyspark==4.3.0`, `local[2]`, 4 GiB, its RocksDB state
+//! store, as Databricks runs it: the default in-memory one ran out of heap at 1e7; the venv of
 //! `.ci/spark`, or the python `CDCFLOW_SPARK_PYTHON` names), one `Trigger.AvailableNow`
 //! per batch. Prints per batch cdcflow's time, state rows and peak RSS, then both
 //! throughputs; the windows appended must be the same number in both. Then an interval
@@ -54,7 +55,10 @@ from pyspark.sql import SparkSession
 data, work, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
 spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
-         .config("spark.driver.memory", "4g").getOrCreate())
+         .config("spark.driver.memory", "4g")
+         .config("spark.sql.streaming.stateStore.providerClass",
+                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+         .getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 landing = os.path.join(work, "landing")
 os.makedirs(landing)
@@ -147,7 +151,10 @@ from pyspark.sql import SparkSession
 data, work, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
 spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
-         .config("spark.driver.memory", "4g").getOrCreate())
+         .config("spark.driver.memory", "4g")
+         .config("spark.sql.streaming.stateStore.providerClass",
+                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+         .getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 for side in ("impressions", "clicks"):
     os.makedirs(os.path.join(work, side))
