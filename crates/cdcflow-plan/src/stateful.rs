@@ -2,8 +2,9 @@
 //! the result of its query over each batch's new rows; an aggregate, DISTINCT, a window
 //! function or a join of two streams computed that way is computed per batch, not over
 //! the stream (two batches with one `oslo` row each give two counts of 1, not one of
-//! 2). Databricks rejects such queries unless a watermark bounds their state; cdcflow
-//! keeps no such state, so validation rejects them ([`first_stateful`]) and says where
+//! 2). Over a watermarked stream a streaming table's own query keeps that state
+//! (`crate::stream_aggregate`); elsewhere (a view read as a stream, an AUTO CDC flow's
+//! FROM query) validation rejects them ([`first_stateful`]) and says where
 //! ([`locate`]). The decision is taken on the DataFusion plan (what the query computes:
 //! `count(*)` without GROUP BY is an aggregate too); the place is found in the SQL.
 

@@ -1,12 +1,13 @@
 //! Aggregations over a watermarked stream, as Spark Structured Streaming runs them in
 //! append mode: a GROUP BY (or SELECT DISTINCT) whose keys hold the watermarked event
-//! time, as the column itself or a `window()` over it. The state of each group is kept
-//! across batches and the group's row appended once, when the watermark passes its
-//! event time (a window's end). [`analyze`] finds such an aggregation in a flow's plan
-//! and says what it computes; it refuses, with Spark's error class, what Spark refuses
-//! (an aggregation without a watermarked key, a DISTINCT aggregate, sorting, window
-//! functions over a stream) and what cdcflow does not run yet. docs/semantics.md,
-//! "Stateful streaming", states the rules.
+//! time, as the column itself, a `window()` or a `session_window()` over it. The state of
+//! each group is kept across batches and the group's row appended once, when the
+//! watermark passes its event time (a window's end). [`analyze`] finds the flow's
+//! stateful operator (such an aggregation, or a join of two watermarked streams:
+//! `crate::stream_join`) and says what it computes; it refuses, with Spark's error
+//! class, what Spark refuses (an aggregation without a watermarked key, a DISTINCT
+//! aggregate, sorting, window functions over a stream, an unbounded outer join) and what
+//! cdcflow does not run yet. docs/semantics.md, "Stateful streaming", states the rules.
 
 use cdcflow_sql::watermark::Watermark;
 use datafusion::arrow::datatypes::DataType;
