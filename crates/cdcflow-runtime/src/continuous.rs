@@ -135,7 +135,8 @@ async fn batches(
             }
         }
         first = false;
-        let report = run_locked(pipeline, &options).await?;
+        let mut report = run_locked(pipeline, &options).await?;
+        crate::stateful::falling_behind(&mut report, pipeline.config.trigger_interval_seconds);
         options.full_refresh = None;
         pending = report.flows.iter().any(|f| f.pending_files > 0);
         on_batch(&report);
