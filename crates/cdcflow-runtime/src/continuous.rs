@@ -28,6 +28,24 @@ const QUIET: Duration = Duration::from_millis(200);
 /// between two rescans of landing folders without notifications.
 const POLL_FLOOR: Duration = Duration::from_millis(500);
 
+/// In `cdcflow run --continuous`, warns on each stateful flow whose batch took 80% of
+/// the trigger interval or more: the batches fall behind the interval (Spark's "current
+/// batch is falling behind"), and the state's merge grows with it.
+fn falling_behind(report: &mut RunReport, interval_seconds: f64) {
+    if interval_seconds <= 0.0 {
+        return;
+    }
+    for f in report.flows.iter_mut().filter(|f| f.state.is_some()) {
+        let took = f.millis as f64 / 1000.0;
+        if took >= 0.8 * interval_seconds {
+            f.warnings.push(format!(
+                "the batch took {took:.1} s of a {interval_seconds} s trigger interval: the flow falls behind it; a longer interval gives larger batches, or the state (now {} rows) is too large for the interval",
+                f.state.as_ref().map_or(0, |s| s.rows_total)
+            ));
+        }
+    }
+}
+
 /// The landing folders of the pipeline's streaming file sources.
 fn landing_folders(pipeline: &Pipeline) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = pipeline
@@ -136,7 +154,7 @@ async fn batches(
         }
         first = false;
         let mut report = run_locked(pipeline, &options).await?;
-        crate::stateful::falling_behind(&mut report, pipeline.config.trigger_interval_seconds);
+        falling_behind(&mut report, pipeline.config.trigger_interval_seconds);
         options.full_refresh = None;
         pending = report.flows.iter().any(|f| f.pending_files > 0);
         on_batch(&report);
@@ -145,5 +163,30 @@ async fn batches(
             () = &mut shutdown => return Ok(()),
             () = sleep_until(started + interval) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stateful_batch_near_the_trigger_interval_is_said() {
+        let mut report = RunReport::default();
+        let mut slow = crate::report::FlowReport::new("agg", "t", "append");
+        slow.millis = 900;
+        slow.state = Some(crate::stateful::StateMetrics {
+            rows_total: 5,
+            ..Default::default()
+        });
+        let mut stateless = crate::report::FlowReport::new("copy", "u", "append");
+        stateless.millis = 5_000;
+        report.flows = vec![slow, stateless];
+        falling_behind(&mut report, 1.0);
+        assert!(report.flows[0].warnings[0].contains("took 0.9 s of a 1 s trigger interval"));
+        assert!(report.flows[1].warnings.is_empty());
+        report.flows[0].warnings.clear();
+        falling_behind(&mut report, 2.0);
+        assert!(report.flows[0].warnings.is_empty());
     }
 }

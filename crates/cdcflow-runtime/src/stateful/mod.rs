@@ -75,24 +75,6 @@ fn growing(before: Option<&store::Meta>, metrics: &StateMetrics) -> u32 {
     }
 }
 
-/// In `cdcflow run --continuous`, warns on each stateful flow whose batch took 80% of
-/// the trigger interval or more: the batches fall behind the interval (Spark's "current
-/// batch is falling behind"), and the state's merge grows with it.
-pub fn falling_behind(report: &mut crate::report::RunReport, interval_seconds: f64) {
-    if interval_seconds <= 0.0 {
-        return;
-    }
-    for f in report.flows.iter_mut().filter(|f| f.state.is_some()) {
-        let took = f.millis as f64 / 1000.0;
-        if took >= 0.8 * interval_seconds {
-            f.warnings.push(format!(
-                "the batch took {took:.1} s of a {interval_seconds} s trigger interval: the flow falls behind it; a longer interval gives larger batches, or the state (now {} rows) is too large for the interval",
-                f.state.as_ref().map_or(0, |s| s.rows_total)
-            ));
-        }
-    }
-}
-
 fn growing_warning(batches: u32, metrics: &StateMetrics) -> Option<String> {
     (batches >= GROWING_WARNS_AFTER).then(|| {
         format!(
@@ -299,23 +281,6 @@ mod tests {
             watermark_micros,
             ..StateMetrics::default()
         }
-    }
-
-    #[test]
-    fn a_stateful_batch_near_the_trigger_interval_is_said() {
-        let mut report = crate::report::RunReport::default();
-        let mut slow = crate::report::FlowReport::new("agg", "t", "append");
-        slow.millis = 900;
-        slow.state = Some(after(5, 0));
-        let mut stateless = crate::report::FlowReport::new("copy", "u", "append");
-        stateless.millis = 5_000;
-        report.flows = vec![slow, stateless];
-        falling_behind(&mut report, 1.0);
-        assert!(report.flows[0].warnings[0].contains("took 0.9 s of a 1 s trigger interval"));
-        assert!(report.flows[1].warnings.is_empty());
-        report.flows[0].warnings.clear();
-        falling_behind(&mut report, 2.0);
-        assert!(report.flows[0].warnings.is_empty());
     }
 
     #[test]
