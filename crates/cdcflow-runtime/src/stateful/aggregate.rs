@@ -204,19 +204,33 @@ pub(crate) async fn step(
         .project(exprs)?
         .build()?;
     let rows = ctx.execute_logical_plan(rows_plan).await?.collect().await?;
-    let max_plan = LogicalPlanBuilder::from(without_event_time_filters(&input, sa)?)
-        .aggregate(Vec::<Expr>::new(), vec![max(event_time).alias("m")])?
-        .build()?;
-    let greatest = ctx
-        .execute_logical_plan(max_plan)
-        .await?
-        .collect()
-        .await?
-        .first()
-        .and_then(|b| {
-            let m = b.column(0).as_primitive::<Int64Type>();
-            (b.num_rows() > 0 && m.is_valid(0)).then(|| m.value(0))
-        });
+    // The greatest event time: over the rows read, unless the query filters on the
+    // event time, whose filters the watermark does not see (then a second scan).
+    let greatest = match without_event_time_filters(&input, sa)? {
+        None => rows
+            .iter()
+            .filter_map(|b| {
+                let et = b
+                    .column(b.schema().index_of("et").ok()?)
+                    .as_primitive::<Int64Type>();
+                datafusion::arrow::compute::max(et)
+            })
+            .max(),
+        Some(unfiltered) => {
+            let max_plan = LogicalPlanBuilder::from(unfiltered)
+                .aggregate(Vec::<Expr>::new(), vec![max(event_time).alias("m")])?
+                .build()?;
+            ctx.execute_logical_plan(max_plan)
+                .await?
+                .collect()
+                .await?
+                .first()
+                .and_then(|b| {
+                    let m = b.column(0).as_primitive::<Int64Type>();
+                    (b.num_rows() > 0 && m.is_valid(0)).then(|| m.value(0))
+                })
+        }
+    };
 
     // 1. Each row in each of its windows, split into late and kept.
     let mut kept = Split::default();
@@ -665,11 +679,11 @@ fn finalize(
 }
 
 /// `input` without the filter conjuncts on the event time, for the greatest event time
-/// Spark's watermark operator sees.
+/// Spark's watermark operator sees; `None` when it has none.
 fn without_event_time_filters(
     input: &LogicalPlan,
     sa: &StreamAggregate,
-) -> Result<LogicalPlan, RunError> {
+) -> Result<Option<LogicalPlan>, RunError> {
     let w = &sa.watermark;
     let out = input.clone().transform_up(|node| {
         let LogicalPlan::Filter(f) = &node else {
@@ -691,7 +705,7 @@ fn without_event_time_filters(
         };
         Ok(Transformed::yes(plan))
     })?;
-    Ok(out.data)
+    Ok(out.transformed.then_some(out.data))
 }
 
 /// `plan` with the stateful operator's `node` replaced by `rows` (the node's output
