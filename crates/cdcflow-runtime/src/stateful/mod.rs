@@ -109,39 +109,18 @@ pub(crate) async fn run(
     let watermark_micros = meta.as_ref().map_or(0, |m| m.watermark_micros);
     let seen_rows = meta.as_ref().is_some_and(|m| m.seen_rows);
     let mut part = |name: &str| parts.remove(name).unwrap_or_default();
-    match op {
+    // Each operator's batch: its rows to append, the node they replace, its state.
+    let (node, emitted, late, metrics, after, parts) = match op {
         StatefulOp::Aggregate(sa) => {
             let before = aggregate::Before {
                 watermark_micros,
                 seen_rows,
                 rows: part("groups"),
             };
-            let stepped = aggregate::step(&rc.ctx, sa, before, sa.watermark.delay_micros).await?;
-            let growing_batches = growing(meta.as_ref(), &stepped.metrics);
-            let meta = store::Meta {
-                batch,
-                watermark_micros: stepped.watermark_micros,
-                seen_rows: stepped.seen_rows,
-                inputs: Default::default(),
-                rows: stepped.metrics.rows_total,
-                growing_batches,
-                operator,
-            };
-            let schema = aggregate::state_schema(sa);
-            store.write(
-                &meta,
-                &[store::Part {
-                    name: "groups",
-                    schema: &schema,
-                    rows: &stepped.open,
-                }],
-            )?;
-            Ok(Batch {
-                plan: aggregate::above(plan, &sa.node, stepped.closed)?,
-                late: stepped.late,
-                warning: growing_warning(growing_batches, &stepped.metrics),
-                metrics: stepped.metrics,
-            })
+            let s = aggregate::step(&rc.ctx, sa, before, sa.watermark.delay_micros).await?;
+            let after = (s.watermark_micros, s.seen_rows, Default::default());
+            let parts = vec![("groups", aggregate::state_schema(sa), s.open)];
+            (&sa.node, s.closed, s.late, s.metrics, after, parts)
         }
         StatefulOp::Join(sj) => {
             let before = join::Before {
@@ -150,44 +129,37 @@ pub(crate) async fn run(
                 left: part("left"),
                 right: part("right"),
             };
-            let stepped = join::step(&rc.ctx, sj, before, batch).await?;
-            let growing_batches = growing(meta.as_ref(), &stepped.metrics);
-            let meta = store::Meta {
-                batch,
-                watermark_micros: stepped.watermark_micros,
-                seen_rows: stepped.seen_rows,
-                inputs: stepped.inputs,
-                rows: stepped.metrics.rows_total,
-                growing_batches,
-                operator,
-            };
-            let (left, right) = (
-                join::side_schema(sj.join.left.schema()),
-                join::side_schema(sj.join.right.schema()),
-            );
-            store.write(
-                &meta,
-                &[
-                    store::Part {
-                        name: "left",
-                        schema: &left,
-                        rows: &stepped.left,
-                    },
-                    store::Part {
-                        name: "right",
-                        schema: &right,
-                        rows: &stepped.right,
-                    },
-                ],
-            )?;
-            Ok(Batch {
-                plan: aggregate::above(plan, &sj.node, stepped.emitted)?,
-                late: stepped.late,
-                warning: growing_warning(growing_batches, &stepped.metrics),
-                metrics: stepped.metrics,
-            })
+            let s = join::step(&rc.ctx, sj, before, batch).await?;
+            let after = (s.watermark_micros, s.seen_rows, s.inputs);
+            let parts = vec![
+                ("left", join::side_schema(sj.join.left.schema()), s.left),
+                ("right", join::side_schema(sj.join.right.schema()), s.right),
+            ];
+            (&sj.node, s.emitted, s.late, s.metrics, after, parts)
         }
-    }
+    };
+    let growing_batches = growing(meta.as_ref(), &metrics);
+    let (watermark_micros, seen_rows, inputs) = after;
+    let meta = store::Meta {
+        batch,
+        watermark_micros,
+        seen_rows,
+        inputs,
+        rows: metrics.rows_total,
+        growing_batches,
+        operator,
+    };
+    let parts: Vec<store::Part<'_>> = parts
+        .iter()
+        .map(|(name, schema, rows)| store::Part { name, schema, rows })
+        .collect();
+    store.write(&meta, &parts)?;
+    Ok(Batch {
+        plan: aggregate::above(plan, node, emitted)?,
+        late,
+        warning: growing_warning(growing_batches, &metrics),
+        metrics,
+    })
 }
 
 /// The stateful operator as `cdcflow explain` shows it above the flow's plan: what it
