@@ -225,3 +225,41 @@ fn explain_analyze_runs_each_query_over_its_next_batch_and_commits_nothing() {
     assert!(applied.contains("rows_written="), "{text}");
     assert!(applied.contains("apply_time="), "{text}");
 }
+
+#[test]
+fn explain_shows_a_stateful_operator_with_its_watermark_and_state_and_analyze_writes_no_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let case = repo().join("tests/run/stream_tumbling");
+    for f in ["pipeline.yaml", "flows.sql"] {
+        fs::copy(case.join(f), dir.path().join(f)).expect("copy");
+    }
+    copy_dir(&case.join("steps/1/files"), dir.path());
+    let p = dir.path().to_str().expect("path");
+    assert!(cdcflow(&["run", "-p", p]).status.success());
+    copy_dir(&case.join("steps/2/files"), dir.path());
+    let before = listing(dir.path());
+
+    let out = cdcflow(&["explain", "-p", p, "--physical"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // The operator in the plan, over the projection of its keys and event time, with
+    // the watermark and state the first run left.
+    assert!(
+        text.contains("StatefulAggregateExec: mode=append, keys=[e.k, window(e.ts"),
+        "{text}"
+    );
+    assert!(
+        text.contains("watermark=2026-01-01T00:01:10Z, state=1 row(s) in 1 file(s)"),
+        "{text}"
+    );
+    assert!(text.contains("et, "), "{text}");
+
+    let out = cdcflow(&["explain", "-p", p, "--analyze"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // Spark's state metrics, as the operator's own.
+    assert!(text.contains("numRowsDroppedByWatermark=1"), "{text}");
+    assert!(text.contains("numRowsTotal="), "{text}");
+    // Nothing written: no state version, table or checkpoint changed.
+    assert_eq!(before, listing(dir.path()));
+}

@@ -221,7 +221,9 @@ fn run_cdcflow(
     let mut total = Duration::ZERO;
     let mut peak_kib = 0u64;
     let mut appended = 0u64;
-    println!("batch  seconds  events/s  state rows  state bytes  appended  peak RSS MiB");
+    println!(
+        "batch  seconds  events/s  state rows  disk bytes  memory bytes  appended  peak RSS MiB"
+    );
     for b in 0..batches {
         for (from, folder) in files(b) {
             let landed = pipeline
@@ -274,10 +276,11 @@ fn run_cdcflow(
         let written = report["rows_written"].as_u64().unwrap_or(0);
         appended += written;
         println!(
-            "{b:>5}  {:>7.2}  {:>8.0}  {:>10}  {:>11}  {:>8}  {:>12.0}",
+            "{b:>5}  {:>7.2}  {:>8.0}  {:>10}  {:>10}  {:>12}  {:>8}  {:>12.0}",
             took.as_secs_f64(),
             per_batch as f64 / took.as_secs_f64(),
             report["state"]["rows_total"],
+            report["state"]["state_bytes"],
             report["state"]["memory_used_bytes"],
             written,
             rss as f64 / 1024.0

@@ -273,10 +273,11 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         }
         if let Some(state) = &f.state {
             outln!(
-                "{:width$}  watermark {}, state: {} row(s), {}",
+                "{:width$}  watermark {}, state: {} row(s) in {} file(s), {}",
                 "",
                 state.watermark,
                 state.groups,
+                state.files,
                 cdcflow_runtime::sizes::bytes(state.bytes)
             );
         }

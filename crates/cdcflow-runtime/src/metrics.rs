@@ -88,7 +88,7 @@ impl Metrics {
                 escape(flow)
             )
         };
-        let series: [Series; 10] = [
+        let series: [Series; 11] = [
             (
                 "cdcflow_lag_seconds",
                 "gauge",
@@ -131,8 +131,14 @@ impl Metrics {
             (
                 "cdcflow_state_memory_bytes",
                 "gauge",
-                "Memory of the groups held (Spark's memoryUsedBytes).",
+                "The most state a stateful flow's last batch held in memory at once (Spark's memoryUsedBytes; the state is kept on disk).",
                 |m| m.state.as_ref().map(|s| s.memory_used_bytes as f64),
+            ),
+            (
+                "cdcflow_state_disk_bytes",
+                "gauge",
+                "Bytes of a stateful flow's state files after its last batch.",
+                |m| m.state.as_ref().map(|s| s.state_bytes as f64),
             ),
             (
                 "cdcflow_watermark_seconds",

@@ -104,29 +104,33 @@ impl QueryBatch {
                 "{n} malformed record(s) quarantined in `{table}` (file and line kept; query it with cdcflow query)"
             ));
         }
-        let mut plan = flow.plan_with(&self.planner)?;
+        let plan = flow.plan_with(&self.planner)?;
         let stateful = match mode {
             Mode::Append => crate::stateful::find(rc, flow, &plan)?,
             _ => None,
         };
-        if let Some(op) = stateful {
-            let dir = self.checkpoint.dir().to_path_buf();
-            let done =
-                crate::stateful::run(rc, flow, plan, &op, &dir, self.progress.committed, batch)
-                    .await?;
-            if let Some(late) = done.late {
-                let n = late.num_rows();
-                let table =
-                    crate::stateful::late::write(flow, &self.dir, &self.app, batch, late).await?;
-                report.warnings.push(format!(
-                    "{n} row(s) arrived after the watermark had closed their window and were not aggregated; they are kept in `{table}`"
-                ));
+        let (schema, batches) = match stateful {
+            Some(op) => {
+                let dir = self.checkpoint.dir();
+                let at = (self.progress.committed, batch);
+                let (plan, run) = crate::stateful::plan(flow, plan, &op, dir, at, false)?;
+                let out = execute(&crate::stateful::session(rc), plan).await?;
+                let done = crate::stateful::finish(&run)?;
+                if let Some(late) = done.late {
+                    let n = late.num_rows();
+                    let table =
+                        crate::stateful::late::write(flow, &self.dir, &self.app, batch, late)
+                            .await?;
+                    report.warnings.push(format!(
+                        "{n} row(s) arrived after the watermark had closed their window and were not aggregated; they are kept in `{table}`"
+                    ));
+                }
+                report.warnings.extend(done.warning);
+                report.state = Some(done.metrics);
+                out
             }
-            report.warnings.extend(done.warning);
-            report.state = Some(done.metrics);
-            plan = done.plan;
-        }
-        let (schema, batches) = execute(rc, plan).await?;
+            None => execute(&rc.ctx, plan).await?,
+        };
         // The target's rules, then the columns it makes and declares, in that order:
         // expectations see the query's rows, the table stores the declared ones.
         let (schema, batches) = match rc.pipeline.dataset(&flow.target) {
@@ -282,41 +286,38 @@ pub(crate) async fn explain(
     let mut report = FlowReport::new(&flow.name, &flow.target, "explain");
     batch.read_inputs(rc, flow, &mut report).await?;
     let logical = flow.plan_with(&batch.planner)?;
-    // The stateful operator runs around the plan: shown above it, with its state.
-    let stateful = match crate::stateful::find(rc, flow, &logical)? {
-        Some(op) => crate::stateful::describe(
-            &op,
-            batch.checkpoint.dir(),
-            &flow.name,
-            batch.progress.committed,
-        ),
-        None => String::new(),
+    // A stateful operator is planned in its place, over the state as it is: the batch
+    // runs for `analyze` and writes no state.
+    let (logical, ctx) = match crate::stateful::find(rc, flow, &logical)? {
+        Some(op) => {
+            let at = (batch.progress.committed, batch.inputs.offsets.batch);
+            let (plan, _run) =
+                crate::stateful::plan(flow, logical, &op, batch.checkpoint.dir(), at, true)?;
+            (plan, crate::stateful::session(rc))
+        }
+        None => (logical, rc.ctx.clone()),
     };
-    let physical = rc.ctx.state().create_physical_plan(&logical).await?;
+    let physical = ctx.state().create_physical_plan(&logical).await?;
     if !analyze {
-        return Ok(format!(
-            "{stateful}{}",
-            displayable(physical.as_ref()).indent(true)
-        ));
+        return Ok(displayable(physical.as_ref()).indent(true).to_string());
     }
-    let mut rows = execute_stream(Arc::clone(&physical), rc.ctx.task_ctx())?;
+    let mut rows = execute_stream(Arc::clone(&physical), ctx.task_ctx())?;
     while let Some(batch) = rows.next().await {
         batch?;
     }
-    Ok(format!(
-        "{stateful}{}",
-        DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true)
-    ))
+    Ok(DisplayableExecutionPlan::with_metrics(physical.as_ref())
+        .indent(true)
+        .to_string())
 }
 
 /// Runs the flow's plan (bound to the batch's input); the result's columns are all
 /// nullable, as stored.
 async fn execute(
-    rc: &RunContext,
+    ctx: &datafusion::prelude::SessionContext,
     plan: datafusion::logical_expr::LogicalPlan,
 ) -> Result<(SchemaRef, Vec<RecordBatch>), RunError> {
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
-    let batches = rc.ctx.execute_logical_plan(plan).await?.collect().await?;
+    let batches = ctx.execute_logical_plan(plan).await?.collect().await?;
     let stored: SchemaRef = Arc::new(Schema::new(
         schema
             .fields()

@@ -11,7 +11,13 @@
 //!    down), and the groups it closes are emitted and leave the state.
 //!
 //! Spark runs step 3's closing in a second, data-less batch; the rows it appends are
-//! the same. The greatest event time is taken over the rows that pass the query's
+//! the same.
+//!
+//! The groups are kept in buckets of the time they close at ([`bucket_of`]: a window's
+//! end, a stretch of event time for a plain event-time key, one bucket for sessions,
+//! whose groups merge): a batch opens only the buckets its rows fall in and those its
+//! watermark closes groups of, one at a time, so memory holds one bucket and a batch
+//! rewrites only what it changed ([`super::store`]). The greatest event time is taken over the rows that pass the query's
 //! filters on other columns (Spark pushes those below its watermark operator, and
 //! not those on the event time).
 
@@ -33,60 +39,23 @@ use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast as cast_expr, col};
 use datafusion::prelude::SessionContext;
 
+use super::metrics::StateMetrics;
+use super::store::Version;
 use crate::RunError;
 
-/// What one batch did to the state, as Spark's state operator metrics name it.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct StateMetrics {
-    /// Groups held after the batch (`numRowsTotal`).
-    pub rows_total: u64,
-    /// Groups the batch's rows updated or created (`numRowsUpdated`).
-    pub rows_updated: u64,
-    /// Groups the watermark closed, emitted and removed (`numRowsRemoved`).
-    pub rows_removed: u64,
-    /// The state's size in memory (`memoryUsedBytes`).
-    pub memory_used_bytes: u64,
-    /// Rows (one per window) dropped as late (`numRowsDroppedByWatermark`).
-    pub rows_dropped_by_watermark: u64,
-    /// The watermark after the batch, in microseconds since the epoch.
-    pub watermark_micros: i64,
-}
-
-impl StateMetrics {
-    /// One line, as the event log, `run` and `status` show it.
-    pub fn summary(&self) -> String {
-        format!(
-            "{} row(s) held ({} updated, {} closed or let go, {} bytes), {} row(s) dropped as late, watermark {}",
-            self.rows_total,
-            self.rows_updated,
-            self.rows_removed,
-            self.memory_used_bytes,
-            self.rows_dropped_by_watermark,
-            format_micros(self.watermark_micros)
-        )
-    }
-}
-
-/// A time in microseconds since the epoch, as `cdcflow query` prints a TIMESTAMP.
-pub fn format_micros(micros: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(micros)
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string())
-        .unwrap_or_else(|| micros.to_string())
-}
-
-/// The state before a batch.
+/// The state before a batch (its rows are in the version being written).
 pub(crate) struct Before {
     pub watermark_micros: i64,
     pub seen_rows: bool,
-    pub rows: Vec<RecordBatch>,
 }
 
-/// A batch's result.
+/// The state's part holding the groups.
+pub(crate) const GROUPS: &str = "groups";
+
+/// A batch's result (the open groups are written into the version).
 pub(crate) struct Stepped {
     /// The closed groups, in the aggregation's output columns (named `c0`, `c1`, …).
     pub closed: RecordBatch,
-    /// The open groups: the state after the batch, of [`state_schema`].
-    pub open: Vec<RecordBatch>,
     pub watermark_micros: i64,
     pub seen_rows: bool,
     /// The late rows, as the aggregation's input had them, with why and when.
@@ -165,72 +134,101 @@ pub(crate) fn operator_fingerprint(sa: &StreamAggregate) -> String {
     )
 }
 
-/// Runs one batch over the rows the aggregation's input gives now.
-pub(crate) async fn step(
-    ctx: &SessionContext,
-    sa: &StreamAggregate,
-    before: Before,
-    delay_micros: i64,
-) -> Result<Stepped, RunError> {
+/// The bucket a group closing at `evict` is kept in: a window's end (one bucket per
+/// end), a quarter of the delay of event time for a plain event-time key (at least a
+/// second), all of a session window's groups in one, and the groups no watermark
+/// closes (a null event time) in their own.
+pub(crate) fn bucket_of(sa: &StreamAggregate, evict: Option<i64>) -> i64 {
+    let Some(evict) = evict else {
+        return i64::MAX;
+    };
+    match (sa.event_time.window, sa.event_time.session_gap) {
+        (Some(w), _) => evict.div_euclid(w.slide.max(1)),
+        (None, Some(_)) => 0,
+        (None, None) => evict.div_euclid((sa.watermark.delay_micros / 4).max(1_000_000)),
+    }
+}
+
+/// The event time in microseconds, whatever the column's unit.
+fn event_time(sa: &StreamAggregate) -> Expr {
+    cast_expr(
+        cast_expr(Expr::Column(sa.event_column.clone()), TS),
+        DataType::Int64,
+    )
+}
+
+/// The aggregation's input rows as the operator reads them: the group keys other than
+/// the window (`g<i>`), the event time (`et`, microseconds), the aggregates' arguments
+/// (`a<j>`), then the input's own columns (`in<k>`, for the late table).
+pub(crate) fn rows_plan(sa: &StreamAggregate) -> Result<LogicalPlan, RunError> {
     let input = sa.aggregate.input.as_ref().clone();
-    let in_schema = Arc::clone(input.schema());
-    let window = sa.event_time.window;
-    let session = sa.event_time.session_gap;
     let windowed = sa.event_time.is_window();
-    let groups = sa.aggregate.group_expr.len();
-    // The input's rows, with their keys, event time and arguments evaluated.
     let mut exprs: Vec<Expr> = Vec::new();
     for (i, g) in sa.aggregate.group_expr.iter().enumerate() {
         if !(i == sa.event_time.index && windowed) {
             exprs.push(unalias(g).clone().alias(format!("g{i}")));
         }
     }
-    // Microseconds, whatever the column's unit.
-    let event_time = cast_expr(
-        cast_expr(Expr::Column(sa.event_column.clone()), TS),
-        DataType::Int64,
-    );
-    exprs.push(event_time.clone().alias("et"));
+    exprs.push(event_time(sa).alias("et"));
     for (j, f) in sa.functions.iter().enumerate() {
         if let Some(a) = &f.arg {
             exprs.push(a.clone().alias(format!("a{j}")));
         }
     }
-    let passed = exprs.len();
-    for (k, c) in in_schema.columns().into_iter().enumerate() {
+    for (k, c) in input.schema().columns().into_iter().enumerate() {
         exprs.push(Expr::Column(c).alias(format!("in{k}")));
     }
-    let rows_plan = LogicalPlanBuilder::from(input.clone())
-        .project(exprs)?
-        .build()?;
-    let rows = ctx.execute_logical_plan(rows_plan).await?.collect().await?;
-    // The greatest event time: over the rows read, unless the query filters on the
-    // event time, whose filters the watermark does not see (then a second scan).
-    let greatest = match without_event_time_filters(&input, sa)? {
-        None => rows
-            .iter()
-            .filter_map(|b| {
-                let et = b
-                    .column(b.schema().index_of("et").ok()?)
-                    .as_primitive::<Int64Type>();
-                datafusion::arrow::compute::max(et)
-            })
-            .max(),
-        Some(unfiltered) => {
-            let max_plan = LogicalPlanBuilder::from(unfiltered)
-                .aggregate(Vec::<Expr>::new(), vec![max(event_time).alias("m")])?
-                .build()?;
-            ctx.execute_logical_plan(max_plan)
-                .await?
-                .collect()
-                .await?
-                .first()
-                .and_then(|b| {
-                    let m = b.column(0).as_primitive::<Int64Type>();
-                    (b.num_rows() > 0 && m.is_valid(0)).then(|| m.value(0))
-                })
-        }
+    Ok(LogicalPlanBuilder::from(input).project(exprs)?.build()?)
+}
+
+/// When the query filters on the event time, whose filters the watermark does not
+/// see: a plan of one row, the greatest event time over the input without them (`m`).
+/// `None`: the greatest event time is taken over the rows read ([`greatest_read`]).
+pub(crate) fn greatest_plan(sa: &StreamAggregate) -> Result<Option<LogicalPlan>, RunError> {
+    let Some(unfiltered) = without_event_time_filters(&sa.aggregate.input, sa)? else {
+        return Ok(None);
     };
+    Ok(Some(
+        LogicalPlanBuilder::from(unfiltered)
+            .aggregate(Vec::<Expr>::new(), vec![max(event_time(sa)).alias("m")])?
+            .build()?,
+    ))
+}
+
+/// The greatest event time among rows of [`rows_plan`] (`et`), or of the one row of
+/// [`greatest_plan`] (`m`).
+pub(crate) fn greatest_read(rows: &[RecordBatch], column: &str) -> Option<i64> {
+    rows.iter()
+        .filter_map(|b| {
+            let values = b
+                .column(b.schema().index_of(column).ok()?)
+                .as_primitive::<Int64Type>();
+            datafusion::arrow::compute::max(values)
+        })
+        .max()
+}
+
+/// Runs one batch over the aggregation's input `rows` (of [`rows_plan`]) whose
+/// greatest event time is `greatest`, the state's groups taken from and written into
+/// `version`.
+pub(crate) async fn step(
+    ctx: &SessionContext,
+    sa: &StreamAggregate,
+    before: Before,
+    version: &mut Version,
+    rows: &[RecordBatch],
+    greatest: Option<i64>,
+) -> Result<Stepped, RunError> {
+    let delay_micros = sa.watermark.delay_micros;
+    let in_schema = Arc::clone(sa.aggregate.input.schema());
+    let window = sa.event_time.window;
+    let session = sa.event_time.session_gap;
+    let windowed = sa.event_time.is_window();
+    let groups = sa.aggregate.group_expr.len();
+    // The columns of `rows` before the input's own.
+    let passed = rows
+        .first()
+        .map_or(0, |b| b.num_columns() - in_schema.fields().len());
 
     // 1. Each row in each of its windows, split into late and kept.
     let mut kept = Split::default();
@@ -238,7 +236,7 @@ pub(crate) async fn step(
     let mut dropped = 0u64;
     let mut kept_batches = Vec::new();
     let mut late_batches = Vec::new();
-    for batch in &rows {
+    for batch in rows {
         let et = batch
             .column(batch.schema().index_of("et")?)
             .as_primitive::<Int64Type>();
@@ -282,7 +280,121 @@ pub(crate) async fn step(
         }
     }
 
-    // 2. Merged with the state, per group.
+    // 2. The watermark moves to the batch's greatest event time less the delay.
+    let seen_rows = before.seen_rows || greatest.is_some();
+    let watermark = match greatest {
+        Some(g) => before.watermark_micros.max(g.saturating_sub(delay_micros)),
+        None => before.watermark_micros,
+    };
+    let mut metrics = StateMetrics {
+        rows_dropped_by_watermark: dropped,
+        watermark_micros: watermark,
+        ..StateMetrics::default()
+    };
+
+    // 3. Bucket by bucket, the batch's rows merged with the state, and what the
+    //    watermark closes emitted.
+    let state_schema = state_schema(sa);
+    let evict_index = state_schema.index_of("evict")?;
+    let mut new_rows = by_bucket(sa, kept_batches, evict_index)?;
+    let closing = version
+        .carried()
+        .iter()
+        .filter(|f| f.part == GROUPS && f.closes_from.is_some_and(|c| c <= watermark))
+        .map(|f| f.bucket);
+    let buckets: std::collections::BTreeSet<i64> =
+        new_rows.keys().copied().chain(closing).collect();
+    let mut closed = Vec::new();
+    for bucket in buckets {
+        let state = version.take(GROUPS, bucket)?;
+        let new = new_rows.remove(&bucket).unwrap_or_default();
+        let held: usize = state
+            .iter()
+            .chain(&new)
+            .map(RecordBatch::get_array_memory_size)
+            .sum();
+        let merged = merge(ctx, sa, state, new).await?;
+        let mut open = Vec::new();
+        for b in merged {
+            let touched = b.column(b.num_columns() - 1).as_primitive::<Int64Type>();
+            metrics.rows_updated += touched.iter().filter(|t| *t == Some(1)).count() as u64;
+            let evict = b.column(evict_index).as_primitive::<Int64Type>();
+            let closes: BooleanArray = evict
+                .iter()
+                .map(|e| Some(e.is_some_and(|e| e <= watermark)))
+                .collect();
+            let stays = datafusion::arrow::compute::not(&closes)?;
+            let b = b.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())?;
+            let b = RecordBatch::try_new(Arc::clone(&state_schema), b.columns().to_vec())?;
+            let shut = filter_record_batch(&b, &closes)?;
+            metrics.rows_removed += shut.num_rows() as u64;
+            closed.push(shut);
+            open.push(filter_record_batch(&b, &stays)?);
+        }
+        let open = datafusion::arrow::compute::concat_batches(&state_schema, &open)?;
+        let closes_from =
+            datafusion::arrow::compute::min(open.column(evict_index).as_primitive::<Int64Type>());
+        metrics.memory_used_bytes = metrics
+            .memory_used_bytes
+            .max((held + open.get_array_memory_size()) as u64);
+        version.put(GROUPS, bucket, &state_schema, &[open], closes_from)?;
+    }
+    metrics.rows_total = version.rows();
+    metrics.state_bytes = version.bytes();
+    let closed = datafusion::arrow::compute::concat_batches(&state_schema, &closed)?;
+    let late = match late_batches.is_empty() {
+        true => None,
+        false => Some(datafusion::arrow::compute::concat_batches(
+            &late_batches[0].schema(),
+            &late_batches,
+        )?),
+    };
+    Ok(Stepped {
+        closed: finalize(sa, &closed, groups)?,
+        watermark_micros: watermark,
+        seen_rows,
+        late,
+        metrics,
+    })
+}
+
+/// The batch's state rows split by the bucket of their close time.
+fn by_bucket(
+    sa: &StreamAggregate,
+    batches: Vec<RecordBatch>,
+    evict_index: usize,
+) -> Result<std::collections::BTreeMap<i64, Vec<RecordBatch>>, RunError> {
+    let mut out: std::collections::BTreeMap<i64, Vec<RecordBatch>> = Default::default();
+    for b in batches {
+        let evict = b.column(evict_index).as_primitive::<Int64Type>();
+        let mut rows: std::collections::BTreeMap<i64, Vec<u32>> = Default::default();
+        for (r, row) in (0..b.num_rows()).zip(0u32..) {
+            let e = evict.is_valid(r).then(|| evict.value(r));
+            rows.entry(bucket_of(sa, e)).or_default().push(row);
+        }
+        for (bucket, rows) in rows {
+            let indices = UInt32Array::from(rows);
+            let columns = b
+                .columns()
+                .iter()
+                .map(|c| take(c, &indices, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            out.entry(bucket)
+                .or_default()
+                .push(RecordBatch::try_new(b.schema(), columns)?);
+        }
+    }
+    Ok(out)
+}
+
+/// One bucket's kept groups (`state`) and the batch's rows in it (`new`, a state row
+/// each) merged per group, each group marked (`touched`) when the batch changed it.
+async fn merge(
+    ctx: &SessionContext,
+    sa: &StreamAggregate,
+    state: Vec<RecordBatch>,
+    new: Vec<RecordBatch>,
+) -> Result<Vec<RecordBatch>, RunError> {
     let state_schema = state_schema(sa);
     let touched_schema = with_touched(&state_schema);
     let mark = |batches: Vec<RecordBatch>, touched: i64| -> Result<Vec<RecordBatch>, RunError> {
@@ -296,8 +408,8 @@ pub(crate) async fn step(
             })
             .collect()
     };
-    let mut all = mark(before.rows, 0)?;
-    all.extend(mark(kept_batches, 1)?);
+    let mut all = mark(state, 0)?;
+    all.extend(mark(new, 1)?);
     let key_names: Vec<String> = state_schema
         .fields()
         .iter()
@@ -305,7 +417,7 @@ pub(crate) async fn step(
         .map(|f| f.name().clone())
         .collect();
     // Sessions of a key that meet are one: numbered, and merged by their number.
-    let (all, schema, keys, mut merges) = match session {
+    let (all, schema, keys, mut merges) = match sa.event_time.session_gap {
         Some(_) => {
             let groups: Vec<String> = key_names
                 .iter()
@@ -343,7 +455,7 @@ pub(crate) async fn step(
         }
     }
     merges.push(max(col("touched")).alias("touched"));
-    let merged = ctx
+    Ok(ctx
         .read_table(Arc::new(table))?
         .aggregate(keys, merges)?
         .select(
@@ -354,64 +466,7 @@ pub(crate) async fn step(
                 .collect::<Vec<_>>(),
         )?
         .collect()
-        .await?;
-
-    // 3. The watermark moves; what it closes is emitted.
-    let seen_rows = before.seen_rows || greatest.is_some();
-    let watermark = match greatest {
-        Some(g) => before.watermark_micros.max(g.saturating_sub(delay_micros)),
-        None => before.watermark_micros,
-    };
-    let mut metrics = StateMetrics {
-        rows_dropped_by_watermark: dropped,
-        watermark_micros: watermark,
-        ..StateMetrics::default()
-    };
-    let evict_index = state_schema.index_of("evict")?;
-    let mut open = Vec::new();
-    let mut closed = Vec::new();
-    for b in merged {
-        let touched = b.column(b.num_columns() - 1).as_primitive::<Int64Type>();
-        metrics.rows_updated += touched.iter().filter(|t| *t == Some(1)).count() as u64;
-        let evict = b.column(evict_index).as_primitive::<Int64Type>();
-        let closes: BooleanArray = evict
-            .iter()
-            .map(|e| Some(e.is_some_and(|e| e <= watermark)))
-            .collect();
-        let stays = datafusion::arrow::compute::not(&closes)?;
-        let b = b.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())?;
-        let b = RecordBatch::try_new(Arc::clone(&state_schema), b.columns().to_vec())?;
-        closed.push(filter_record_batch(&b, &closes)?);
-        open.push(filter_record_batch(&b, &stays)?);
-    }
-    // One batch of its own buffers: filtered batches may share the merge's larger ones,
-    // which would count (and stay in memory) whole.
-    let open: Vec<RecordBatch> = match open.iter().map(RecordBatch::num_rows).sum::<usize>() {
-        0 => Vec::new(),
-        _ => vec![datafusion::arrow::compute::concat_batches(
-            &state_schema,
-            &open,
-        )?],
-    };
-    metrics.rows_total = open.iter().map(|b| b.num_rows() as u64).sum();
-    metrics.rows_removed = closed.iter().map(|b| b.num_rows() as u64).sum();
-    metrics.memory_used_bytes = open.iter().map(|b| b.get_array_memory_size() as u64).sum();
-    let closed = datafusion::arrow::compute::concat_batches(&state_schema, &closed)?;
-    let late = match late_batches.is_empty() {
-        true => None,
-        false => Some(datafusion::arrow::compute::concat_batches(
-            &late_batches[0].schema(),
-            &late_batches,
-        )?),
-    };
-    Ok(Stepped {
-        closed: finalize(sa, &closed, groups)?,
-        open,
-        watermark_micros: watermark,
-        seen_rows,
-        late,
-        metrics,
-    })
+        .await?)
 }
 
 /// `rows` (of `schema`) sorted by their group keys `groups` and window start, with a
@@ -706,36 +761,4 @@ fn without_event_time_filters(
         Ok(Transformed::yes(plan))
     })?;
     Ok(out.transformed.then_some(out.data))
-}
-
-/// `plan` with the stateful operator's `node` replaced by `rows` (the node's output
-/// columns, named `c0`, `c1`, …) under the node's own column names.
-pub(crate) fn above(
-    plan: LogicalPlan,
-    node: &LogicalPlan,
-    rows: RecordBatch,
-) -> Result<LogicalPlan, RunError> {
-    let schema = rows.schema();
-    let table = MemTable::try_new(Arc::clone(&schema), vec![vec![rows]])?;
-    let source = datafusion::datasource::provider_as_source(Arc::new(table));
-    let names = Arc::clone(node.schema());
-    let exprs: Vec<Expr> = (0..names.fields().len())
-        .map(|i| {
-            let (qualifier, field) = names.qualified_field(i);
-            col(format!("c{i}")).alias_qualified(qualifier.cloned(), field.name())
-        })
-        .collect();
-    let replacement = LogicalPlanBuilder::scan("__stateful_rows", source, None)?
-        .project(exprs)?
-        .build()?;
-    let out = plan.transform_up(|n| {
-        if &n == node {
-            return Ok(Transformed::yes(replacement.clone()));
-        }
-        Ok(Transformed::no(n))
-    })?;
-    let replaced = out.data;
-    Ok(replaced
-        .transform_up(|n| Ok(Transformed::yes(n.recompute_schema()?)))?
-        .data)
 }

@@ -30,8 +30,13 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast as cast_expr, col};
 use datafusion::prelude::SessionContext;
 
-use super::aggregate::StateMetrics;
+use super::metrics::StateMetrics;
 use crate::RunError;
+
+/// The state's parts: each side's rows, kept whole (a later row of the other side may
+/// match, and mark, any of them).
+pub(crate) const LEFT: &str = "left";
+pub(crate) const RIGHT: &str = "right";
 
 const TS: DataType = DataType::Timestamp(TimeUnit::Microsecond, None);
 
@@ -92,15 +97,12 @@ pub(crate) fn operator_fingerprint(sj: &StreamJoin) -> String {
     )
 }
 
-/// A side's new rows, in its state's columns (not yet matched), and the greatest event
-/// time among them.
-async fn new_rows(
-    ctx: &SessionContext,
+/// A side's input rows as the join reads them: its columns (`c0`, `c1`, …) and its
+/// event time (`__t`, microseconds).
+pub(crate) fn side_rows_plan(
     input: &LogicalPlan,
     side: &JoinSide,
-    batch: i64,
-) -> Result<(Vec<RecordBatch>, Option<i64>), RunError> {
-    let schema = side_schema(input.schema());
+) -> Result<LogicalPlan, RunError> {
     let mut exprs: Vec<Expr> = input
         .schema()
         .columns()
@@ -115,10 +117,19 @@ async fn new_rows(
         )
         .alias("__t"),
     );
-    let plan = LogicalPlanBuilder::from(input.clone())
+    Ok(LogicalPlanBuilder::from(input.clone())
         .project(exprs)?
-        .build()?;
-    let rows = ctx.execute_logical_plan(plan).await?.collect().await?;
+        .build()?)
+}
+
+/// A side's new rows (of [`side_rows_plan`]) in its state's columns, not yet matched,
+/// each with an id unique in the state, and the greatest event time among them.
+fn new_rows(
+    input: &LogicalPlan,
+    rows: &[RecordBatch],
+    batch: i64,
+) -> Result<(Vec<RecordBatch>, Option<i64>), RunError> {
+    let schema = side_schema(input.schema());
     let mut next = batch << 32;
     let mut greatest: Option<i64> = None;
     let mut out = Vec::with_capacity(rows.len());
@@ -205,16 +216,18 @@ fn side_plan(
     )
 }
 
-/// Runs one batch over the rows the join's two inputs give now.
+/// Runs one batch over the rows the join's two inputs give now (`left`, `right`, of
+/// [`side_rows_plan`]).
 pub(crate) async fn step(
     ctx: &SessionContext,
     sj: &StreamJoin,
     before: Before,
+    (left, right): (&[RecordBatch], &[RecordBatch]),
     batch: i64,
 ) -> Result<Stepped, RunError> {
     let join = &sj.join;
-    let (left_new, left_max) = new_rows(ctx, &join.left, &sj.left, batch).await?;
-    let (right_new, right_max) = new_rows(ctx, &join.right, &sj.right, batch).await?;
+    let (left_new, left_max) = new_rows(&join.left, left, batch)?;
+    let (right_new, right_max) = new_rows(&join.right, right, batch)?;
     let late_mark = before.seen_rows.then_some(before.watermark_micros);
     let (left_new, left_late) = split_late(left_new, late_mark)?;
     let (right_new, right_late) = split_late(right_new, late_mark)?;

@@ -7,18 +7,25 @@
 //! "Stateful streaming", states the rules.
 
 mod aggregate;
+mod aggregate_exec;
 mod join;
+mod join_exec;
 pub mod late;
+mod metrics;
+mod node;
+mod operator;
+mod run;
 mod store;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use cdcflow_plan::Flow;
 use cdcflow_plan::stream_aggregate::{self, StatefulOp};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 
-pub use aggregate::{StateMetrics, format_micros};
+pub use metrics::{StateMetrics, format_micros};
 pub use store::StoredState;
 
 /// The state flow `flow` kept after batch `committed`, for `cdcflow status`.
@@ -32,6 +39,7 @@ pub fn stored_state(
 
 use crate::RunError;
 use crate::context::RunContext;
+use run::StateRun;
 
 /// The stateful operator of `flow`'s plan for this batch, if it has one.
 pub(crate) fn find(
@@ -50,8 +58,6 @@ pub(crate) fn find(
 
 /// What a stateful batch gives the flow's commit.
 pub(crate) struct Batch {
-    /// The flow's plan with the stateful operator replaced by the rows it appends.
-    pub plan: LogicalPlan,
     pub late: Option<RecordBatch>,
     pub metrics: StateMetrics,
     /// Said when the state has grown for [`GROWING_WARNS_AFTER`] batches in a row while
@@ -85,99 +91,78 @@ fn growing_warning(batches: u32, metrics: &StateMetrics) -> Option<String> {
     })
 }
 
-/// Runs batch `batch` of the stateful operator `op` of `flow` (whose last committed
-/// batch is `committed`), writes its state, and gives the plan of the rows to append.
-pub(crate) async fn run(
-    rc: &RunContext,
+/// The plan of batch `batch` of `flow` (whose last committed batch is `committed`):
+/// `plan` with its stateful operator `op` in place ([`node`]), to run in [`session`];
+/// then [`finish`] commits the state the run wrote. `dry` (for `explain`) reads the
+/// state without tidying it and writes none.
+pub(crate) fn plan(
     flow: &Flow,
     plan: LogicalPlan,
     op: &StatefulOp,
     checkpoint_dir: &Path,
-    committed: Option<i64>,
-    batch: i64,
-) -> Result<Batch, RunError> {
+    (committed, batch): (Option<i64>, i64),
+    dry: bool,
+) -> Result<(LogicalPlan, Arc<StateRun>), RunError> {
     let store = store::StateStore::new(checkpoint_dir, &flow.name);
     let operator = match op {
         StatefulOp::Aggregate(sa) => aggregate::operator_fingerprint(sa),
         StatefulOp::Join(sj) => join::operator_fingerprint(sj),
     };
-    let loaded = store.load(committed, &operator)?;
-    let (meta, mut parts): (Option<store::Meta>, _) = match loaded {
-        Some(l) => (Some(l.meta), l.parts),
-        None => (None, Default::default()),
-    };
-    let watermark_micros = meta.as_ref().map_or(0, |m| m.watermark_micros);
-    let seen_rows = meta.as_ref().is_some_and(|m| m.seen_rows);
-    let mut part = |name: &str| parts.remove(name).unwrap_or_default();
-    // Each operator's batch: its rows to append, the node they replace, its state.
-    let (node, emitted, late, metrics, after, parts) = match op {
-        StatefulOp::Aggregate(sa) => {
-            let before = aggregate::Before {
-                watermark_micros,
-                seen_rows,
-                rows: part("groups"),
-            };
-            let s = aggregate::step(&rc.ctx, sa, before, sa.watermark.delay_micros).await?;
-            let after = (s.watermark_micros, s.seen_rows, Default::default());
-            let parts = vec![("groups", aggregate::state_schema(sa), s.open)];
-            (&sa.node, s.closed, s.late, s.metrics, after, parts)
+    let (before, version) = match dry {
+        true => {
+            let before = store.look(committed, &operator)?;
+            let version = store.begin_dry(batch, before.as_ref());
+            (before, version)
         }
-        StatefulOp::Join(sj) => {
-            let before = join::Before {
-                watermark_micros,
-                seen_rows,
-                left: part("left"),
-                right: part("right"),
-            };
-            let s = join::step(&rc.ctx, sj, before, batch).await?;
-            let after = (s.watermark_micros, s.seen_rows, s.inputs);
-            let parts = vec![
-                ("left", join::side_schema(sj.join.left.schema()), s.left),
-                ("right", join::side_schema(sj.join.right.schema()), s.right),
-            ];
-            (&sj.node, s.emitted, s.late, s.metrics, after, parts)
+        false => {
+            let before = store.load(committed, &operator)?;
+            let version = store.begin(batch, before.as_ref())?;
+            (before, version)
         }
     };
-    let growing_batches = growing(meta.as_ref(), &metrics);
-    let (watermark_micros, seen_rows, inputs) = after;
+    let run = Arc::new(StateRun::new(store, before, batch, version, operator));
+    Ok((node::with_node(plan, op, &run)?, run))
+}
+
+/// A session that plans [`node::StatefulNode`]s into their execution plans.
+pub(crate) fn session(rc: &RunContext) -> datafusion::prelude::SessionContext {
+    let state = datafusion::execution::session_state::SessionStateBuilder::new_from_existing(
+        rc.ctx.state(),
+    )
+    .with_query_planner(Arc::new(node::StatefulQueryPlanner))
+    .build();
+    datafusion::prelude::SessionContext::new_with_state(state)
+}
+
+/// Commits the state batch `run` wrote, once its plan has run (before the target's
+/// commit), and gives what the flow's commit reports.
+pub(crate) fn finish(run: &StateRun) -> Result<Batch, RunError> {
+    let (version, outcome) = run.finished()?;
+    let metrics = outcome.metrics;
+    let growing_batches = growing(run.before.as_ref(), &metrics);
     let meta = store::Meta {
-        batch,
-        watermark_micros,
-        seen_rows,
-        inputs,
+        batch: run.batch,
+        watermark_micros: outcome.watermark_micros,
+        seen_rows: outcome.seen_rows,
+        inputs: outcome.inputs,
         rows: metrics.rows_total,
         growing_batches,
-        operator,
+        operator: run.operator.clone(),
+        layout: 0,
+        files: Vec::new(),
     };
-    let parts: Vec<store::Part<'_>> = parts
-        .iter()
-        .map(|(name, schema, rows)| store::Part { name, schema, rows })
-        .collect();
-    store.write(&meta, &parts)?;
+    run.store.commit(version, meta)?;
     Ok(Batch {
-        plan: aggregate::above(plan, node, emitted)?,
-        late,
+        late: outcome.late,
         warning: growing_warning(growing_batches, &metrics),
         metrics,
     })
 }
 
-/// The stateful operator as `cdcflow explain` shows it above the flow's plan: what it
-/// keys by, when its state is let go, the watermark's delay, and the state now.
-pub(crate) fn describe(
-    op: &StatefulOp,
-    checkpoint_dir: &Path,
-    flow: &str,
-    committed: Option<i64>,
-) -> String {
-    let state = match store::StateStore::new(checkpoint_dir, flow).peek(committed) {
-        Some(s) => format!(
-            "watermark {}, {} row(s) held, {} B",
-            s.watermark, s.groups, s.bytes
-        ),
-        None => "no state yet, watermark 1970-01-01T00:00:00Z".to_string(),
-    };
-    let head = match op {
+/// What the operator is, as `explain` shows it: what it keys by, when its state is
+/// let go, the watermark's delay.
+pub(crate) fn describe_op(op: &StatefulOp) -> String {
+    match op {
         StatefulOp::Aggregate(sa) => {
             let keys: Vec<String> = sa
                 .aggregate
@@ -204,7 +189,7 @@ pub(crate) fn describe(
                 None => "group closes at its event time".to_string(),
             };
             format!(
-                "StatefulAggregateExec: mode=append, keys=[{}], aggr=[{}], event_time={} ({closes}), watermark_delay={}",
+                "keys=[{}], aggr=[{}], event_time={} ({closes}), watermark_delay={}",
                 keys.join(", "),
                 functions.join(", "),
                 sa.event_column,
@@ -212,7 +197,7 @@ pub(crate) fn describe(
             )
         }
         StatefulOp::Join(sj) => format!(
-            "StreamingSymmetricHashJoinExec: join_type={:?}, left_event_time={} (delay {}), right_event_time={} (delay {}), right - left in [{}, {}] µs",
+            "join_type={:?}, left_event_time={} (delay {}), right_event_time={} (delay {}), right - left in [{}, {}] µs",
             sj.join.join_type,
             sj.left.event_column,
             sj.left.watermark.delay_text,
@@ -225,10 +210,21 @@ pub(crate) fn describe(
                 .upper
                 .map_or("+inf".to_string(), |b| b.to_string()),
         ),
-    };
-    format!(
-        "{head}\n  state: {state}\n  (the plan below is the flow's query over the batch; the stateful operator runs its aggregation or join over the batch and the state)\n"
-    )
+    }
+}
+
+/// The state a batch starts from, as `explain` shows it.
+pub(crate) fn describe_state(before: Option<&store::Meta>) -> String {
+    match before {
+        Some(m) => format!(
+            "watermark={}, state={} row(s) in {} file(s), {} B",
+            format_micros(m.watermark_micros),
+            m.files.iter().map(|f| f.rows).sum::<u64>(),
+            m.files.len(),
+            m.bytes()
+        ),
+        None => "watermark=1970-01-01T00:00:00Z, state=none yet".to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -244,6 +240,8 @@ mod tests {
             rows,
             growing_batches,
             operator: String::new(),
+            layout: 0,
+            files: Vec::new(),
         }
     }
 

@@ -1,16 +1,26 @@
 //! The state of a flow's stateful operator, one version per batch, in the flow's
-//! checkpoint folder: `state/<batch>/` holds `groups.parquet` (the open groups) and
-//! `meta.json` (the watermark, what the state is of). Parquet, because the rows are
-//! Arrow batches already, the files are compact and any reader can open them, and one
-//! immutable file per version makes the commit a rename (as Arroyo keeps its state).
+//! checkpoint folder. A version is `state/<batch>/meta.json`: the watermark, what the
+//! state is of, and the list of Parquet files holding its rows, each the rows of one
+//! bucket of one part (an aggregation's groups are bucketed by the time they close, a
+//! join's sides are one bucket each). A batch writes only the buckets it changed into
+//! its own folder and lists the others where earlier batches wrote them, so a small
+//! batch into a large state rewrites little, and the operator holds one bucket in
+//! memory at a time: the state lives on disk, the memory holds what a batch touches.
 //!
-//! A version is written whole into `state/<batch>.tmp/` and renamed into place before
-//! the target's commit of the batch. The version a run starts from is the one of the
-//! last committed batch (the target's transaction id says which): a version written
-//! by a batch that never committed is removed, as its offsets are, and so are the
-//! versions before the one in use. So target, offsets and state agree after a kill at
-//! any point.
+//! Parquet, because the rows are Arrow batches already, the files are compact and any
+//! reader can open them; immutable files per bucket and version, as Arroyo keeps its
+//! state, rather than an embedded key-value store (RocksDB): the operators read and
+//! merge a bucket as one Arrow batch, which a columnar file gives whole, and the
+//! commit stays a rename.
+//!
+//! A version is written into `state/<batch>.tmp/` and renamed into place before the
+//! target's commit of the batch. The version a run starts from is the one of the last
+//! committed batch (the target's transaction id says which): a version written by a
+//! batch that never committed is removed, as its offsets are, and so is every file
+//! the version in use does not list. So target, offsets and state agree after a kill
+//! at any point.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,18 +34,25 @@ use serde::{Deserialize, Serialize};
 use crate::RunError;
 use crate::checkpoint::write_atomic;
 
-fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
-    let damaged = |e: &dyn std::fmt::Display| RunError::File {
-        path: path.to_path_buf(),
-        message: format!("damaged state: {e}"),
-    };
-    let file = fs::File::open(path).map_err(|e| RunError::io(path, e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|b| b.build())
-        .map_err(|e| damaged(&e))?;
-    reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| damaged(&e))
+/// The layout of a version this build writes and reads: files listed per bucket.
+const LAYOUT: u32 = 2;
+
+fn first_layout() -> u32 {
+    1
+}
+
+/// One file of a version: the rows of one bucket of one part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StateFile {
+    pub part: String,
+    pub bucket: i64,
+    /// Relative to the state folder: `<batch>/<part>-<bucket>.parquet`.
+    pub path: String,
+    pub rows: u64,
+    pub bytes: u64,
+    /// The earliest time at which a row of the file closes (`None`: none ever does),
+    /// so a batch opens only the buckets its watermark closes rows of.
+    pub closes_from: Option<i64>,
 }
 
 /// What a version says besides its rows.
@@ -60,6 +77,17 @@ pub(crate) struct Meta {
     /// The operator the state is of (its columns and what they aggregate): a changed
     /// query cannot read an older state.
     pub operator: String,
+    #[serde(default = "first_layout")]
+    pub layout: u32,
+    /// The files holding the state's rows.
+    #[serde(default)]
+    pub files: Vec<StateFile>,
+}
+
+impl Meta {
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
 }
 
 /// A kept state, as `cdcflow status` shows it.
@@ -67,23 +95,12 @@ pub(crate) struct Meta {
 pub struct StoredState {
     /// The watermark after the last committed batch.
     pub watermark: String,
-    /// Open groups held.
+    /// Rows held (open groups, or a join's rows).
     pub groups: u64,
-    /// Bytes of the state's file.
+    /// Bytes of the state's files.
     pub bytes: u64,
-}
-
-/// A version read back: its meta and its parts' rows, by part name.
-pub(crate) struct Loaded {
-    pub meta: Meta,
-    pub parts: std::collections::BTreeMap<String, Vec<RecordBatch>>,
-}
-
-/// One part of a state version: a name (its file's) and its rows.
-pub(crate) struct Part<'a> {
-    pub name: &'a str,
-    pub schema: &'a SchemaRef,
-    pub rows: &'a [RecordBatch],
+    /// Files the state is kept in.
+    pub files: u64,
 }
 
 pub(crate) struct StateStore {
@@ -99,35 +116,47 @@ impl StateStore {
         }
     }
 
-    fn version_dir(&self, batch: i64) -> PathBuf {
-        self.dir.join(format!("{batch:020}"))
+    fn version_name(batch: i64) -> String {
+        format!("{batch:020}")
     }
 
-    /// The state after batch `committed` (none before the first batch), with every
-    /// other version removed.
-    pub fn load(&self, committed: Option<i64>, operator: &str) -> Result<Option<Loaded>, RunError> {
-        self.tidy(committed)?;
+    fn read_meta(&self, batch: i64) -> Result<Option<Meta>, RunError> {
+        let path = self.dir.join(Self::version_name(batch)).join("meta.json");
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(RunError::io(&path, e)),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| RunError::File {
+                path,
+                message: format!("damaged state: {e}"),
+            })
+    }
+
+    /// The version after batch `committed` (none before the first batch), with every
+    /// file it does not list removed; what it lists is read with [`Version::read`].
+    pub fn load(&self, committed: Option<i64>, operator: &str) -> Result<Option<Meta>, RunError> {
         let Some(batch) = committed else {
+            self.tidy(None)?;
             return Ok(None);
         };
-        let dir = self.version_dir(batch);
-        let meta_path = dir.join("meta.json");
-        let text = match fs::read_to_string(&meta_path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(RunError::input(format!(
-                    "{}: the state of flow `{}` after its batch {batch} is missing",
-                    dir.display(),
-                    self.flow
-                ))
-                .with_help("put the folder back from a backup, or run `cdcflow run --full-refresh` on the flow's table to recompute it from its sources; running on without it would emit wrong aggregates"));
-            }
-            Err(e) => return Err(RunError::io(&meta_path, e)),
+        let Some(meta) = self.read_meta(batch)? else {
+            return Err(RunError::input(format!(
+                "{}: the state of flow `{}` after its batch {batch} is missing",
+                self.dir.join(Self::version_name(batch)).display(),
+                self.flow
+            ))
+            .with_help("put the folder back from a backup, or run `cdcflow run --full-refresh` on the flow's table to recompute it from its sources; running on without it would emit wrong aggregates"));
         };
-        let meta: Meta = serde_json::from_str(&text).map_err(|e| RunError::File {
-            path: meta_path.clone(),
-            message: format!("damaged state: {e}"),
-        })?;
+        if meta.layout != LAYOUT {
+            return Err(RunError::input(format!(
+                "the state of flow `{}` after batch {batch} was kept by an earlier cdcflow in layout {} (this one reads layout {LAYOUT})",
+                self.flow, meta.layout
+            ))
+            .with_help("run `cdcflow run --full-refresh` on the flow's table to recompute its state from its sources"));
+        }
         if meta.operator != operator {
             return Err(RunError::input(format!(
                 "the state of flow `{}` was kept for another query: its aggregation changed since batch {batch}",
@@ -135,98 +164,259 @@ impl StateStore {
             ))
             .with_help("run `cdcflow run --full-refresh` on the flow's table to recompute it with the new query"));
         }
-        let mut parts = std::collections::BTreeMap::new();
-        for entry in fs::read_dir(&dir).map_err(|e| RunError::io(&dir, e))? {
-            let path = entry.map_err(|e| RunError::io(&dir, e))?.path();
-            let Some(name) = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".parquet"))
-            else {
-                continue;
-            };
-            parts.insert(name.to_string(), read_parquet(&path)?);
-        }
-        Ok(Some(Loaded { meta, parts }))
+        self.tidy(Some(&meta))?;
+        Ok(Some(meta))
     }
 
     /// The state after batch `committed` as `cdcflow status` shows it, changing nothing:
-    /// its watermark, groups and bytes on disk; `None` when there is none.
+    /// its watermark, rows and bytes on disk; `None` when there is none.
     pub fn peek(&self, committed: Option<i64>) -> Option<StoredState> {
-        let dir = self.version_dir(committed?);
-        let meta: Meta =
-            serde_json::from_str(&fs::read_to_string(dir.join("meta.json")).ok()?).ok()?;
-        let (mut groups, mut bytes) = (0i64, 0u64);
-        for entry in fs::read_dir(&dir).ok()? {
-            let path = entry.ok()?.path();
-            if path.extension().is_none_or(|e| e != "parquet") {
-                continue;
-            }
-            let file = fs::File::open(&path).ok()?;
-            bytes += file.metadata().ok()?.len();
-            groups += ParquetRecordBatchReaderBuilder::try_new(file)
-                .ok()?
-                .metadata()
-                .file_metadata()
-                .num_rows();
-        }
+        let meta = self.read_meta(committed?).ok()??;
         Some(StoredState {
-            watermark: crate::stateful::aggregate::format_micros(meta.watermark_micros),
-            groups: u64::try_from(groups).unwrap_or_default(),
-            bytes,
+            watermark: super::metrics::format_micros(meta.watermark_micros),
+            groups: meta.files.iter().map(|f| f.rows).sum(),
+            bytes: meta.bytes(),
+            files: meta.files.len() as u64,
         })
     }
 
-    /// Removes the versions other than `committed`'s (and unfinished ones).
-    fn tidy(&self, committed: Option<i64>) -> Result<(), RunError> {
+    /// Removes every version but `kept`'s, and every file `kept` does not list (all of
+    /// them when there is no version).
+    fn tidy(&self, kept: Option<&Meta>) -> Result<(), RunError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(RunError::io(&self.dir, e)),
         };
+        let listed: BTreeSet<&str> = kept
+            .map(|m| m.files.iter().map(|f| f.path.as_str()).collect())
+            .unwrap_or_default();
+        let kept_name = kept.map(|m| Self::version_name(m.batch));
         for entry in entries {
             let path = entry.map_err(|e| RunError::io(&self.dir, e))?.path();
             let name = path
                 .file_name()
                 .and_then(|n| n.to_str())
-                .unwrap_or_default();
-            let keep = committed.is_some_and(|c| name == format!("{c:020}"));
-            if !keep {
-                fs::remove_dir_all(&path).map_err(|e| RunError::io(&path, e))?;
+                .unwrap_or_default()
+                .to_string();
+            if kept_name.as_deref() == Some(name.as_str()) {
+                continue;
+            }
+            if !path.is_dir() || !listed.iter().any(|l| l.starts_with(&format!("{name}/"))) {
+                remove(&path)?;
+                continue;
+            }
+            // An earlier version whose files the kept one still lists: only those stay.
+            for file in fs::read_dir(&path).map_err(|e| RunError::io(&path, e))? {
+                let file = file.map_err(|e| RunError::io(&path, e))?.path();
+                let relative = format!(
+                    "{name}/{}",
+                    file.file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or_default()
+                );
+                if !listed.contains(relative.as_str()) {
+                    remove(&file)?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Writes the state after batch `meta.batch`: whole, then renamed into place.
-    pub fn write(&self, meta: &Meta, parts: &[Part<'_>]) -> Result<(), RunError> {
-        let done = self.version_dir(meta.batch);
-        let tmp = done.with_extension("tmp");
+    /// The version after batch `committed`, read as [`Self::load`] reads it but
+    /// changing nothing (for `explain`, beside a run that may be writing).
+    pub fn look(&self, committed: Option<i64>, operator: &str) -> Result<Option<Meta>, RunError> {
+        let Some(batch) = committed else {
+            return Ok(None);
+        };
+        Ok(self
+            .read_meta(batch)?
+            .filter(|m| m.layout == LAYOUT && m.operator == operator))
+    }
+
+    /// Starts the version of batch `batch` over the files of `before` (none: an empty
+    /// state).
+    pub fn begin(&self, batch: i64, before: Option<&Meta>) -> Result<Version, RunError> {
+        let tmp = self.dir.join(format!("{}.tmp", Self::version_name(batch)));
         if tmp.exists() {
-            fs::remove_dir_all(&tmp).map_err(|e| RunError::io(&tmp, e))?;
+            remove(&tmp)?;
         }
         fs::create_dir_all(&tmp).map_err(|e| RunError::io(&tmp, e))?;
-        for part in parts {
-            write_parquet(
-                &tmp.join(format!("{}.parquet", part.name)),
-                part.schema,
-                part.rows,
-            )?;
+        Ok(Version {
+            dir: self.dir.clone(),
+            tmp: Some(tmp),
+            batch,
+            carried: before.map(|m| m.files.clone()).unwrap_or_default(),
+            written: Vec::new(),
+        })
+    }
+
+    /// A version that writes nothing (`explain --analyze` runs the batch and commits
+    /// nothing): what it would write is counted, not kept.
+    pub fn begin_dry(&self, batch: i64, before: Option<&Meta>) -> Version {
+        Version {
+            dir: self.dir.clone(),
+            tmp: None,
+            batch,
+            carried: before.map(|m| m.files.clone()).unwrap_or_default(),
+            written: Vec::new(),
         }
+    }
+
+    /// Commits `version` with `meta` (whose file list it fills): the folder is renamed
+    /// into place, then the version is the one a run after the target's commit reads.
+    pub fn commit(&self, mut version: Version, mut meta: Meta) -> Result<Meta, RunError> {
+        let Some(tmp) = version.tmp.take() else {
+            return Err(RunError::internal(
+                "a dry state version cannot be committed",
+            ));
+        };
         crate::failpoint::hit(&format!("state-written:{}", self.flow));
+        meta.layout = LAYOUT;
+        meta.files = std::mem::take(&mut version.carried);
+        meta.files.append(&mut version.written);
+        meta.files
+            .sort_by(|a, b| (&a.part, a.bucket).cmp(&(&b.part, b.bucket)));
         let text =
-            serde_json::to_string_pretty(meta).map_err(|e| RunError::internal(e.to_string()))?;
+            serde_json::to_string_pretty(&meta).map_err(|e| RunError::internal(e.to_string()))?;
         write_atomic(&tmp.join("meta.json"), text.as_bytes())?;
+        let done = self.dir.join(Self::version_name(version.batch));
         if done.exists() {
-            fs::remove_dir_all(&done).map_err(|e| RunError::io(&done, e))?;
+            remove(&done)?;
         }
         fs::rename(&tmp, &done).map_err(|e| RunError::io(&done, e))?;
         crate::failpoint::hit(&format!("state-renamed:{}", self.flow));
+        Ok(meta)
+    }
+}
+
+/// A version being written: the files it carries over from the one before, and the
+/// buckets written anew (into `tmp`; none for a dry version). Dropped uncommitted, its
+/// files go.
+pub(crate) struct Version {
+    dir: PathBuf,
+    tmp: Option<PathBuf>,
+    batch: i64,
+    carried: Vec<StateFile>,
+    written: Vec<StateFile>,
+}
+
+impl Version {
+    /// The files carried over from the version before.
+    pub fn carried(&self) -> &[StateFile] {
+        &self.carried
+    }
+
+    /// Rows held by the files carried over and written.
+    pub fn rows(&self) -> u64 {
+        self.carried
+            .iter()
+            .chain(&self.written)
+            .map(|f| f.rows)
+            .sum()
+    }
+
+    /// Bytes of the files carried over and written.
+    pub fn bytes(&self) -> u64 {
+        self.carried
+            .iter()
+            .chain(&self.written)
+            .map(|f| f.bytes)
+            .sum()
+    }
+
+    /// Takes the files of `part`'s `bucket` out of the version (their rows are to be
+    /// rewritten, or let go), giving their rows.
+    pub fn take(&mut self, part: &str, bucket: i64) -> Result<Vec<RecordBatch>, RunError> {
+        let (taken, kept): (Vec<StateFile>, Vec<StateFile>) = std::mem::take(&mut self.carried)
+            .into_iter()
+            .partition(|f| f.part == part && f.bucket == bucket);
+        self.carried = kept;
+        let mut rows = Vec::new();
+        for f in taken {
+            rows.extend(read_parquet(&self.dir.join(&f.path))?);
+        }
+        Ok(rows)
+    }
+
+    /// Takes every file of `part` out of the version, giving their rows.
+    pub fn take_part(&mut self, part: &str) -> Result<Vec<RecordBatch>, RunError> {
+        let buckets: BTreeSet<i64> = self
+            .carried
+            .iter()
+            .filter(|f| f.part == part)
+            .map(|f| f.bucket)
+            .collect();
+        let mut rows = Vec::new();
+        for b in buckets {
+            rows.extend(self.take(part, b)?);
+        }
+        Ok(rows)
+    }
+
+    /// Writes `rows` as `part`'s `bucket` in this version (nothing when there are none).
+    pub fn put(
+        &mut self,
+        part: &str,
+        bucket: i64,
+        schema: &SchemaRef,
+        rows: &[RecordBatch],
+        closes_from: Option<i64>,
+    ) -> Result<(), RunError> {
+        let count: usize = rows.iter().map(RecordBatch::num_rows).sum();
+        if count == 0 {
+            return Ok(());
+        }
+        let file = format!("{part}-{bucket}.parquet");
+        let bytes = match &self.tmp {
+            Some(tmp) => write_parquet(&tmp.join(&file), schema, rows)?,
+            None => rows.iter().map(|b| b.get_array_memory_size() as u64).sum(),
+        };
+        self.written.push(StateFile {
+            part: part.to_string(),
+            bucket,
+            path: format!("{}/{file}", StateStore::version_name(self.batch)),
+            rows: count as u64,
+            bytes,
+            closes_from,
+        });
         Ok(())
     }
 }
 
-fn write_parquet(path: &Path, schema: &SchemaRef, rows: &[RecordBatch]) -> Result<(), RunError> {
+impl Drop for Version {
+    fn drop(&mut self) {
+        if let Some(tmp) = &self.tmp {
+            // Best effort: a run's next load removes whatever is left.
+            let _ = fs::remove_dir_all(tmp);
+        }
+    }
+}
+
+fn remove(path: &Path) -> Result<(), RunError> {
+    let removed = match path.is_dir() {
+        true => fs::remove_dir_all(path),
+        false => fs::remove_file(path),
+    };
+    removed.map_err(|e| RunError::io(path, e))
+}
+
+fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
+    let damaged = |e: &dyn std::fmt::Display| RunError::File {
+        path: path.to_path_buf(),
+        message: format!("damaged state: {e}"),
+    };
+    let file = fs::File::open(path).map_err(|e| RunError::io(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| damaged(&e))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| damaged(&e))
+}
+
+/// Writes `rows` to `path`, synced; gives the file's size.
+fn write_parquet(path: &Path, schema: &SchemaRef, rows: &[RecordBatch]) -> Result<u64, RunError> {
     let file = fs::File::create(path).map_err(|e| RunError::io(path, e))?;
     let parquet_error = |e: datafusion::parquet::errors::ParquetError| RunError::File {
         path: path.to_path_buf(),
@@ -237,7 +427,8 @@ fn write_parquet(path: &Path, schema: &SchemaRef, rows: &[RecordBatch]) -> Resul
         writer.write(batch).map_err(parquet_error)?;
     }
     let file = writer.into_inner().map_err(parquet_error)?;
-    file.sync_all().map_err(|e| RunError::io(path, e))
+    file.sync_all().map_err(|e| RunError::io(path, e))?;
+    Ok(file.metadata().map_err(|e| RunError::io(path, e))?.len())
 }
 
 #[cfg(test)]
@@ -265,36 +456,64 @@ mod tests {
             rows: 0,
             growing_batches: 0,
             operator: "op".into(),
+            layout: LAYOUT,
+            files: Vec::new(),
         }
     }
 
+    fn count(rows: &[RecordBatch]) -> usize {
+        rows.iter().map(RecordBatch::num_rows).sum()
+    }
+
     #[test]
-    fn the_committed_version_is_read_and_the_others_removed() {
+    fn a_version_rewrites_its_changed_buckets_and_lists_the_others_where_they_are() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::new(dir.path(), "f");
         assert!(store.load(None, "op").unwrap().is_none());
-        let (schema, b) = rows(&[1, 2]);
-        let part = |rows| Part {
-            name: "groups",
-            schema: &schema,
-            rows,
-        };
-        store.write(&meta(0), &[part(&b)]).unwrap();
-        let (_, b1) = rows(&[3]);
-        store.write(&meta(1), &[part(&b1)]).unwrap();
-        // Batch 1 never committed: its version goes, batch 0's is read.
+        let (schema, two) = rows(&[1, 2]);
+        let (_, one) = rows(&[3]);
+        let mut v = store.begin(0, None).unwrap();
+        v.put("groups", 1, &schema, &two, Some(10)).unwrap();
+        v.put("groups", 2, &schema, &one, Some(20)).unwrap();
+        v.put("groups", 3, &schema, &[], None).unwrap();
+        let m0 = store.commit(v, meta(0)).unwrap();
+        assert_eq!(m0.files.len(), 2);
+
+        // Batch 1 rewrites bucket 2 only; bucket 1 stays in batch 0's folder.
         let loaded = store.load(Some(0), "op").unwrap().unwrap();
-        assert_eq!(loaded.meta, meta(0));
+        let mut v = store.begin(1, Some(&loaded)).unwrap();
+        assert_eq!(count(&v.take("groups", 2).unwrap()), 1);
+        v.put("groups", 2, &schema, &two, Some(20)).unwrap();
+        let m1 = store.commit(v, meta(1)).unwrap();
+        let paths: Vec<&str> = m1.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(
-            loaded.parts["groups"]
-                .iter()
-                .map(|r| r.num_rows())
-                .sum::<usize>(),
-            2
+            paths,
+            [
+                "00000000000000000000/groups-1.parquet",
+                "00000000000000000001/groups-2.parquet"
+            ]
         );
-        assert!(!dir.path().join("state").join(format!("{:020}", 1)).exists());
+        assert_eq!(store.peek(Some(1)).unwrap().groups, 4);
+
+        // Batch 1 committed: batch 0's meta and its rewritten bucket go, its other stays.
+        let loaded = store.load(Some(1), "op").unwrap().unwrap();
+        let zero = dir.path().join("state").join(format!("{:020}", 0));
+        assert!(zero.join("groups-1.parquet").exists());
+        assert!(!zero.join("groups-2.parquet").exists());
+        assert!(!zero.join("meta.json").exists());
+        let mut v = store.begin(2, Some(&loaded)).unwrap();
+        assert_eq!(count(&v.take_part("groups").unwrap()), 4);
+        store.commit(v, meta(2)).unwrap();
+
+        // Batch 2 never committed: its version goes, batch 1's is read whole.
+        let loaded = store.load(Some(1), "op").unwrap().unwrap();
+        assert_eq!(loaded.files, m1.files);
+        assert!(!dir.path().join("state").join(format!("{:020}", 2)).exists());
+        let mut v = store.begin(2, Some(&loaded)).unwrap();
+        assert_eq!(count(&v.take_part("groups").unwrap()), 4);
+
         // A changed operator is refused; a missing version is an error, not empty state.
-        assert!(store.load(Some(0), "other").is_err());
+        assert!(store.load(Some(1), "other").is_err());
         assert!(store.load(Some(5), "op").is_err());
     }
 }
