@@ -251,3 +251,27 @@ fn a_stream_stream_join_killed_at_any_point_then_rerun_gives_the_uninterrupted_t
         ],
     );
 }
+
+/// The same for a deduplication within the watermark, killed in the run that drops a
+/// late row, drops duplicates and lets keys go.
+#[test]
+fn a_deduplication_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables() {
+    killed_at_each_point(
+        "stream_dedup",
+        &["1", "2", "3"],
+        "2",
+        &[
+            "SELECT * FROM deliveries ORDER BY id, ts",
+            "SELECT id, ts, _batch, _watermark FROM deliveries__late ORDER BY id",
+        ],
+        &[
+            "offsets:deliveries",
+            "state-written:deliveries",
+            "state-renamed:deliveries",
+            "before-commit:deliveries__late",
+            "committed:deliveries__late",
+            "before-commit:deliveries",
+            "committed:deliveries",
+        ],
+    );
+}

@@ -15,6 +15,9 @@ What it reads of flows.sql: `CREATE [OR REFRESH] STREAMING TABLE t AS <query>;` 
 `CREATE [OR REFRESH] MATERIALIZED VIEW m AS <query>;`, where each
 `read_files('<folder>', format => 'json', schema => '<ddl>')` becomes a view of
 `spark.readStream.schema(<ddl>).json(<folder>)` (a plain `read_files`, `spark.read`).
+A streaming table's `SELECT DISTINCT ON (keys) cols FROM …` (cdcflow's deduplication
+within the watermark; Spark has no SQL for it) runs as `SELECT * FROM …` then
+`dropDuplicatesWithinWatermark(keys)` and `selectExpr(cols)` (plain column lists).
 """
 
 import datetime
@@ -30,6 +33,10 @@ from pyspark.sql import SparkSession
 READ_FILES = re.compile(
     r"(STREAM\s+)?read_files\(\s*'([^']+)'\s*,\s*format\s*=>\s*'json'\s*,\s*schema\s*=>\s*'([^']+)'\s*\)",
     re.IGNORECASE,
+)
+DISTINCT_ON = re.compile(
+    r"^\s*SELECT\s+DISTINCT\s+ON\s*\(([^)]*)\)\s+(.*?)\s+FROM\s+(.*)$",
+    re.IGNORECASE | re.DOTALL,
 )
 DATASET = re.compile(
     r"^\s*CREATE\s+(?:OR\s+REFRESH\s+)?(STREAMING\s+TABLE|MATERIALIZED\s+VIEW)\s+(\w+)\s+AS\s+(.*)$",
@@ -71,6 +78,19 @@ def write_csv(path, df_rows, columns):
         f.write("\n".join(lines) + "\n")
 
 
+def streaming_query(spark, query):
+    m = DISTINCT_ON.match(query)
+    if not m:
+        return spark.sql(query)
+    keys = [k.strip() for k in m.group(1).split(",")]
+    columns = [c.strip() for c in m.group(2).split(",")]
+    return (
+        spark.sql(f"SELECT * FROM {m.group(3)}")
+        .dropDuplicatesWithinWatermark(keys)
+        .selectExpr(*columns)
+    )
+
+
 def run_case(spark, case):
     work = tempfile.mkdtemp(prefix="oracle-")
     try:
@@ -107,7 +127,7 @@ def run_case(spark, case):
                 out = os.path.join(work, "_out", name)
                 if kind == "STREAMING":
                     (
-                        spark.sql(query)
+                        streaming_query(spark, query)
                         .writeStream.format("parquet")
                         .option("path", out)
                         .option("checkpointLocation", os.path.join(work, "_cp", name))

@@ -33,6 +33,7 @@ mod sql_spans;
 pub mod stateful;
 pub mod stored_shape;
 pub mod stream_aggregate;
+pub mod stream_dedup;
 pub mod stream_join;
 pub mod suggest;
 mod table_functions;
@@ -43,6 +44,7 @@ pub mod types;
 /// depend on the parser (the runtime does not).
 pub use cdcflow_sql::Span;
 pub use cdcflow_sql::ast::{DatasetKind, Identity, OnViolation};
+pub use cdcflow_sql::watermark::Watermark;
 pub use diagnostic::{Diagnostic, Located, Severity};
 pub use pipeline::{Dataset, ExternalDelta, FileId, Flow, FlowKind, Input, Pipeline, SourceFile};
 pub use resolve::{Loaded, load, load_with_columns};

@@ -16,6 +16,7 @@ use datafusion::logical_expr::{Aggregate, Distinct, Expr, LogicalPlan, LogicalPl
 
 use crate::functions::time_window::{SESSION_WINDOW, TimeWindow, WINDOW, session_gap};
 use crate::stateful::Stateful;
+use crate::stream_dedup::{self, StreamDedup};
 use crate::stream_join::{self, JoinRefusal, StreamJoin};
 
 /// A stateful aggregation over a watermarked stream.
@@ -102,7 +103,7 @@ impl Refusal {
         }
     }
 
-    fn ours(message: impl Into<String>, help: impl Into<String>, at: Stateful) -> Self {
+    pub(crate) fn ours(message: impl Into<String>, help: impl Into<String>, at: Stateful) -> Self {
         Self {
             class: None,
             message: message.into(),
@@ -125,6 +126,18 @@ impl Refusal {
 pub enum StatefulOp {
     Aggregate(Box<StreamAggregate>),
     Join(Box<StreamJoin>),
+    Dedup(Box<StreamDedup>),
+}
+
+impl StatefulOp {
+    /// The plan node the operator replaces.
+    pub fn node(&self) -> &LogicalPlan {
+        match self {
+            Self::Aggregate(sa) => &sa.node,
+            Self::Join(sj) => &sj.node,
+            Self::Dedup(sd) => &sd.node,
+        }
+    }
 }
 
 /// The stateful operator of `plan` over a stream (`streaming` tells which scanned
@@ -145,6 +158,10 @@ pub fn analyze(
             "keep one stateful operator per streaming table: aggregate or join into one, and aggregate that table in a MATERIALIZED VIEW or another flow",
             Stateful::GroupBy(None),
         ));
+    }
+    if let LogicalPlan::Distinct(Distinct::On(d)) = node {
+        return stream_dedup::analyze(node, d, watermarks)
+            .map(|d| Some(StatefulOp::Dedup(Box::new(d))));
     }
     if let LogicalPlan::Join(_) = node {
         return match stream_join::analyze(node, watermarks) {
@@ -379,12 +396,10 @@ fn stream_function(e: &Expr, output: &DataType, at: &Stateful) -> Result<StreamF
             ));
         }
     };
-    if function == Function::Avg
-        && matches!(output, DataType::Decimal128(..) | DataType::Decimal256(..))
-    {
+    if function == Function::Avg && matches!(output, DataType::Decimal256(..)) {
         return Err(Refusal::ours(
-            "averages a DECIMAL over a stream: not run yet",
-            "cast the argument to DOUBLE, or keep sum and count and divide",
+            "averages a DECIMAL of more than 38 digits over a stream: not run yet",
+            "cast the argument to DECIMAL(38, s) or DOUBLE",
             at,
         ));
     }
@@ -427,16 +442,9 @@ fn check(
         return Ok(false);
     }
     match plan {
-        LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(Distinct::All(_)) => {
+        LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(_) => {
             found.push(plan.clone());
-            // What follows reads the aggregation's appended rows.
-        }
-        LogicalPlan::Distinct(Distinct::On(_)) => {
-            return Err(Refusal::ours(
-                "applies DISTINCT ON to a stream: not run",
-                "use SELECT DISTINCT, or GROUP BY the watermarked event time",
-                Stateful::Distinct,
-            ));
+            // What follows reads the aggregation's (or deduplication's) appended rows.
         }
         LogicalPlan::Window(w) => {
             let name = w

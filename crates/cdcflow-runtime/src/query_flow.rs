@@ -122,7 +122,7 @@ impl QueryBatch {
                         crate::stateful::late::write(flow, &self.dir, &self.app, batch, late)
                             .await?;
                     report.warnings.push(format!(
-                        "{n} row(s) arrived after the watermark had closed their window and were not aggregated; they are kept in `{table}`"
+                        "{n} row(s) arrived after the watermark had passed them (their window closed, or their event time at or below it) and were dropped; they are kept in `{table}`"
                     ));
                 }
                 report.warnings.extend(done.warning);

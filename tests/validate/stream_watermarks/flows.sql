@@ -78,3 +78,15 @@ SELECT a.k, a.ts AS first_at, b.ts AS then_at
 FROM STREAM(events) WATERMARK ts DELAY OF INTERVAL 1 MINUTE a
 FULL OUTER JOIN STREAM(unique_events) WATERMARK ts DELAY OF INTERVAL 1 MINUTE b
 ON a.k = b.k AND b.ts BETWEEN a.ts AND a.ts + INTERVAL 1 HOUR;
+
+-- Accepted: deduplication within the watermark (cdcflow's SQL for Spark's
+-- dropDuplicatesWithinWatermark).
+CREATE OR REFRESH STREAMING TABLE first_sightings AS
+SELECT DISTINCT ON (k) k, ts, v FROM STREAM(events) WATERMARK ts DELAY OF INTERVAL 10 MINUTES AS e;
+
+-- Refused: without a watermark, and with an order for the row kept.
+CREATE OR REFRESH STREAMING TABLE dedup_forever AS
+SELECT DISTINCT ON (k) k, v FROM STREAM(events);
+
+CREATE OR REFRESH STREAMING TABLE dedup_ordered AS
+SELECT DISTINCT ON (k) k, ts FROM STREAM(events) WATERMARK ts DELAY OF INTERVAL 10 MINUTES AS e ORDER BY k, ts DESC;

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use datafusion::functions_aggregate::approx_percentile_cont::approx_percentile_cont_udaf;
+use datafusion::functions_aggregate::average::avg_udaf;
 use datafusion::functions_aggregate::first_last::first_value_udaf;
 use datafusion::functions_nested::range::gen_series_udf;
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
@@ -18,6 +19,10 @@ pub(super) fn scalar() -> Vec<Arc<ScalarUDF>> {
 
 pub(super) fn aggregate() -> Vec<Arc<AggregateUDF>> {
     vec![
+        // `datafusion-spark`'s avg computes in DOUBLE whatever its input; Spark averages
+        // a DECIMAL exactly, as DECIMAL(p + 4, s + 4) rounded half up, and so does
+        // DataFusion's own (integers and floats average in DOUBLE in both).
+        avg_udaf(),
         Arc::new(first_value_udaf().as_ref().clone().with_aliases(["first"])),
         Arc::new(
             approx_percentile_cont_udaf()

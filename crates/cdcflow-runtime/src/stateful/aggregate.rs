@@ -40,6 +40,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast as ca
 use datafusion::prelude::SessionContext;
 
 use super::metrics::StateMetrics;
+use super::run::{Outcome, StateRun};
 use super::store::Version;
 use crate::RunError;
 
@@ -91,7 +92,7 @@ pub(crate) fn state_schema(sa: &StreamAggregate) -> SchemaRef {
     for (j, f) in sa.functions.iter().enumerate() {
         match f.function {
             Function::Avg => {
-                fields.push(Field::new(format!("s{j}"), DataType::Float64, true));
+                fields.push(Field::new(format!("s{j}"), avg_sum_type(&f.output), true));
                 fields.push(Field::new(format!("n{j}"), DataType::Int64, true));
             }
             Function::Count => fields.push(Field::new(format!("s{j}"), DataType::Int64, true)),
@@ -185,12 +186,22 @@ pub(crate) fn rows_plan(sa: &StreamAggregate) -> Result<LogicalPlan, RunError> {
 /// see: a plan of one row, the greatest event time over the input without them (`m`).
 /// `None`: the greatest event time is taken over the rows read ([`greatest_read`]).
 pub(crate) fn greatest_plan(sa: &StreamAggregate) -> Result<Option<LogicalPlan>, RunError> {
-    let Some(unfiltered) = without_event_time_filters(&sa.aggregate.input, sa)? else {
+    greatest_unfiltered(&sa.aggregate.input, &sa.watermark, event_time(sa))
+}
+
+/// `input`'s greatest `event_time` without its filters on the watermark's event time,
+/// as a plan of one row (`m`); `None` when it has no such filter.
+pub(crate) fn greatest_unfiltered(
+    input: &LogicalPlan,
+    watermark: &cdcflow_plan::Watermark,
+    event_time: Expr,
+) -> Result<Option<LogicalPlan>, RunError> {
+    let Some(unfiltered) = without_event_time_filters(input, watermark)? else {
         return Ok(None);
     };
     Ok(Some(
         LogicalPlanBuilder::from(unfiltered)
-            .aggregate(Vec::<Expr>::new(), vec![max(event_time(sa)).alias("m")])?
+            .aggregate(Vec::<Expr>::new(), vec![max(event_time).alias("m")])?
             .build()?,
     ))
 }
@@ -206,6 +217,36 @@ pub(crate) fn greatest_read(rows: &[RecordBatch], column: &str) -> Option<i64> {
             datafusion::arrow::compute::max(values)
         })
         .max()
+}
+
+/// One batch of `sa` as its execution plan runs it: over its inputs' rows (those of
+/// [`rows_plan`], then, when there is one, the row of [`greatest_plan`]), the state of
+/// `run` in `version`; gives the groups it closes and what it did.
+pub(crate) async fn batch(
+    ctx: &SessionContext,
+    sa: &StreamAggregate,
+    run: &StateRun,
+    version: &mut Version,
+    inputs: &[Vec<RecordBatch>],
+) -> Result<(RecordBatch, Outcome), RunError> {
+    let rows = inputs.first().map(Vec::as_slice).unwrap_or_default();
+    let greatest = match inputs.get(1) {
+        Some(unfiltered) => greatest_read(unfiltered, "m"),
+        None => greatest_read(rows, "et"),
+    };
+    let before = Before {
+        watermark_micros: run.watermark_micros(),
+        seen_rows: run.seen_rows(),
+    };
+    let s = step(ctx, sa, before, version, rows, greatest).await?;
+    let outcome = Outcome {
+        watermark_micros: s.watermark_micros,
+        seen_rows: s.seen_rows,
+        inputs: Default::default(),
+        late: s.late,
+        metrics: s.metrics,
+    };
+    Ok((s.closed, outcome))
 }
 
 /// Runs one batch over the aggregation's input `rows` (of [`rows_plan`]) whose
@@ -607,7 +648,7 @@ impl Split {
                 (Function::Count, None) => columns.push(Arc::new(Int64Array::from(vec![1; n]))),
                 (Function::Count, Some(a)) => columns.push(present(a)?),
                 (Function::Avg, Some(a)) => {
-                    columns.push(cast(a, &DataType::Float64)?);
+                    columns.push(cast(a, &avg_sum_type(&f.output))?);
                     columns.push(present(a)?);
                 }
                 (_, Some(a)) => {
@@ -623,8 +664,7 @@ impl Split {
         Ok(RecordBatch::try_new(schema, columns)?)
     }
 
-    /// The taken rows as the late table has them: the input's columns, the window that
-    /// had closed, the watermark, the reason.
+    /// The taken rows as the late table has them ([`late_rows`]).
     fn late_rows(
         &self,
         batch: &RecordBatch,
@@ -633,40 +673,122 @@ impl Split {
         watermark: i64,
         windowed: bool,
     ) -> Result<RecordBatch, RunError> {
-        let indices = UInt32Array::from(self.rows.clone());
-        let mut fields = Vec::new();
-        let mut columns: Vec<ArrayRef> = Vec::new();
-        let mut names: Vec<String> = Vec::new();
-        for (k, field) in in_schema.fields().iter().enumerate() {
-            let mut name = field.name().clone();
-            while names.iter().any(|n| n.eq_ignore_ascii_case(&name)) {
-                name.push('_');
-            }
-            names.push(name.clone());
-            fields.push(Field::new(name, field.data_type().clone(), true));
-            columns.push(take(batch.column(passed + k), &indices, None)?);
-        }
-        let n = self.rows.len();
-        let ts = |values: Vec<Option<i64>>| -> ArrayRef {
-            Arc::new(TimestampMicrosecondArray::from(values).with_timezone("UTC"))
-        };
-        fields.push(Field::new("_window_start", utc(), true));
-        columns.push(ts(self.windows.iter().map(|w| w.map(|w| w.0)).collect()));
-        fields.push(Field::new("_window_end", utc(), true));
-        columns.push(ts(self.windows.iter().map(|w| w.map(|w| w.1)).collect()));
-        fields.push(Field::new("_watermark", utc(), true));
-        columns.push(ts(vec![Some(watermark); n]));
         let reason = match windowed {
             true => "its window had closed: the window's end was at or before the watermark",
             false => "its event time was at or before the watermark",
         };
-        fields.push(Field::new("_reason", DataType::Utf8, true));
-        columns.push(Arc::new(StringArray::from(vec![reason; n])));
-        Ok(RecordBatch::try_new(
-            Arc::new(Schema::new(fields)),
-            columns,
-        )?)
+        late_rows(
+            batch,
+            passed,
+            in_schema,
+            (&self.rows, &self.windows),
+            watermark,
+            reason,
+        )
     }
+}
+
+/// Rows of a batch taken into the late table, each with the window that had closed.
+pub(crate) type LateRows<'a> = (&'a [u32], &'a [Option<(i64, i64)>]);
+
+/// Rows `rows` of `batch`, whose input columns start at `passed`, as the late table has
+/// them: the input's columns (`in_schema`'s names), the window that had closed (each of
+/// `windows`, null for none), the watermark, the reason.
+pub(crate) fn late_rows(
+    batch: &RecordBatch,
+    passed: usize,
+    in_schema: &datafusion::common::DFSchemaRef,
+    (rows, windows): LateRows<'_>,
+    watermark: i64,
+    reason: &str,
+) -> Result<RecordBatch, RunError> {
+    let indices = UInt32Array::from(rows.to_vec());
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for (k, field) in in_schema.fields().iter().enumerate() {
+        let mut name = field.name().clone();
+        while names.iter().any(|n| n.eq_ignore_ascii_case(&name)) {
+            name.push('_');
+        }
+        names.push(name.clone());
+        fields.push(Field::new(name, field.data_type().clone(), true));
+        columns.push(take(batch.column(passed + k), &indices, None)?);
+    }
+    let n = rows.len();
+    let ts = |values: Vec<Option<i64>>| -> ArrayRef {
+        Arc::new(TimestampMicrosecondArray::from(values).with_timezone("UTC"))
+    };
+    let window = |i: usize| {
+        (0..n)
+            .map(|r| {
+                windows
+                    .get(r)
+                    .copied()
+                    .flatten()
+                    .map(|w| if i == 0 { w.0 } else { w.1 })
+            })
+            .collect()
+    };
+    fields.push(Field::new("_window_start", utc(), true));
+    columns.push(ts(window(0)));
+    fields.push(Field::new("_window_end", utc(), true));
+    columns.push(ts(window(1)));
+    fields.push(Field::new("_watermark", utc(), true));
+    columns.push(ts(vec![Some(watermark); n]));
+    fields.push(Field::new("_reason", DataType::Utf8, true));
+    columns.push(Arc::new(StringArray::from(vec![reason; n])));
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}
+
+/// The type an average's running sum is kept in: DOUBLE, or for a DECIMAL average
+/// (`DECIMAL(p + 4, s + 4)`, as Spark and DataFusion type it) the argument's scale
+/// with 38 digits, so the sum is exact.
+fn avg_sum_type(output: &DataType) -> DataType {
+    match output {
+        DataType::Decimal128(_, s) => DataType::Decimal128(38, s.saturating_sub(4).max(0)),
+        _ => DataType::Float64,
+    }
+}
+
+/// An average from its kept sum and count, in `output`'s type: a DECIMAL divided
+/// exactly and rounded half up to the output's scale, as Spark rounds it (null when it
+/// overflows, as Spark's is without ANSI mode).
+fn average(sum: &ArrayRef, count: &Int64Array, output: &DataType) -> Result<ArrayRef, RunError> {
+    use datafusion::arrow::array::{Decimal128Array, Float64Array};
+    use datafusion::arrow::datatypes::{Decimal128Type, Float64Type};
+    if let (DataType::Decimal128(p, out_scale), DataType::Decimal128(_, in_scale)) =
+        (output, sum.data_type())
+    {
+        let sum = sum.as_primitive::<Decimal128Type>();
+        let factor = 10i128.checked_pow(u32::try_from(out_scale - in_scale).unwrap_or(0));
+        let avg: Decimal128Array = (0..sum.len())
+            .map(|r| {
+                if !sum.is_valid(r) || !count.is_valid(r) || count.value(r) <= 0 {
+                    return None;
+                }
+                let n = i128::from(count.value(r));
+                let scaled = sum.value(r).checked_mul(factor?)?;
+                let (q, rem) = (scaled / n, scaled % n);
+                // Half up: away from zero when the remainder is at least half.
+                let round = i128::from(rem.unsigned_abs() * 2 >= n.unsigned_abs());
+                Some(q + round * scaled.signum())
+            })
+            .collect();
+        return Ok(Arc::new(avg.with_precision_and_scale(*p, *out_scale)?));
+    }
+    let sum = cast(sum, &DataType::Float64)?;
+    let sum = sum.as_primitive::<Float64Type>();
+    let avg: Float64Array = (0..sum.len())
+        .map(|r| {
+            (sum.is_valid(r) && count.is_valid(r) && count.value(r) > 0)
+                .then(|| sum.value(r) / count.value(r) as f64)
+        })
+        .collect();
+    Ok(Arc::new(avg))
 }
 
 /// The closed groups in the aggregation's output columns, `c0`, `c1`, ….
@@ -708,17 +830,7 @@ fn finalize(
             match f.function {
                 Function::Avg => {
                     let n = column(&format!("n{j}"))?;
-                    let (s, n) = (
-                        s.as_primitive::<datafusion::arrow::datatypes::Float64Type>(),
-                        n.as_primitive::<Int64Type>(),
-                    );
-                    let avg: datafusion::arrow::array::Float64Array = (0..s.len())
-                        .map(|r| {
-                            (s.is_valid(r) && n.is_valid(r) && n.value(r) > 0)
-                                .then(|| s.value(r) / n.value(r) as f64)
-                        })
-                        .collect();
-                    Arc::new(avg)
+                    average(&s, n.as_primitive::<Int64Type>(), &f.output)?
                 }
                 _ => s,
             }
@@ -735,11 +847,10 @@ fn finalize(
 
 /// `input` without the filter conjuncts on the event time, for the greatest event time
 /// Spark's watermark operator sees; `None` when it has none.
-fn without_event_time_filters(
+pub(crate) fn without_event_time_filters(
     input: &LogicalPlan,
-    sa: &StreamAggregate,
+    w: &cdcflow_plan::Watermark,
 ) -> Result<Option<LogicalPlan>, RunError> {
-    let w = &sa.watermark;
     let out = input.clone().transform_up(|node| {
         let LogicalPlan::Filter(f) = &node else {
             return Ok(Transformed::no(node));

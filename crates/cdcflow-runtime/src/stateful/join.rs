@@ -31,6 +31,8 @@ use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast as ca
 use datafusion::prelude::SessionContext;
 
 use super::metrics::StateMetrics;
+use super::run::{Outcome, StateRun};
+use super::store::Version;
 use crate::RunError;
 
 /// The state's parts: each side's rows, kept whole (a later row of the other side may
@@ -214,6 +216,43 @@ fn side_plan(
             .project(exprs)?
             .build()?,
     )
+}
+
+/// One batch of `sj` as its execution plan runs it: over the rows of its two inputs
+/// (each [`side_rows_plan`]), the state of `run` in `version`; gives the rows it
+/// appends and what it did.
+pub(crate) async fn batch(
+    ctx: &SessionContext,
+    sj: &StreamJoin,
+    run: &StateRun,
+    version: &mut Version,
+    inputs: &[Vec<RecordBatch>],
+) -> Result<(RecordBatch, Outcome), RunError> {
+    let [left, right] = inputs else {
+        return Err(RunError::internal("a join of two streams reads two inputs"));
+    };
+    let before = Before {
+        watermark_micros: run.watermark_micros(),
+        seen_rows: run.seen_rows(),
+        left: version.take_part(LEFT)?,
+        right: version.take_part(RIGHT)?,
+    };
+    let mut s = step(ctx, sj, before, (left, right), run.batch).await?;
+    for (part, schema, rows) in [
+        (LEFT, side_schema(sj.join.left.schema()), &s.left),
+        (RIGHT, side_schema(sj.join.right.schema()), &s.right),
+    ] {
+        version.put(part, 0, &schema, rows, None)?;
+    }
+    s.metrics.state_bytes = version.bytes();
+    let outcome = Outcome {
+        watermark_micros: s.watermark_micros,
+        seen_rows: s.seen_rows,
+        inputs: s.inputs,
+        late: s.late,
+        metrics: s.metrics,
+    };
+    Ok((s.emitted, outcome))
 }
 
 /// Runs one batch over the rows the join's two inputs give now (`left`, `right`, of

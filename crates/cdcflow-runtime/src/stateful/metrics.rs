@@ -18,6 +18,10 @@ pub struct StateMetrics {
     pub state_bytes: u64,
     /// Rows (one per window) dropped as late (`numRowsDroppedByWatermark`).
     pub rows_dropped_by_watermark: u64,
+    /// Rows a deduplication dropped as duplicates of a kept key
+    /// (`numDroppedDuplicateRows`).
+    #[serde(default)]
+    pub duplicates_dropped: u64,
     /// The watermark after the batch, in microseconds since the epoch.
     pub watermark_micros: i64,
 }

@@ -7,9 +7,8 @@
 //! "Stateful streaming", states the rules.
 
 mod aggregate;
-mod aggregate_exec;
+mod dedup;
 mod join;
-mod join_exec;
 pub mod late;
 mod metrics;
 mod node;
@@ -107,6 +106,7 @@ pub(crate) fn plan(
     let operator = match op {
         StatefulOp::Aggregate(sa) => aggregate::operator_fingerprint(sa),
         StatefulOp::Join(sj) => join::operator_fingerprint(sj),
+        StatefulOp::Dedup(sd) => dedup::operator_fingerprint(sd)?,
     };
     let (before, version) = match dry {
         true => {
@@ -196,6 +196,16 @@ pub(crate) fn describe_op(op: &StatefulOp) -> String {
                 sa.watermark.delay_text,
             )
         }
+        StatefulOp::Dedup(sd) => format!(
+            "keys=[{}], event_time={} (a key is kept until its first row's event time + the delay), watermark_delay={}",
+            sd.on
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            sd.event_column,
+            sd.watermark.delay_text,
+        ),
         StatefulOp::Join(sj) => format!(
             "join_type={:?}, left_event_time={} (delay {}), right_event_time={} (delay {}), right - left in [{}, {}] µs",
             sj.join.join_type,

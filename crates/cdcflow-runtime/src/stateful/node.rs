@@ -1,8 +1,8 @@
 //! The stateful operator in a flow's logical plan: the aggregation or join over
 //! watermarked streams is replaced by a [`StatefulNode`] whose inputs are the rows the
 //! operator reads (its input's rows with their keys and event time evaluated), and
-//! [`StatefulPlanner`] lowers it into [`StatefulAggregateExec`] or
-//! [`StreamingJoinExec`], as AUTO CDC's node is lowered into its execution plans:
+//! [`StatefulPlanner`] lowers it into [`StatefulExec`], as AUTO CDC's node is lowered
+//! into its execution plans:
 //!
 //! ```text
 //! ProjectionExec: the query's columns over the rows the operator appends
@@ -29,10 +29,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
 use super::aggregate;
-use super::aggregate_exec::StatefulAggregateExec;
-use super::join;
-use super::join_exec::StreamingJoinExec;
+use super::operator::StatefulExec;
 use super::run::StateRun;
+use super::{dedup, join};
 use crate::RunError;
 
 /// The stateful operator `op` in a flow's plan, over the rows it reads (`inputs`).
@@ -47,10 +46,7 @@ pub(crate) struct StatefulNode {
 
 impl StatefulNode {
     fn replaced(&self) -> &LogicalPlan {
-        match self.op.as_ref() {
-            StatefulOp::Aggregate(sa) => &sa.node,
-            StatefulOp::Join(sj) => &sj.node,
-        }
+        self.op.node()
     }
 }
 
@@ -82,6 +78,7 @@ impl UserDefinedLogicalNodeCore for StatefulNode {
         match self.op.as_ref() {
             StatefulOp::Aggregate(_) => "StatefulAggregate",
             StatefulOp::Join(_) => "StreamingJoin",
+            StatefulOp::Dedup(_) => "StreamingDeduplicate",
         }
     }
 
@@ -128,19 +125,22 @@ pub(crate) fn with_node(
     op: &StatefulOp,
     run: &Arc<StateRun>,
 ) -> Result<LogicalPlan, RunError> {
-    let (replaced, inputs) = match op {
+    let replaced = op.node();
+    let inputs = match op {
         StatefulOp::Aggregate(sa) => {
             let mut inputs = vec![aggregate::rows_plan(sa)?];
             inputs.extend(aggregate::greatest_plan(sa)?);
-            (&sa.node, inputs)
+            inputs
         }
-        StatefulOp::Join(sj) => (
-            &sj.node,
-            vec![
-                join::side_rows_plan(&sj.join.left, &sj.left)?,
-                join::side_rows_plan(&sj.join.right, &sj.right)?,
-            ],
-        ),
+        StatefulOp::Join(sj) => vec![
+            join::side_rows_plan(&sj.join.left, &sj.left)?,
+            join::side_rows_plan(&sj.join.right, &sj.right)?,
+        ],
+        StatefulOp::Dedup(sd) => {
+            let mut inputs = vec![dedup::rows_plan(sd)?];
+            inputs.extend(dedup::greatest_plan(sd)?);
+            inputs
+        }
     };
     let node = LogicalPlan::Extension(Extension {
         node: Arc::new(StatefulNode {
@@ -181,31 +181,23 @@ impl ExtensionPlanner for StatefulPlanner {
             return Ok(None);
         };
         let schema = Arc::new(node.schema.as_arrow().clone());
-        let plan: Arc<dyn ExecutionPlan> = match (node.op.as_ref(), physical_inputs) {
-            (StatefulOp::Aggregate(_), [rows, greatest @ ..]) => {
-                Arc::new(StatefulAggregateExec::new(
-                    Arc::clone(&node.op),
-                    Arc::clone(&node.run),
-                    schema,
-                    Arc::clone(rows),
-                    greatest.first().map(Arc::clone),
-                ))
-            }
-            (StatefulOp::Join(_), [left, right]) => Arc::new(StreamingJoinExec::new(
-                Arc::clone(&node.op),
-                Arc::clone(&node.run),
-                schema,
-                Arc::clone(left),
-                Arc::clone(right),
-            )),
-            _ => {
-                return Err(DataFusionError::Internal(format!(
-                    "{} planned over {} input(s)",
-                    UserDefinedLogicalNodeCore::name(node),
-                    physical_inputs.len()
-                )));
-            }
+        let expected = match node.op.as_ref() {
+            StatefulOp::Aggregate(_) | StatefulOp::Dedup(_) => 1..=2,
+            StatefulOp::Join(_) => 2..=2,
         };
+        if !expected.contains(&physical_inputs.len()) {
+            return Err(DataFusionError::Internal(format!(
+                "{} planned over {} input(s)",
+                UserDefinedLogicalNodeCore::name(node),
+                physical_inputs.len()
+            )));
+        }
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(StatefulExec::new(
+            Arc::clone(&node.op),
+            Arc::clone(&node.run),
+            schema,
+            physical_inputs.to_vec(),
+        ));
         Ok(Some(plan))
     }
 }

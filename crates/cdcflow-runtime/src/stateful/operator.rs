@@ -1,82 +1,209 @@
-//! What the two stateful execution plans share: one partition out, each input taken
-//! whole in one partition, the batch run once under a session of the task's, and
-//! Spark's state operator metrics as the plan's own (`explain --analyze` shows them).
+//! `StatefulExec`: one batch of a stateful operator as an execution plan of its own,
+//! named as Spark names the operator: `StatefulAggregateExec` (an aggregation,
+//! [`super::aggregate`]), `StreamingSymmetricHashJoinExec` (a join of two streams,
+//! [`super::join`]), `StreamingDeduplicateWithinWatermarkExec` (DISTINCT ON,
+//! [`super::dedup`]). Its inputs are the rows the operator reads, each taken whole in
+//! one partition; its output is what the batch appends. The batch runs once, under a
+//! session of the task's, and Spark's state operator metrics are the plan's own
+//! (`explain --analyze` shows them).
 
+use std::fmt;
 use std::sync::Arc;
 
+use cdcflow_plan::stream_aggregate::StatefulOp;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::error::DataFusionError;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, RecordOutput,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ExecutionPlan, Partitioning, PlanProperties, SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
 };
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 
 use super::metrics::StateMetrics;
+use super::run::StateRun;
+use super::{aggregate, dedup, join};
 use crate::RunError;
 
-/// A plan of one partition whose rows come when its inputs are read whole.
-pub(crate) fn properties(schema: SchemaRef) -> Arc<PlanProperties> {
-    Arc::new(PlanProperties::new(
-        EquivalenceProperties::new(schema),
-        Partitioning::UnknownPartitioning(1),
-        EmissionType::Final,
-        Boundedness::Bounded,
-    ))
+#[derive(Debug)]
+pub(crate) struct StatefulExec {
+    op: Arc<StatefulOp>,
+    run: Arc<StateRun>,
+    schema: SchemaRef,
+    inputs: Vec<Arc<dyn ExecutionPlan>>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
 }
 
-/// Fails unless `partition` is 0.
-pub(crate) fn only_partition(plan: &str, partition: usize) -> datafusion::error::Result<()> {
-    match partition {
-        0 => Ok(()),
-        _ => Err(DataFusionError::Internal(format!(
-            "{plan} has one partition, not {partition}"
-        ))),
+impl StatefulExec {
+    pub fn new(
+        op: Arc<StatefulOp>,
+        run: Arc<StateRun>,
+        schema: SchemaRef,
+        inputs: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Self {
+        Self {
+            op,
+            run,
+            properties: Arc::new(PlanProperties::new(
+                EquivalenceProperties::new(Arc::clone(&schema)),
+                Partitioning::UnknownPartitioning(1),
+                EmissionType::Final,
+                Boundedness::Bounded,
+            )),
+            schema,
+            inputs,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
     }
 }
 
-/// The rows of `input`'s one partition.
-pub(crate) async fn read(
-    input: Arc<dyn ExecutionPlan>,
-    task: Arc<TaskContext>,
-) -> datafusion::error::Result<Vec<RecordBatch>> {
-    input.execute(0, task)?.try_collect().await
+impl DisplayAs for StatefulExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let mode = match self.op.as_ref() {
+            StatefulOp::Aggregate(_) => "mode=append, ",
+            _ => "",
+        };
+        write!(
+            f,
+            "{}: {mode}{}, {}",
+            self.name(),
+            super::describe_op(&self.op),
+            super::describe_state(self.run.before.as_ref())
+        )
+    }
 }
 
-/// A session running the operator's merges with the task's configuration and memory.
-pub(crate) fn session(task: &TaskContext) -> SessionContext {
-    SessionContext::new_with_config_rt(task.session_config().clone(), task.runtime_env())
-}
+impl ExecutionPlan for StatefulExec {
+    fn name(&self) -> &'static str {
+        match self.op.as_ref() {
+            StatefulOp::Aggregate(_) => "StatefulAggregateExec",
+            StatefulOp::Join(_) => "StreamingSymmetricHashJoinExec",
+            StatefulOp::Dedup(_) => "StreamingDeduplicateWithinWatermarkExec",
+        }
+    }
 
-/// A stream of the one batch `rows` gives, of `schema`.
-pub(crate) fn once(
-    schema: SchemaRef,
-    rows: impl Future<Output = Result<RecordBatch, RunError>> + Send + 'static,
-) -> SendableRecordBatchStream {
-    let stream = futures::stream::once(async move {
-        rows.await
-            .map_err(|e| DataFusionError::External(Box::new(e)))
-    })
-    .boxed();
-    Box::pin(RecordBatchStreamAdapter::new(schema, stream))
-}
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
 
-/// `rows` (the operator's output columns, `c0`, `c1`, …) under `schema`'s names.
-pub(crate) fn renamed(schema: &SchemaRef, rows: &RecordBatch) -> Result<RecordBatch, RunError> {
-    Ok(RecordBatch::try_new(
-        Arc::clone(schema),
-        rows.columns().to_vec(),
-    )?)
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        self.inputs.iter().collect()
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::SinglePartition; self.inputs.len()]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false; self.inputs.len()]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != self.inputs.len() {
+            return Err(DataFusionError::Internal(format!(
+                "{} takes {} input(s)",
+                self.name(),
+                self.inputs.len()
+            )));
+        }
+        Ok(Arc::new(Self::new(
+            Arc::clone(&self.op),
+            Arc::clone(&self.run),
+            Arc::clone(&self.schema),
+            children,
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "{} has one partition, not {partition}",
+                self.name()
+            )));
+        }
+        let op = Arc::clone(&self.op);
+        let run = Arc::clone(&self.run);
+        let schema = Arc::clone(&self.schema);
+        let inputs = self.inputs.clone();
+        let metrics = self.metrics.clone();
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let batch = async move {
+            let mut rows = Vec::with_capacity(inputs.len());
+            for input in inputs {
+                let read: Vec<RecordBatch> = input
+                    .execute(0, Arc::clone(&context))?
+                    .try_collect()
+                    .await?;
+                rows.push(read);
+            }
+            let timer = baseline.elapsed_compute().timer();
+            let mut version = run.take_version()?;
+            // The operator's merges run with the task's configuration and memory.
+            let session = SessionContext::new_with_config_rt(
+                context.session_config().clone(),
+                context.runtime_env(),
+            );
+            let (out, outcome) = match op.as_ref() {
+                StatefulOp::Aggregate(sa) => {
+                    aggregate::batch(&session, sa, &run, &mut version, &rows).await?
+                }
+                StatefulOp::Join(sj) => {
+                    join::batch(&session, sj, &run, &mut version, &rows).await?
+                }
+                StatefulOp::Dedup(sd) => dedup::batch(sd, &run, &mut version, &rows)?,
+            };
+            drop(rows);
+            record(&metrics, &outcome.metrics);
+            // The operator's columns (`c0`, `c1`, …) under the replaced node's names.
+            let out = RecordBatch::try_new(Arc::clone(&schema), out.columns().to_vec())?
+                .record_output(&baseline);
+            timer.done();
+            run.done(version, outcome)?;
+            Ok::<_, RunError>(out)
+        };
+        let stream = futures::stream::once(async move {
+            batch
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))
+        })
+        .boxed();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            stream,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
 }
 
 /// Records a batch's state metrics, under Spark's names, as the plan's.
-pub(crate) fn record(set: &ExecutionPlanMetricsSet, m: &StateMetrics) {
+fn record(set: &ExecutionPlanMetricsSet, m: &StateMetrics) {
     let gauge = |name: &'static str, value: u64| {
         MetricBuilder::new(set)
             .global_gauge(name)
@@ -86,6 +213,7 @@ pub(crate) fn record(set: &ExecutionPlanMetricsSet, m: &StateMetrics) {
     gauge("numRowsUpdated", m.rows_updated);
     gauge("numRowsRemoved", m.rows_removed);
     gauge("numRowsDroppedByWatermark", m.rows_dropped_by_watermark);
+    gauge("numDroppedDuplicateRows", m.duplicates_dropped);
     gauge("memoryUsedBytes", m.memory_used_bytes);
     gauge("stateBytes", m.state_bytes);
 }

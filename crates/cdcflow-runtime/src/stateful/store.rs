@@ -325,6 +325,11 @@ impl Version {
             .sum()
     }
 
+    /// The rows of `file`, one of this version's.
+    pub fn read(&self, file: &StateFile) -> Result<Vec<RecordBatch>, RunError> {
+        read_parquet(&self.dir.join(&file.path))
+    }
+
     /// Takes the files of `part`'s `bucket` out of the version (their rows are to be
     /// rewritten, or let go), giving their rows.
     pub fn take(&mut self, part: &str, bucket: i64) -> Result<Vec<RecordBatch>, RunError> {
