@@ -11,8 +11,11 @@ materialized view is computed over the tables. The tables after the step are wri
 to `steps/<n>/expect/<table>.csv` as `cdcflow query --format csv` prints them. Other
 files under `expect/` (late rows, hand-written) are left alone.
 
-What it reads of flows.sql: `CREATE [OR REFRESH] STREAMING TABLE t AS <query>;` and
-`CREATE [OR REFRESH] MATERIALIZED VIEW m AS <query>;`, where each
+What it reads of flows.sql: `CREATE [OR REFRESH] STREAMING TABLE t AS <query>;`,
+`CREATE [OR REFRESH] MATERIALIZED VIEW m AS <query>;`, a streaming table declared alone
+(`CREATE STREAMING TABLE t;`) with one `CREATE FLOW f AS INSERT INTO t [BY NAME]
+<query>;` (run as t's query), and `STREAM(t)` of an earlier streaming table (a stream
+over the rows its sink has), where each
 `read_files('<folder>', format => 'json', schema => '<ddl>')` becomes a view of
 `spark.readStream.schema(<ddl>).json(<folder>)` (a plain `read_files`, `spark.read`).
 A streaming table's `SELECT DISTINCT ON (keys) cols FROM …` (cdcflow's deduplication
@@ -38,6 +41,14 @@ DISTINCT_ON = re.compile(
     r"^\s*SELECT\s+DISTINCT\s+ON\s*\(([^)]*)\)\s+(.*?)\s+FROM\s+(.*)$",
     re.IGNORECASE | re.DOTALL,
 )
+DECLARED = re.compile(
+    r"^\s*CREATE\s+(?:OR\s+REFRESH\s+)?STREAMING\s+TABLE\s+(\w+)\s*$", re.IGNORECASE
+)
+FLOW = re.compile(
+    r"^\s*CREATE\s+FLOW\s+\w+\s+AS\s+INSERT\s+INTO\s+(\w+)\s+(?:BY\s+NAME\s+)?(.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+STREAM_OF = re.compile(r"STREAM\s*\(\s*(\w+)\s*\)", re.IGNORECASE)
 DATASET = re.compile(
     r"^\s*CREATE\s+(?:OR\s+REFRESH\s+)?(STREAMING\s+TABLE|MATERIALIZED\s+VIEW)\s+(\w+)\s+AS\s+(.*)$",
     re.IGNORECASE | re.DOTALL,
@@ -96,11 +107,18 @@ def run_case(spark, case):
     try:
         defs = []
         sources = {}
+        streaming_tables = set()
         for stmt in statements(open(os.path.join(case, "flows.sql")).read()):
+            if DECLARED.match(stmt):
+                continue
             m = DATASET.match(stmt)
-            if not m:
+            flow = FLOW.match(stmt)
+            if m:
+                kind, name, query = m.group(1).upper().split()[0], m.group(2), m.group(3)
+            elif flow:
+                kind, name, query = "STREAMING", flow.group(1), flow.group(2)
+            else:
                 raise SystemExit(f"{case}: not a statement the oracle reads: {stmt[:60]}")
-            kind, name, query = m.group(1).upper().split()[0], m.group(2), m.group(3)
 
             def source(mm):
                 streaming, folder, schema = bool(mm.group(1)), mm.group(2), mm.group(3)
@@ -108,7 +126,17 @@ def run_case(spark, case):
                 sources[view] = (streaming, os.path.join(work, folder), schema)
                 return f"STREAM({view})" if streaming else view
 
-            defs.append((kind, name, READ_FILES.sub(source, query)))
+            query = READ_FILES.sub(source, query)
+            # An earlier streaming table read as a stream: its sink's rows, as a stream.
+            query = STREAM_OF.sub(
+                lambda mm: f"STREAM(stream_{mm.group(1)})"
+                if mm.group(1) in streaming_tables
+                else mm.group(0),
+                query,
+            )
+            if kind == "STREAMING":
+                streaming_tables.add(name)
+            defs.append((kind, name, query))
         steps = sorted(
             (d for d in os.listdir(os.path.join(case, "steps"))),
             key=lambda s: int(s) if s.isdigit() else 1 << 30,
@@ -126,8 +154,9 @@ def run_case(spark, case):
             for kind, name, query in defs:
                 out = os.path.join(work, "_out", name)
                 if kind == "STREAMING":
+                    streaming = streaming_query(spark, query)
                     (
-                        streaming_query(spark, query)
+                        streaming
                         .writeStream.format("parquet")
                         .option("path", out)
                         .option("checkpointLocation", os.path.join(work, "_cp", name))
@@ -137,6 +166,9 @@ def run_case(spark, case):
                         .awaitTermination()
                     )
                     df = spark.read.parquet(out)
+                    spark.readStream.schema(streaming.schema).parquet(out).createOrReplaceTempView(
+                        f"stream_{name}"
+                    )
                 else:
                     df = spark.sql(query)
                 df.createOrReplaceTempView(name)
