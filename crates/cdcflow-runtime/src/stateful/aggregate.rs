@@ -146,7 +146,7 @@ pub(crate) fn bucket_of(sa: &StreamAggregate, evict: Option<i64>) -> i64 {
     match (sa.event_time.window, sa.event_time.session_gap) {
         (Some(w), _) => evict.div_euclid(w.slide.max(1)),
         (None, Some(_)) => 0,
-        (None, None) => evict.div_euclid((sa.watermark.delay_micros / 4).max(1_000_000)),
+        (None, None) => time_bucket(evict, sa.watermark.delay_micros),
     }
 }
 
@@ -206,9 +206,28 @@ pub(crate) fn greatest_unfiltered(
     ))
 }
 
+/// An operator's inputs as [`rows_plan`] and, when the query filters on the event
+/// time, [`greatest_plan`] give them: the rows, and their greatest event time (the
+/// unfiltered one when there is a second input).
+pub(crate) fn rows_and_greatest(inputs: &[Vec<RecordBatch>]) -> (&[RecordBatch], Option<i64>) {
+    let rows = inputs.first().map(Vec::as_slice).unwrap_or_default();
+    let greatest = match inputs.get(1) {
+        Some(unfiltered) => greatest_read(unfiltered, "m"),
+        None => greatest_read(rows, "et"),
+    };
+    (rows, greatest)
+}
+
+/// Buckets of event time a quarter of `delay_micros` wide (at least a second): where
+/// state keyed by a plain event time is kept, so the watermark lets go of whole
+/// buckets.
+pub(crate) fn time_bucket(t: i64, delay_micros: i64) -> i64 {
+    t.div_euclid((delay_micros / 4).max(1_000_000))
+}
+
 /// The greatest event time among rows of [`rows_plan`] (`et`), or of the one row of
 /// [`greatest_plan`] (`m`).
-pub(crate) fn greatest_read(rows: &[RecordBatch], column: &str) -> Option<i64> {
+fn greatest_read(rows: &[RecordBatch], column: &str) -> Option<i64> {
     rows.iter()
         .filter_map(|b| {
             let values = b
@@ -229,11 +248,7 @@ pub(crate) async fn batch(
     version: &mut Version,
     inputs: &[Vec<RecordBatch>],
 ) -> Result<(RecordBatch, Outcome), RunError> {
-    let rows = inputs.first().map(Vec::as_slice).unwrap_or_default();
-    let greatest = match inputs.get(1) {
-        Some(unfiltered) => greatest_read(unfiltered, "m"),
-        None => greatest_read(rows, "et"),
-    };
+    let (rows, greatest) = rows_and_greatest(inputs);
     let before = Before {
         watermark_micros: run.watermark_micros(),
         seen_rows: run.seen_rows(),

@@ -24,7 +24,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast as cast_expr};
 
-use super::aggregate::{greatest_read, greatest_unfiltered, late_rows};
+use super::aggregate::{greatest_unfiltered, late_rows, rows_and_greatest, time_bucket};
 use super::metrics::StateMetrics;
 use super::run::{Outcome, StateRun};
 use super::store::Version;
@@ -107,12 +107,6 @@ pub(crate) fn operator_fingerprint(sd: &StreamDedup) -> Result<String, RunError>
     ))
 }
 
-/// The bucket of keys expiring at `expires`: a quarter of the delay (at least a
-/// second) of event time each.
-fn bucket_of(sd: &StreamDedup, expires: i64) -> i64 {
-    expires.div_euclid((sd.watermark.delay_micros / 4).max(1_000_000))
-}
-
 /// One batch of `sd` as its execution plan runs it: over its inputs' rows (those of
 /// [`rows_plan`], then, when there is one, the row of [`greatest_plan`]), the state of
 /// `run` in `version`; gives the rows it appends (`c0`, `c1`, …) and what it did.
@@ -122,11 +116,7 @@ pub(crate) fn batch(
     version: &mut Version,
     inputs: &[Vec<RecordBatch>],
 ) -> Result<(RecordBatch, Outcome), RunError> {
-    let rows = inputs.first().map(Vec::as_slice).unwrap_or_default();
-    let greatest = match inputs.get(1) {
-        Some(unfiltered) => greatest_read(unfiltered, "m"),
-        None => greatest_read(rows, "et"),
-    };
+    let (rows, greatest) = rows_and_greatest(inputs);
     let schema = match rows.first() {
         Some(b) => b.schema(),
         None => Arc::new(rows_plan(sd)?.schema().as_arrow().clone()),
@@ -234,7 +224,7 @@ pub(crate) fn batch(
         (if et.is_valid(r) { et.value(r) } else { 0 }).saturating_add(delay)
     };
     for (i, r) in (0u32..).zip(&emitted) {
-        let bucket = bucket_of(sd, expires_of(*r as usize));
+        let bucket = time_bucket(expires_of(*r as usize), delay);
         new_keys.entry(bucket).or_default().push(i);
     }
     let mut new_state: Vec<ArrayRef> = key_columns

@@ -46,6 +46,9 @@ const TS: DataType = DataType::Timestamp(TimeUnit::Microsecond, None);
 pub(crate) struct Before {
     pub watermark_micros: i64,
     pub seen_rows: bool,
+    /// Each input's own watermark from the batches before in this run of the query
+    /// (none in a run's first batch).
+    pub inputs: BTreeMap<String, i64>,
     pub left: Vec<RecordBatch>,
     pub right: Vec<RecordBatch>,
 }
@@ -234,6 +237,7 @@ pub(crate) async fn batch(
     let before = Before {
         watermark_micros: run.watermark_micros(),
         seen_rows: run.seen_rows(),
+        inputs: run.inputs_this_run(),
         left: version.take_part(LEFT)?,
         right: version.take_part(RIGHT)?,
     };
@@ -314,19 +318,18 @@ pub(crate) async fn step(
 
     // 3. The watermarks move; rows no later row can match leave. Spark keeps each
     // input's watermark only while a query runs (its checkpoint keeps the global one),
-    // and one `cdcflow run` is one run of the query: an input is at its greatest event
-    // time of this batch less its delay, or at 0 without rows, and the global watermark
-    // moves to their minimum when that is higher.
-    let mut inputs = BTreeMap::new();
+    // and one `cdcflow run` (or `run --continuous`) is one run of the query: an input is
+    // at its greatest event time in the run so far less its delay, or at 0 without rows
+    // yet, and the global watermark moves to their minimum when that is higher.
+    let mut inputs = before.inputs;
     for (name, greatest, side) in [
         ("left", left_max, &sj.left),
         ("right", right_max, &sj.right),
     ] {
         if let Some(g) = greatest {
-            inputs.insert(
-                name.to_string(),
-                g.saturating_sub(side.watermark.delay_micros),
-            );
+            let own = g.saturating_sub(side.watermark.delay_micros);
+            let kept = inputs.entry(name.to_string()).or_insert(own);
+            *kept = (*kept).max(own);
         }
     }
     let seen_rows = before.seen_rows || left_max.is_some() || right_max.is_some();

@@ -148,6 +148,7 @@ pub(crate) fn finish(run: &StateRun) -> Result<Batch, RunError> {
         rows: metrics.rows_total,
         growing_batches,
         operator: run.operator.clone(),
+        process: run::process(),
         layout: 0,
         files: Vec::new(),
     };
@@ -250,6 +251,7 @@ mod tests {
             rows,
             growing_batches,
             operator: String::new(),
+            process: String::new(),
             layout: 0,
             files: Vec::new(),
         }

@@ -64,6 +64,17 @@ impl StateRun {
         self.before.as_ref().map_or(0, |m| m.watermark_micros)
     }
 
+    /// Each input's own watermark after the batch before, when that batch ran in this
+    /// process: a run of the query (`cdcflow run`, or `run --continuous` across its
+    /// cycles) keeps its inputs' watermarks, and a new run starts them afresh.
+    pub fn inputs_this_run(&self) -> std::collections::BTreeMap<String, i64> {
+        self.before
+            .as_ref()
+            .filter(|m| m.process == process())
+            .map(|m| m.inputs.clone())
+            .unwrap_or_default()
+    }
+
     pub fn seen_rows(&self) -> bool {
         self.before.as_ref().is_some_and(|m| m.seen_rows)
     }
@@ -97,6 +108,56 @@ impl StateRun {
     }
 }
 
+/// This process, as a state version records the run that wrote it: its id and the
+/// time it first asked (an id alone is reused by later processes).
+pub(crate) fn process() -> String {
+    static PROCESS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PROCESS
+        .get_or_init(|| {
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_micros())
+                .unwrap_or_default();
+            format!("{}@{started}", std::process::id())
+        })
+        .clone()
+}
+
 fn poisoned() -> RunError {
     RunError::internal("a stateful batch's lock was poisoned")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_after(process: String) -> StateRun {
+        let dir = std::env::temp_dir();
+        let store = StateStore::new(&dir, "f");
+        let before = Meta {
+            batch: 0,
+            watermark_micros: 10,
+            seen_rows: true,
+            inputs: [("left".to_string(), 40), ("right".to_string(), 10)].into(),
+            process,
+            rows: 0,
+            growing_batches: 0,
+            operator: String::new(),
+            layout: 0,
+            files: Vec::new(),
+        };
+        let version = store.begin_dry(1, Some(&before));
+        StateRun::new(store, Some(before), 1, version, String::new())
+    }
+
+    #[test]
+    fn inputs_keep_their_watermarks_within_a_run_of_the_query_only() {
+        // A batch before in this process: the inputs go on from where they were.
+        let same = run_after(process());
+        assert_eq!(same.inputs_this_run()["left"], 40);
+        // A batch of an earlier run (another process): they start afresh.
+        let other = run_after("1@1".into());
+        assert!(other.inputs_this_run().is_empty());
+        assert_eq!(other.watermark_micros(), 10);
+    }
 }

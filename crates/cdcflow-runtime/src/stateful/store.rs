@@ -64,10 +64,13 @@ pub(crate) struct Meta {
     /// Whether any batch has had rows yet (before that the watermark is 0 and holds
     /// nothing back).
     pub seen_rows: bool,
-    /// Each watermarked input's own watermark after the batch, from its rows in the
-    /// batch (a join's two; shown, not carried over: see `join.rs`).
+    /// Each watermarked input's own watermark after the batch (a join's two), carried
+    /// to the next batch only within the same run of the query (see `join.rs`).
     #[serde(default)]
     pub inputs: std::collections::BTreeMap<String, i64>,
+    /// The process that wrote the version ([`super::run::process`]).
+    #[serde(default)]
+    pub process: String,
     /// Rows the state held after the batch.
     #[serde(default)]
     pub rows: u64,
@@ -461,6 +464,7 @@ mod tests {
             rows: 0,
             growing_batches: 0,
             operator: "op".into(),
+            process: String::new(),
             layout: LAYOUT,
             files: Vec::new(),
         }
