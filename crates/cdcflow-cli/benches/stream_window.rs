@@ -308,6 +308,12 @@ fn run_spark(python: &Path, script: &str, work: &Path, data: &Path, batches: u64
         "spark failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    for line in stdout
+        .lines()
+        .filter(|l| l.starts_with("spark ") && l.contains("batch"))
+    {
+        println!("{line}");
+    }
     stdout
         .lines()
         .find_map(|l| {
