@@ -236,6 +236,17 @@ fn explain_shows_a_stateful_operator_with_its_watermark_and_state_and_analyze_wr
     copy_dir(&case.join("steps/1/files"), dir.path());
     let p = dir.path().to_str().expect("path");
     assert!(cdcflow(&["run", "-p", p]).status.success());
+    // The event log keeps the state after the batch, as columns.
+    let out = crate::query_csv(
+        dir.path(),
+        "SELECT state_rows, state_rows_removed, rows_dropped_by_watermark, watermark, state_disk_bytes > 0 AS on_disk FROM event_log WHERE event = 'flow_completed'",
+    );
+    assert!(
+        stdout(&out).contains("1,2,0,2026-01-01T00:01:10Z,true"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     copy_dir(&case.join("steps/2/files"), dir.path());
     let before = listing(dir.path());
 

@@ -44,10 +44,28 @@ fn schema() -> SchemaRef {
         i("lag_ms"),
         i("duration_ms"),
         s("message", true),
-        // Added after the first logs were written: a log without it gains it.
+        // Added after the first logs were written: a log without them gains them.
         i("tombstones"),
+        // A stateful flow's state after the batch, under the names of `run --format
+        // json` (Spark's numRowsTotal, numRowsUpdated, numRowsRemoved, memoryUsedBytes,
+        // numRowsDroppedByWatermark, numDroppedDuplicateRows) and its watermark.
+        i("state_rows"),
+        i("state_rows_updated"),
+        i("state_rows_removed"),
+        i("state_memory_bytes"),
+        i("state_disk_bytes"),
+        i("rows_dropped_by_watermark"),
+        i("duplicates_dropped"),
+        Field::new(
+            "watermark",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
     ]))
 }
+
+/// The state columns, `state_rows` to `duplicates_dropped`.
+const STATE_COUNTS: usize = 7;
 
 /// The count columns, `rows_read` to `lag_ms`.
 const COUNTS: usize = 11;
@@ -64,6 +82,8 @@ struct Row {
     message: Option<String>,
     /// Broker tombstones read (flows that read a broker).
     tombstones: Option<i64>,
+    /// A stateful flow's state counts and its watermark.
+    state: Option<([i64; STATE_COUNTS], i64)>,
 }
 
 /// Appends the events of one run (started at `started`, ended at `ended`, µs).
@@ -136,6 +156,21 @@ pub async fn append(
             message: (!notes.is_empty()).then(|| notes.join("; ")),
             tombstones: (!f.partition_lag.is_empty() || f.tombstones > 0)
                 .then_some(f.tombstones as i64),
+            state: f.state.as_ref().map(|m| {
+                let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                (
+                    [
+                        n(m.rows_total),
+                        n(m.rows_updated),
+                        n(m.rows_removed),
+                        n(m.memory_used_bytes),
+                        n(m.state_bytes),
+                        n(m.rows_dropped_by_watermark),
+                        n(m.duplicates_dropped),
+                    ],
+                    m.watermark_micros,
+                )
+            }),
         });
     }
     // Internal state tables vacuumed after the batches: `files` holds the files removed.
@@ -205,6 +240,15 @@ pub async fn append(
     columns.push(Arc::new(Int64Array::from_iter(
         rows.iter().map(|r| r.tombstones),
     )));
+    for i in 0..STATE_COUNTS {
+        columns.push(Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| r.state.map(|(counts, _)| counts[i])),
+        )));
+    }
+    columns.push(Arc::new(
+        TimestampMicrosecondArray::from_iter(rows.iter().map(|r| r.state.map(|(_, w)| w)))
+            .with_timezone("UTC"),
+    ));
     let batch = RecordBatch::try_new(schema(), columns)?;
     let commit = Commit {
         name: TABLE.into(),
