@@ -29,8 +29,13 @@ pub struct StateMetrics {
 impl StateMetrics {
     /// One line, as the event log, `run` and `status` show it.
     pub fn summary(&self) -> String {
+        // A deduplication's drops, when it had any.
+        let duplicates = match self.duplicates_dropped {
+            0 => String::new(),
+            n => format!(", {n} duplicate(s) dropped"),
+        };
         format!(
-            "{} row(s) held ({} updated, {} closed or let go; {} bytes on disk, {} in memory), {} row(s) dropped as late, watermark {}",
+            "{} row(s) held ({} updated, {} closed or let go; {} bytes on disk, {} in memory), {} row(s) dropped as late{duplicates}, watermark {}",
             self.rows_total,
             self.rows_updated,
             self.rows_removed,
