@@ -29,7 +29,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray,
     TimestampMicrosecondArray, UInt32Array,
 };
-use datafusion::arrow::compute::{cast, filter_record_batch, is_not_null, take};
+use datafusion::arrow::compute::{cast, filter_record_batch, is_not_null, take, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -429,15 +429,9 @@ fn by_bucket(
             rows.entry(bucket_of(sa, e)).or_default().push(row);
         }
         for (bucket, rows) in rows {
-            let indices = UInt32Array::from(rows);
-            let columns = b
-                .columns()
-                .iter()
-                .map(|c| take(c, &indices, None))
-                .collect::<Result<Vec<_>, _>>()?;
             out.entry(bucket)
                 .or_default()
-                .push(RecordBatch::try_new(b.schema(), columns)?);
+                .push(take_record_batch(&b, &UInt32Array::from(rows))?);
         }
     }
     Ok(out)
@@ -708,7 +702,8 @@ pub(crate) type LateRows<'a> = (&'a [u32], &'a [Option<(i64, i64)>]);
 
 /// Rows `rows` of `batch`, whose input columns start at `passed`, as the late table has
 /// them: the input's columns (`in_schema`'s names), the window that had closed (each of
-/// `windows`, null for none), the watermark, the reason.
+/// `windows`; null for none, and for every row when `windows` is empty), the watermark,
+/// the reason.
 pub(crate) fn late_rows(
     batch: &RecordBatch,
     passed: usize,

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use cdcflow_plan::stream_dedup::StreamDedup;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{SortOptions, concat_batches, filter_record_batch, take};
+use datafusion::arrow::compute::{
+    SortOptions, concat_batches, filter_record_batch, take, take_record_batch,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast as cast_expr};
@@ -144,7 +146,7 @@ pub(crate) fn batch(
             &all,
             passed,
             sd.input.schema(),
-            (&late, &vec![None; late.len()]),
+            (&late, &[]),
             before,
             "its event time was at or before the watermark",
         )?),
@@ -243,14 +245,12 @@ pub(crate) fn batch(
     let buckets: std::collections::BTreeSet<i64> =
         new_keys.keys().copied().chain(expiring).collect();
     for bucket in buckets {
-        // Read back under the state's own schema (a file's may carry other metadata).
-        let mut rows = version
-            .take(KEYS, bucket)?
-            .into_iter()
-            .map(|b| RecordBatch::try_new(Arc::clone(&state_schema), b.columns().to_vec()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut rows = version.take(KEYS, bucket)?;
         if let Some(added) = new_keys.get(&bucket) {
-            rows.push(take_rows(&new_state, added)?);
+            rows.push(take_record_batch(
+                &new_state,
+                &UInt32Array::from(added.clone()),
+            )?);
         }
         let rows = concat_batches(&state_schema, &rows)?;
         let expires = rows.column(keys).as_primitive::<Int64Type>();
@@ -289,14 +289,4 @@ pub(crate) fn batch(
         metrics,
     };
     Ok((out, outcome))
-}
-
-fn take_rows(batch: &RecordBatch, rows: &[u32]) -> Result<RecordBatch, RunError> {
-    let indices = UInt32Array::from(rows.to_vec());
-    let columns = batch
-        .columns()
-        .iter()
-        .map(|c| take(c, &indices, None))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
