@@ -25,6 +25,7 @@ mod landing_columns;
 mod log_format;
 mod machine_output;
 mod metrics_endpoint;
+mod mysql;
 mod optimize;
 mod partitioning;
 mod postgres;

@@ -18,7 +18,7 @@ mod client_cert;
 mod convergence;
 mod mysql_tls;
 mod operators;
-mod read_query;
+pub(crate) mod read_query;
 mod read_query_paging;
 mod shared_slot;
 mod slots;
@@ -659,10 +659,10 @@ fn a_backlog_larger_than_a_batch_is_read_in_several_batches() {
 }
 
 /// A deterministic pseudo-random sequence (no dependency for a test's workload).
-struct Lcg(u64);
+pub(crate) struct Lcg(pub(crate) u64);
 
 impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -679,7 +679,7 @@ fn workload_rows() -> u64 {
         .unwrap_or(100_000)
 }
 
-fn spawn_continuous(dir: &Path) -> std::process::Child {
+pub(crate) fn spawn_continuous(dir: &Path) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_cdcflow"))
         .args(["run", "-p", dir.to_str().expect("utf-8"), "--continuous"])
         .stdout(std::process::Stdio::null())
@@ -690,7 +690,7 @@ fn spawn_continuous(dir: &Path) -> std::process::Child {
 
 /// Stops a `--continuous` run as an operator does (SIGTERM) and waits for it: whether
 /// the signal was sent, and what the run wrote.
-fn stop(child: std::process::Child) -> (std::process::ExitStatus, std::process::Output) {
+pub(crate) fn stop(child: std::process::Child) -> (std::process::ExitStatus, std::process::Output) {
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -33,6 +33,7 @@ fn with_sources(postgres: cdcflow_postgres::PostgresSources) -> Sources {
         Arc::new(postgres),
         Arc::new(cdcflow_query::QuerySources),
         Arc::new(cdcflow_kafka::KafkaSources),
+        Arc::new(cdcflow_mysql::MysqlSources),
     ])))
 }
 

@@ -25,6 +25,7 @@ pub mod pipeline;
 pub mod planner;
 pub mod read_files;
 pub mod read_kafka;
+pub mod read_mysql;
 pub mod read_postgres;
 pub mod read_query;
 mod relations;

@@ -16,6 +16,7 @@ use crate::config::PipelineConfig;
 use crate::diagnostic::Located;
 use crate::read_files::ReadFiles;
 use crate::read_kafka::ReadKafka;
+use crate::read_mysql::ReadMysql;
 use crate::read_postgres::ReadPostgres;
 use crate::read_query::ReadQuery;
 
@@ -88,6 +89,9 @@ pub enum Input {
     Files(ReadFiles),
     /// A PostgreSQL table's snapshot and changes (`read_postgres`).
     Postgres(ReadPostgres),
+    /// A MySQL or MariaDB table's snapshot and changes from its binary log
+    /// (`read_mysql`).
+    Mysql(ReadMysql),
     /// A query's rows above a high watermark (`read_query`).
     Query(ReadQuery),
     /// An external Delta table (pipeline.yaml `external_tables:`).
@@ -97,11 +101,14 @@ pub enum Input {
 }
 
 impl Input {
-    /// Whether a server gives this input (PostgreSQL, a `read_query` database, Kafka),
+    /// Whether a server gives this input (PostgreSQL, MySQL, a `read_query` database, Kafka),
     /// not a file or table of the pipeline's machine: it is polled, not watched, and
     /// reading it moves a slot, a watermark or offsets.
     pub fn reads_a_server(&self) -> bool {
-        matches!(self, Self::Postgres(_) | Self::Query(_) | Self::Kafka(_))
+        matches!(
+            self,
+            Self::Postgres(_) | Self::Mysql(_) | Self::Query(_) | Self::Kafka(_)
+        )
     }
 }
 
@@ -180,6 +187,7 @@ impl Flow {
                 Input::Files(rf) if rf.streaming => Some(rf.table.clone()),
                 Input::Delta(d) if d.streaming => Some(d.table.clone()),
                 Input::Postgres(rp) => Some(rp.table.clone()),
+                Input::Mysql(rm) => Some(rm.table.clone()),
                 Input::Query(rq) => Some(rq.table.clone()),
                 Input::Kafka(rk) => Some(rk.table.clone()),
                 _ => None,

@@ -25,6 +25,8 @@ pub enum Relation {
     Files(FilesCall),
     /// A `read_postgres(…)` call.
     Postgres(SourceCall),
+    /// A `read_mysql(…)` call.
+    Mysql(SourceCall),
     /// A `read_query(…)` call.
     Query(SourceCall),
     /// A `read_kafka(…)` call.
@@ -240,6 +242,7 @@ impl Rewriter<'_> {
             Relation::Dataset { parts, .. } => parts.last().cloned(),
             Relation::Files(_)
             | Relation::Postgres(_)
+            | Relation::Mysql(_)
             | Relation::Query(_)
             | Relation::Kafka(_) => None,
         };
@@ -313,6 +316,15 @@ impl VisitorMut for Rewriter<'_> {
                             Relation::Postgres(source_call(&fargs, true, e.span()))
                         }
                         Expr::Function(f)
+                            if f.name.0.len() == 1 && is_named(&f.name, "read_mysql") =>
+                        {
+                            let fargs = match &f.args {
+                                FunctionArguments::List(l) => l.args.clone(),
+                                _ => vec![],
+                            };
+                            Relation::Mysql(source_call(&fargs, true, e.span()))
+                        }
+                        Expr::Function(f)
                             if f.name.0.len() == 1 && is_named(&f.name, "read_query") =>
                         {
                             let fargs = match &f.args {
@@ -353,6 +365,9 @@ impl VisitorMut for Rewriter<'_> {
             Some(targs) if is_named(name, "read_postgres") => {
                 Relation::Postgres(source_call(&targs.args, false, span))
             }
+            Some(targs) if is_named(name, "read_mysql") => {
+                Relation::Mysql(source_call(&targs.args, false, span))
+            }
             Some(targs) if is_named(name, "read_query") => {
                 Relation::Query(source_call(&targs.args, false, span))
             }
@@ -375,7 +390,10 @@ impl VisitorMut for Rewriter<'_> {
         let keep = match &relation {
             Relation::Dataset { span, .. } => *span,
             Relation::Files(f) => f.span,
-            Relation::Postgres(c) | Relation::Query(c) | Relation::Kafka(c) => c.span,
+            Relation::Postgres(c)
+            | Relation::Mysql(c)
+            | Relation::Query(c)
+            | Relation::Kafka(c) => c.span,
         };
         self.replace(factor, relation, keep);
         ControlFlow::Continue(())

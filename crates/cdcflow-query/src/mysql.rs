@@ -1,127 +1,16 @@
 //! `read_query` on MySQL and MariaDB, through mysql_async's text protocol: every value
 //! arrives as the server prints it, and is converted to Arrow as PostgreSQL's text is
-//! (`cdcflow_postgres::types`). The session's time zone is UTC, so TIMESTAMP values
-//! print in UTC. TLS through mysql_async's rustls (the `ring` provider the build has
-//! already), with the `sslmode` names of PostgreSQL.
+//! (`cdcflow_postgres::types`). The connection is `cdcflow-mysql`'s: the session's time
+//! zone is UTC, so TIMESTAMP values print in UTC.
 
+use cdcflow_mysql::MysqlConnection;
 use mysql_async::consts::{ColumnFlags, ColumnType};
 use mysql_async::prelude::Queryable;
-use mysql_async::{ClientIdentity, Column, Conn, DriverError, OptsBuilder, Row, SslOpts, Value};
-
-use cdcflow_plan::connections::SslMode;
-use cdcflow_postgres::client_cert::Pem;
-use cdcflow_postgres::tls::Tls;
+use mysql_async::{Column, Row, Value};
 
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
 use crate::runtime::SourceError;
-
-/// Where a MySQL or MariaDB connection goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MysqlConnection {
-    pub host: String,
-    pub port: u16,
-    pub database: String,
-    pub user: String,
-    pub password: Option<String>,
-    /// `sslmode:`, `sslrootcert:` and the client certificate, as for PostgreSQL.
-    pub tls: Tls,
-}
-
-impl MysqlConnection {
-    async fn connect(&self) -> Result<Conn, SourceError> {
-        let opts = OptsBuilder::default()
-            .ip_or_hostname(self.host.clone())
-            .tcp_port(self.port)
-            .user(Some(self.user.clone()))
-            .pass(self.password.clone())
-            .db_name(Some(self.database.clone()))
-            .prefer_socket(false)
-            .init(vec!["SET time_zone = '+00:00'"]);
-        let Some(ssl) = ssl_opts(&self.tls) else {
-            return Conn::new(opts).await.map_err(|e| self.error(&e));
-        };
-        cdcflow_postgres::tls::install_crypto_provider();
-        match Conn::new(opts.clone().ssl_opts(ssl)).await {
-            // `prefer`: a server without TLS is spoken to in the clear.
-            Err(mysql_async::Error::Driver(DriverError::NoClientSslFlagFromServer))
-                if self.tls.mode == SslMode::Prefer =>
-            {
-                Conn::new(opts).await.map_err(|e| self.error(&e))
-            }
-            other => other.map_err(|e| self.error(&e)),
-        }
-    }
-
-    fn error(&self, e: &mysql_async::Error) -> SourceError {
-        let mode = self.tls.mode;
-        let tls = match mode {
-            SslMode::Disable | SslMode::Prefer => String::new(),
-            SslMode::Require => "; with sslmode: require the server must offer TLS".into(),
-            SslMode::VerifyCa | SslMode::VerifyFull => format!(
-                "; with sslmode: {} the server must offer TLS with a certificate the CAs of `sslrootcert:` sign{}",
-                mode.as_str(),
-                if mode == SslMode::VerifyFull {
-                    ", for this host name"
-                } else {
-                    ""
-                }
-            ),
-        };
-        let unreachable = matches!(e, mysql_async::Error::Io(mysql_async::IoError::Io(_)));
-        let made = match unreachable {
-            true => SourceError::unreachable,
-            false => SourceError::new,
-        };
-        made(
-            format!(
-                "cannot connect to MySQL at {}:{} (database `{}`, user `{}`, sslmode {}): {e}",
-                self.host,
-                self.port,
-                self.database,
-                self.user,
-                mode.as_str()
-            ),
-            &format!(
-                "check the connection in pipeline.yaml (host, port, database, user, the password's environment variable) and that the server is up{tls}"
-            ),
-        )
-    }
-}
-
-/// mysql_async's TLS settings for `tls`, with libpq's meanings: `prefer` and `require`
-/// take any certificate, `verify-ca` one the trusted CAs sign, `verify-full` one for
-/// the host too; `sslrootcert:` replaces the built-in CAs (Mozilla's).
-fn ssl_opts(tls: &Tls) -> Option<SslOpts> {
-    let mode = tls.mode;
-    if mode == SslMode::Disable {
-        return None;
-    }
-    let mut opts = SslOpts::default()
-        .with_danger_accept_invalid_certs(matches!(mode, SslMode::Prefer | SslMode::Require))
-        .with_danger_skip_domain_validation(mode != SslMode::VerifyFull);
-    if let Some(root) = &tls.root_cert {
-        opts = opts
-            .with_root_certs(vec![root.clone().into()])
-            .with_disable_built_in_roots(true);
-    }
-    if let Some(client) = &tls.client_cert {
-        opts = opts.with_client_identity(Some(ClientIdentity::new(
-            pem_source(&client.cert),
-            pem_source(&client.key),
-        )));
-    }
-    Some(opts)
-}
-
-/// A PEM as mysql_async takes it (its `PathOrBuf`, which it does not export): the file,
-/// or the text itself.
-fn pem_source<T: From<std::path::PathBuf> + From<Vec<u8>>>(pem: &Pem) -> T {
-    match pem {
-        Pem::File(path) => path.clone().into(),
-        Pem::Text { text, .. } => text.as_bytes().to_vec().into(),
-    }
-}
 
 fn query_error(e: &mysql_async::Error) -> SourceError {
     SourceError::new(format!("MySQL: {e}"), crate::runtime::QUERY_HELP)
@@ -164,7 +53,7 @@ pub async fn describe(
     connection: &MysqlConnection,
     query: &str,
 ) -> Result<Vec<(String, DataType)>, SourceError> {
-    let mut conn = connection.connect().await?;
+    let mut conn = connection.connect().await.map_err(SourceError::from)?;
     let statement = conn
         .prep(query.trim().trim_end_matches(';'))
         .await
@@ -203,7 +92,7 @@ pub async fn fetch(
     connection: &MysqlConnection,
     sql: &str,
 ) -> Result<Vec<Vec<Option<String>>>, SourceError> {
-    let mut conn = connection.connect().await?;
+    let mut conn = connection.connect().await.map_err(SourceError::from)?;
     let rows: Vec<Row> = conn.query(sql).await.map_err(|e| query_error(&e))?;
     let _ = conn.disconnect().await;
     Ok(rows
@@ -218,7 +107,7 @@ pub async fn fetch(
 
 /// The server's clock, µs since the epoch.
 pub async fn now_micros(connection: &MysqlConnection) -> Result<i64, SourceError> {
-    let mut conn = connection.connect().await?;
+    let mut conn = connection.connect().await.map_err(SourceError::from)?;
     let now: Option<i64> = conn
         .query_first("SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)")
         .await

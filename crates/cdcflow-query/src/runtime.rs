@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use cdcflow_plan::connections::{Connection, ConnectionKind, SslMode, Target};
+use cdcflow_plan::connections::ConnectionKind;
 use cdcflow_plan::read_query::ReadQuery;
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_postgres::types::TextColumn;
@@ -22,11 +22,11 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::dialect::Dialect;
-use crate::mysql::MysqlConnection;
 use crate::order::{Column, Order};
 use crate::page::{Batch, PageError, Read};
 use crate::position::Position;
 use crate::watermark::{self, Kind, Watermark};
+use cdcflow_mysql::{MysqlConnection, MysqlError};
 
 /// An error of a `read_query` source, with what to do.
 #[derive(Debug)]
@@ -95,6 +95,16 @@ impl SourceError {
     }
 }
 
+impl From<MysqlError> for SourceError {
+    fn from(e: MysqlError) -> Self {
+        Self {
+            message: e.message,
+            help: e.help,
+            unreachable: e.unreachable,
+        }
+    }
+}
+
 /// Opens `read_query` inputs.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct QuerySources;
@@ -126,42 +136,12 @@ fn open(pipeline: &Pipeline, rq: &ReadQuery) -> Result<QuerySource, RunError> {
             &rq.connection,
             connection,
         )?),
-        ConnectionKind::Mysql => Server::Mysql(mysql(&rq.connection, connection)?),
+        ConnectionKind::Mysql => Server::Mysql(cdcflow_mysql::resolve(&rq.connection, connection)?),
     };
     Ok(QuerySource {
         rq: rq.clone(),
         server,
     })
-}
-
-/// A MySQL connection with its secret from the environment.
-fn mysql(name: &str, c: &Connection) -> Result<MysqlConnection, RunError> {
-    match &c.target {
-        Target::DsnEnv(_) => Err(RunError::input(format!(
-            "connection `{name}`: a MySQL connection takes host, port, database, user and password_env, not dsn_env"
-        ))
-        .with_help("write the connection's parts in pipeline.yaml")),
-        Target::Parts {
-            host,
-            port,
-            database,
-            user,
-            password_env,
-        } => {
-            let password = password_env
-                .as_deref()
-                .map(|var| cdcflow_postgres::runtime::env_secret(name, var))
-                .transpose()?;
-            Ok(MysqlConnection {
-                host: host.clone(),
-                port: *port,
-                database: database.clone(),
-                user: user.clone(),
-                password,
-                tls: cdcflow_postgres::runtime::tls(name, c, SslMode::Prefer)?,
-            })
-        }
-    }
 }
 
 struct QuerySource {

@@ -156,7 +156,7 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
         let sets_apart = flows().any(|f| {
             f.inputs
                 .iter()
-                .any(|i| matches!(i, Input::Files(_) | Input::Postgres(_)))
+                .any(|i| matches!(i, Input::Files(_) | Input::Postgres(_) | Input::Mysql(_)))
         });
         let quarantine = sets_apart.then(|| crate::quarantine::table_name(&d.name));
         let info = TableInfo {

@@ -194,6 +194,16 @@ impl InputReader<'_> {
                     self.register_source(input, &rp.table, declared, progress, planner, batch)
                         .await?
                 }
+                Input::Mysql(rm) => {
+                    // As for PostgreSQL: the read has every column, also one added
+                    // since the run began.
+                    let declared = rm
+                        .declared_columns
+                        .as_deref()
+                        .map(cdcflow_plan::read_mysql::change_schema);
+                    self.register_source(input, &rm.table, declared, progress, planner, batch)
+                        .await?
+                }
                 Input::Query(rq) => {
                     self.register_source(
                         input,
@@ -599,6 +609,7 @@ fn read_whole(input: &Input) -> Input {
         }),
         // A change source is a stream only.
         Input::Postgres(rp) => Input::Postgres(rp.clone()),
+        Input::Mysql(rm) => Input::Mysql(rm.clone()),
         Input::Query(rq) => Input::Query(rq.clone()),
         Input::Kafka(rk) => Input::Kafka(rk.clone()),
     }

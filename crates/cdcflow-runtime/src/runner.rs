@@ -154,6 +154,7 @@ pub(crate) async fn run_locked(
                     Input::Files(_)
                     | Input::Delta(_)
                     | Input::Postgres(_)
+                    | Input::Mysql(_)
                     | Input::Query(_)
                     | Input::Kafka(_) => None,
                 });
@@ -289,6 +290,7 @@ async fn run_flow(rc: &RunContext, flow: &Flow, target: DatasetKind) -> FlowRepo
             Input::Dataset { .. }
             | Input::Delta(_)
             | Input::Postgres(_)
+            | Input::Mysql(_)
             | Input::Query(_)
             | Input::Kafka(_) => None,
         });

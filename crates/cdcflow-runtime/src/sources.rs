@@ -271,6 +271,7 @@ impl Sources {
 pub fn missing_kind(input: &Input) -> RunError {
     let what = match input {
         Input::Postgres(_) => "read_postgres",
+        Input::Mysql(_) => "read_mysql",
         Input::Query(_) => "read_query",
         Input::Kafka(_) => "read_kafka",
         Input::Files(_) | Input::Dataset { .. } | Input::Delta(_) => "this input",
@@ -293,6 +294,7 @@ pub async fn undeclared_columns(
         for input in &flow.inputs {
             let (declared, key) = match input {
                 Input::Postgres(rp) => (rp.declared_columns.is_some(), rp.key()),
+                Input::Mysql(rm) => (rm.declared_columns.is_some(), rm.key()),
                 Input::Query(rq) => (rq.declared_columns.is_some(), rq.key()),
                 _ => continue,
             };

@@ -119,9 +119,7 @@ pub async fn status_with_sources(
                 crate::stateful::stored_state(&checkpoint_dir, &flow.name, progress.committed);
         }
         for input in &flow.inputs {
-            if let (Input::Postgres(_) | Input::Query(_) | Input::Kafka(_), Some(sources)) =
-                (input, sources)
-            {
+            if let (Some(sources), true) = (sources, input.reads_a_server()) {
                 s.sources
                     .push(source_status(pipeline, input, sources, &progress).await);
                 continue;

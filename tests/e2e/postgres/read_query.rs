@@ -16,16 +16,16 @@ fn env(name: &str, default: &str) -> String {
 }
 
 /// A MariaDB database of the test's own.
-pub(super) struct Maria {
-    pub(super) name: String,
-    pub(super) host: String,
-    pub(super) port: u16,
-    pub(super) user: String,
-    pub(super) rt: tokio::runtime::Runtime,
+pub(crate) struct Maria {
+    pub(crate) name: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) user: String,
+    pub(crate) rt: tokio::runtime::Runtime,
 }
 
 impl Maria {
-    pub(super) fn create(test: &str) -> Maria {
+    pub(crate) fn create(test: &str) -> Maria {
         let m = Maria {
             name: format!("cdcflow_e2e_{test}"),
             host: env("MYSQL_HOST", "127.0.0.1"),
@@ -43,14 +43,20 @@ impl Maria {
         m
     }
 
-    fn connect(&self, database: Option<&str>) -> mysql_async::Conn {
-        let opts = mysql_async::OptsBuilder::default()
+    /// Where the server is, for a connection made on another runtime than this one's
+    /// (a connection belongs to the runtime it was made on).
+    pub(crate) fn opts(&self, database: Option<&str>) -> mysql_async::OptsBuilder {
+        mysql_async::OptsBuilder::default()
             .ip_or_hostname(self.host.clone())
             .tcp_port(self.port)
             .user(Some(self.user.clone()))
             .pass(std::env::var("MYSQL_PASSWORD").ok())
             .db_name(database.map(String::from))
-            .prefer_socket(false);
+            .prefer_socket(false)
+    }
+
+    fn connect(&self, database: Option<&str>) -> mysql_async::Conn {
+        let opts = self.opts(database);
         self.rt
             .block_on(mysql_async::Conn::new(opts))
             .unwrap_or_else(|e| {
@@ -61,7 +67,7 @@ impl Maria {
             })
     }
 
-    pub(super) fn exec(&self, database: Option<&str>, sql: &str) {
+    pub(crate) fn exec(&self, database: Option<&str>, sql: &str) {
         let mut conn = self.connect(database);
         self.rt
             .block_on(conn.query_drop(sql))
@@ -69,7 +75,7 @@ impl Maria {
         let _ = self.rt.block_on(conn.disconnect());
     }
 
-    pub(super) fn rows(&self, sql: &str) -> Vec<String> {
+    pub(crate) fn rows(&self, sql: &str) -> Vec<String> {
         let mut conn = self.connect(Some(&self.name));
         let rows: Vec<mysql_async::Row> = self.rt.block_on(conn.query(sql)).expect(sql);
         let _ = self.rt.block_on(conn.disconnect());

@@ -686,6 +686,7 @@ impl Resolver<'_> {
                             Input::Files(f) => f.table.clone(),
                             Input::Delta(d) => d.table.clone(),
                             Input::Postgres(p) => p.table.clone(),
+                            Input::Mysql(m) => m.table.clone(),
                             Input::Query(q) => q.table.clone(),
                             Input::Kafka(k) => k.table.clone(),
                         })

@@ -1,8 +1,11 @@
-//! Resolving the relations of queries: datasets, `read_files` and `read_postgres` sources.
+//! Resolving the relations of queries: datasets, `read_files` and the server sources
+//! (`read_postgres`, `read_mysql`, `read_query`, `read_kafka`).
 
 use super::external;
 use super::lookup::Found;
 use super::*;
+use crate::connections::ConnectionKind;
+use crate::read_mysql::{self, MysqlTable, ReadMysql};
 
 /// What a relation of a query was found to be.
 enum Resolved {
@@ -15,6 +18,8 @@ enum Resolved {
     Direct(crate::config::ExternalTableConfig, String),
     /// A `read_postgres` call and the table name that stands for it.
     Postgres(String),
+    /// A `read_mysql` call and the table name that stands for it.
+    Mysql(String),
     /// A `read_query` call and the table name that stands for it.
     Query(String),
     /// A `read_kafka` call and the table name that stands for it.
@@ -77,6 +82,12 @@ impl Resolver<'_> {
                 found.push((rel, Resolved::Postgres(table.clone())));
                 Some(table)
             }
+            Relation::Mysql(_) => {
+                counter += 1;
+                let table = format!("__mysql_{flow}_{counter}");
+                found.push((rel, Resolved::Mysql(table.clone())));
+                Some(table)
+            }
             Relation::Query(_) => {
                 counter += 1;
                 let table = format!("__query_{flow}_{counter}");
@@ -131,6 +142,11 @@ impl Resolver<'_> {
                 (Relation::Postgres(call), Resolved::Postgres(table)) => {
                     if let Some(rp) = self.read_postgres(&call, table, file) {
                         inputs.push(Input::Postgres(rp));
+                    }
+                }
+                (Relation::Mysql(call), Resolved::Mysql(table)) => {
+                    if let Some(rm) = self.read_mysql(&call, table, file) {
+                        inputs.push(Input::Mysql(rm));
                     }
                 }
                 (Relation::Query(call), Resolved::Query(table)) => {
@@ -283,6 +299,7 @@ impl Resolver<'_> {
                 .iter()
                 .filter_map(|i| match i {
                     Input::Postgres(rp) => Some((rp.span, "read_postgres")),
+                    Input::Mysql(rm) => Some((rm.span, "read_mysql")),
                     Input::Query(rq) => Some((rq.span, "read_query")),
                     Input::Kafka(rk) => Some((rk.span, "read_kafka")),
                     _ => None,
@@ -292,6 +309,7 @@ impl Resolver<'_> {
             for (span, source) in spans {
                 let code = match source {
                     "read_kafka" => "cdcflow::read_kafka",
+                    "read_mysql" => "cdcflow::read_mysql",
                     _ => "cdcflow::read_postgres",
                 };
                 self.error(file, span, code, format!("{source} feeds a streaming table: read it in `CREATE STREAMING TABLE … AS SELECT … FROM STREAM {source}(…)` (or a flow INSERT INTO one)"), "not a streaming table's query", Some("land the changes in a streaming table, then read that table from views, materialized views and AUTO CDC flows".into()));
@@ -387,26 +405,106 @@ impl Resolver<'_> {
         table: String,
         file: FileId,
     ) -> Option<ReadPostgres> {
-        const CODE: &str = "cdcflow::read_postgres";
-        let example = "STREAM read_postgres(connection => 'crm', table => 'public.customers')";
+        let capture = Capture {
+            function: "read_postgres",
+            code: "cdcflow::read_postgres",
+            example: "STREAM read_postgres(connection => 'crm', table => 'public.customers')",
+            kind: ConnectionKind::Postgres,
+            other_kinds: "read other databases with STREAM read_mysql(connection => …, table => …) or read_query(connection => …, query => …, watermark => …)",
+            metadata: read_postgres::metadata_fields(),
+            table_help: "write it as 'schema.table' or 'table' (in public); quote names with double quotes inside: '\"Sales\".orders'",
+        };
+        let call = self.capture_call(call, file, &capture, |text, _| TableName::parse(text))?;
+        let mut rp = ReadPostgres {
+            table,
+            connection: call.connection,
+            source: call.source,
+            declared_columns: call.declared_columns,
+            discovered_columns: None,
+            max_changes_per_batch: call.max_changes_per_batch,
+            span: call.span,
+        };
+        rp.discovered_columns = self.source_columns.get(&rp.key()).cloned();
+        Some(rp)
+    }
+
+    /// A `read_mysql` call, as [`Self::read_postgres`]'s; a table named without its
+    /// database is in the connection's.
+    pub(super) fn read_mysql(
+        &mut self,
+        call: &SourceCall,
+        table: String,
+        file: FileId,
+    ) -> Option<ReadMysql> {
+        let capture = Capture {
+            function: "read_mysql",
+            code: "cdcflow::read_mysql",
+            example: "STREAM read_mysql(connection => 'shop', table => 'shop.orders')",
+            kind: ConnectionKind::Mysql,
+            other_kinds: "read PostgreSQL with STREAM read_postgres(connection => …, table => …)",
+            metadata: read_mysql::metadata_fields(),
+            table_help: "write it as 'database.table' or 'table' (in the connection's database); quote names with backticks inside: '`my db`.orders'",
+        };
+        // The connections' databases, apart from the resolver the call borrows.
+        let connections = self.connections.clone();
+        let default_database = |name: &str| match connections.get(name).map(|c| &c.target) {
+            Some(crate::connections::Target::Parts { database, .. }) => Some(database.clone()),
+            _ => None,
+        };
+        let call = self.capture_call(call, file, &capture, |text, connection| {
+            MysqlTable::parse(text, default_database(connection).as_deref())
+        })?;
+        let mut rm = ReadMysql {
+            table,
+            connection: call.connection,
+            source: call.source,
+            declared_columns: call.declared_columns,
+            discovered_columns: None,
+            max_changes_per_batch: call.max_changes_per_batch,
+            span: call.span,
+        };
+        rm.discovered_columns = self.source_columns.get(&rm.key()).cloned();
+        Some(rm)
+    }
+
+    /// The options of a call that captures a table's changes from a database's log:
+    /// a connection of `capture.kind`, a table (`parse` reads its name, given the
+    /// connection's), the columns when `schema =>` gives them, and the batch size.
+    fn capture_call<T>(
+        &mut self,
+        call: &SourceCall,
+        file: FileId,
+        capture: &Capture,
+        parse: impl Fn(&str, &str) -> Option<T>,
+    ) -> Option<CaptureCall<T>> {
+        let Capture {
+            function,
+            code,
+            example,
+            ..
+        } = *capture;
         let mut ok = self.source_call(
             call,
             file,
-            ("read_postgres", CODE, example),
+            (function, code, example),
             read_postgres::OPTIONS,
             "it reads a table's snapshot and then its changes",
         );
         let option = |name: &str| call.options.iter().find(|o| o.0 == name).cloned();
         let connection = match option("connection") {
             Some((_, name, span)) => match self.connections.get(&name) {
-                Some(c) if c.kind != crate::connections::ConnectionKind::Postgres => {
+                Some(c) if c.kind != capture.kind => {
                     self.error(
                         file,
                         span,
                         "cdcflow::connection",
-                        format!("connection `{name}` is a {} connection: read_postgres reads PostgreSQL", c.kind.as_str()),
-                        "not a PostgreSQL connection",
-                        Some("read other databases with STREAM read_query(connection => …, query => …, watermark => …)".into()),
+                        format!(
+                            "connection `{name}` is a {} connection: {function} reads {}",
+                            c.kind.as_str(),
+                            capture.kind.as_str()
+                        ),
+                        "not this function's kind of database",
+                        Some(capture.other_kinds.into()),
                     );
                     None
                 }
@@ -420,8 +518,8 @@ impl Resolver<'_> {
                 self.error(
                     file,
                     call.span,
-                    CODE,
-                    "read_postgres needs connection => '<name in pipeline.yaml>'".into(),
+                    code,
+                    format!("{function} needs connection => '<name in pipeline.yaml>'"),
                     "no connection",
                     Some(example.into()),
                 );
@@ -429,10 +527,17 @@ impl Resolver<'_> {
             }
         };
         let source = match option("table") {
-            Some((_, text, span)) => match TableName::parse(&text) {
+            Some((_, text, span)) => match parse(&text, connection.as_deref().unwrap_or("")) {
                 Some(t) => Some(t),
                 None => {
-                    self.error(file, span, CODE, format!("`{text}` is not a table name"), "table", Some("write it as 'schema.table' or 'table' (in public); quote names with double quotes inside: '\"Sales\".orders'".into()));
+                    self.error(
+                        file,
+                        span,
+                        code,
+                        format!("`{text}` is not a table name"),
+                        "table",
+                        Some(capture.table_help.into()),
+                    );
                     None
                 }
             },
@@ -440,8 +545,8 @@ impl Resolver<'_> {
                 self.error(
                     file,
                     call.span,
-                    CODE,
-                    "read_postgres needs table => 'schema.table'".into(),
+                    code,
+                    format!("{function} needs table => '<table>'"),
                     "no table",
                     Some(example.into()),
                 );
@@ -453,13 +558,16 @@ impl Resolver<'_> {
             match ddl_schema(&ddl) {
                 Ok(s) => {
                     let clash = s.fields().iter().find(|f| {
-                        read_postgres::metadata_fields()
+                        capture
+                            .metadata
                             .iter()
                             .any(|m| m.name().eq_ignore_ascii_case(f.name()))
                     });
                     match clash {
                         Some(f) => {
-                            self.error(file, span, "cdcflow::schema", format!("column `{}` has the name of a change metadata column", f.name()), "schema", Some("read_postgres adds _change_type, _commit_lsn, _change_seq, _commit_timestamp and _xid to the table's columns; rename the column in a view of the table".into()));
+                            let added: Vec<&str> =
+                                capture.metadata.iter().map(|m| m.name().as_str()).collect();
+                            self.error(file, span, "cdcflow::schema", format!("column `{}` has the name of a change metadata column", f.name()), "schema", Some(format!("{function} adds {} to the table's columns; rename the column in a view of the table", added.join(", "))));
                             ok = false;
                         }
                         None => declared_columns = Some(Arc::new(s)),
@@ -476,7 +584,7 @@ impl Resolver<'_> {
             match text.parse::<u64>() {
                 Ok(n) if n > 0 => max_changes_per_batch = n,
                 _ => {
-                    self.error(file, span, CODE, format!("max_changes_per_batch must be a whole number above 0, not `{text}`"), "max_changes_per_batch", Some(format!("the changes one batch takes at most (whole transactions), by default {}", read_postgres::DEFAULT_MAX_CHANGES_PER_BATCH)));
+                    self.error(file, span, code, format!("max_changes_per_batch must be a whole number above 0, not `{text}`"), "max_changes_per_batch", Some(format!("the changes one batch takes at most (whole transactions), by default {}", read_postgres::DEFAULT_MAX_CHANGES_PER_BATCH)));
                     ok = false;
                 }
             }
@@ -484,17 +592,13 @@ impl Resolver<'_> {
         let (Some(connection), Some(source), true) = (connection, source, ok) else {
             return None;
         };
-        let mut rp = ReadPostgres {
-            table,
+        Some(CaptureCall {
             connection,
             source,
             declared_columns,
-            discovered_columns: None,
             max_changes_per_batch,
             span: call.span,
-        };
-        rp.discovered_columns = self.source_columns.get(&rp.key()).cloned();
-        Some(rp)
+        })
     }
 
     /// A `read_query` call: named literal options, a streaming read, a connection
@@ -731,4 +835,25 @@ impl Resolver<'_> {
             self.diags.push(d);
         }
     }
+}
+
+/// What tells one log-capture function from another in its diagnostics.
+struct Capture {
+    function: &'static str,
+    code: &'static str,
+    example: &'static str,
+    kind: ConnectionKind,
+    /// The help when the connection is of another kind.
+    other_kinds: &'static str,
+    metadata: Vec<Field>,
+    table_help: &'static str,
+}
+
+/// A log-capture call's options, checked.
+struct CaptureCall<T> {
+    connection: String,
+    source: T,
+    declared_columns: Option<SchemaRef>,
+    max_changes_per_batch: u64,
+    span: Span,
 }

@@ -147,6 +147,16 @@ impl Resolver<'_> {
                 self.planner.register_schema(&rp.table, Arc::clone(&s));
                 Ok(s)
             }
+            Input::Mysql(rm) => {
+                let s = rm.schema().ok_or_else(|| {
+                    format!(
+                        "the columns of MySQL table `{}` are known only at run time (declare them with schema => '…' to have them checked now)",
+                        rm.source
+                    )
+                })?;
+                self.planner.register_schema(&rm.table, Arc::clone(&s));
+                Ok(s)
+            }
             Input::Query(rq) => {
                 let s = rq.schema().ok_or_else(|| {
                     "the columns of a read_query are known only at run time (declare them with schema => '…' to have them checked now)".to_string()

@@ -87,7 +87,7 @@ impl Resolver<'_> {
                 Input::Files(rf) => rf.streaming,
                 Input::Delta(d) => d.streaming,
                 // A change source is read as a stream only.
-                Input::Postgres(_) | Input::Query(_) | Input::Kafka(_) => true,
+                Input::Postgres(_) | Input::Mysql(_) | Input::Query(_) | Input::Kafka(_) => true,
             })
         });
         cdc.source = CdcSource::Dataset(SourceRef {

@@ -30,6 +30,7 @@ impl Resolver<'_> {
                     Input::Files(_)
                     | Input::Delta(_)
                     | Input::Postgres(_)
+                    | Input::Mysql(_)
                     | Input::Query(_)
                     | Input::Kafka(_) => None,
                 })

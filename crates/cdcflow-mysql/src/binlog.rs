@@ -1,0 +1,365 @@
+//! Reading a table's changes from the binary log: a dump from a place (`COM_BINLOG_DUMP`
+//! with `BINLOG_DUMP_NON_BLOCK`, so the server sends what its log holds and ends the
+//! stream), whole transactions of the table's row events, up to a stop place taken
+//! before the table's columns were read (so every column a transaction it takes added
+//! is among them) and to a number of changes.
+//!
+//! Each transaction ends at an `XID` event (InnoDB), a `COMMIT` statement, or a
+//! statement of its own (DDL, which commits implicitly); its end is the position of
+//! every change in it. Row images map to the table's columns by name (the log carries
+//! names under `binlog_row_metadata = FULL`): a column the table has and an older row
+//! lacks (added since) is NULL, a name the table no longer has (dropped or renamed
+//! while its changes were still to be read) or a value of another type fails the read
+//! naming the column.
+
+use std::sync::Arc;
+
+use cdcflow_plan::read_mysql::MysqlTable;
+use cdcflow_postgres::ChangeKind;
+use futures::StreamExt;
+use mysql_async::binlog::events::{EventData, RowsEventData};
+use mysql_async::binlog::row::BinlogRow;
+use mysql_async::consts::ColumnType;
+use mysql_async::{BinlogStreamRequest, Conn, Value};
+
+use crate::columns::{TableColumn, key_places};
+use crate::connection::MysqlError;
+use crate::position::BinlogPos;
+use crate::rows::{ChangeMeta, ChangeRows};
+use crate::statement::{Statement, classify};
+use crate::values::from_binlog;
+
+/// What one read of the log took.
+#[derive(Debug)]
+pub struct StreamRead {
+    pub rows: ChangeRows,
+    /// The end of the last transaction read (taken, or of other tables): the next read
+    /// starts there.
+    pub at: BinlogPos,
+    /// The read stopped at `max_changes`: more may follow at once.
+    pub more: bool,
+}
+
+/// What a read is asked for.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub table: &'a MysqlTable,
+    pub from: &'a BinlogPos,
+    /// Transactions that end after it are left for the next read.
+    pub stop: &'a BinlogPos,
+    pub max_changes: u64,
+    /// The id the dump registers with (unique among the server's replicas).
+    pub dump_id: u32,
+}
+
+/// A transaction being read.
+#[derive(Debug, Default)]
+struct Open {
+    changes: Vec<(ChangeKind, Vec<Value>)>,
+    /// Inside `BEGIN` … `COMMIT`/`XID` (a statement there, `SAVEPOINT` say, ends
+    /// nothing); outside, each statement is a transaction of its own.
+    begun: bool,
+}
+
+fn stream_error(table: &MysqlTable, from: &BinlogPos, e: &mysql_async::Error) -> MysqlError {
+    let text = e.to_string();
+    if text.contains("1236")
+        || text
+            .to_ascii_lowercase()
+            .contains("could not find first log file")
+    {
+        return purged(table, from, &text);
+    }
+    let mut error = MysqlError::new(
+        format!("reading the binary log of {table} from {from}: {e}"),
+        "the next run reads again from the committed position; check the server is up and the user has REPLICATION SLAVE",
+    );
+    error.unreachable = matches!(e, mysql_async::Error::Io(_));
+    error
+}
+
+/// The error for a log the server no longer has from `from` on.
+pub fn purged(table: &MysqlTable, from: &BinlogPos, why: &str) -> MysqlError {
+    MysqlError::new(
+        format!(
+            "the binary log of {table} from {from}, where the checkpoint goes on, is gone from the server ({why}): the changes in between are lost to read_mysql"
+        ),
+        "run `cdcflow run --full-refresh <bronze table> --cascade` for a new snapshot of the table; keep binary logs longer than the pipeline may be stopped (binlog_expire_logs_seconds)",
+    )
+}
+
+/// Reads `request.table`'s transactions after `request.from`.
+pub async fn read(
+    conn: Conn,
+    columns: Vec<TableColumn>,
+    request: &Request<'_>,
+) -> Result<StreamRead, MysqlError> {
+    let table = request.table;
+    let from = request.from;
+    let err = |e: mysql_async::Error| stream_error(table, from, &e);
+    let mut stream = conn
+        .get_binlog_stream(
+            BinlogStreamRequest::new(request.dump_id)
+                .with_filename(from.file.as_bytes())
+                .with_pos(from.pos)
+                .with_non_blocking(),
+        )
+        .await
+        .map_err(err)?;
+    let mut rows = ChangeRows::new(columns);
+    let mut file: Arc<str> = Arc::from(from.file.as_str());
+    let mut at = from.clone();
+    let mut open = Open::default();
+    let mut more = false;
+    let mut described = false;
+    while let Some(event) = stream.next().await {
+        let event = event.map_err(err)?;
+        let end = BinlogPos {
+            file: file.to_string(),
+            pos: u64::from(event.header().log_pos()),
+        };
+        let committed_at = i64::from(event.header().timestamp()) * 1_000_000;
+        let data = event.read_data().map_err(|e| {
+            MysqlError::new(
+                format!("a binary log event of {table} at {end} cannot be read: {e}"),
+                "report this, with the server's version",
+            )
+        })?;
+        let ends_transaction = match data {
+            // The dump begins with an artificial rotate naming the file asked for,
+            // sent before the format event that says whether events carry checksums
+            // (so its name would read with the checksum's bytes): the file is known.
+            Some(EventData::RotateEvent(rotate)) if described => {
+                file = Arc::from(rotate.name().as_ref());
+                false
+            }
+            Some(EventData::FormatDescriptionEvent(_)) => {
+                described = true;
+                false
+            }
+            Some(EventData::QueryEvent(query)) => {
+                match classify(&query.query(), &query.schema(), table) {
+                    Statement::Begin => {
+                        open = Open {
+                            changes: vec![],
+                            begun: true,
+                        };
+                        false
+                    }
+                    Statement::Commit => true,
+                    Statement::Other => !open.begun,
+                    Statement::Truncate => {
+                        open.changes.push((ChangeKind::Truncate, vec![]));
+                        true
+                    }
+                    Statement::Gone => {
+                        return Err(MysqlError::new(
+                            format!(
+                                "{table} was dropped or renamed at {end} (`{}`): the binary log's later rows under its name are another table's",
+                                query.query()
+                            ),
+                            "if a table of that name is to be captured again, run `cdcflow run --full-refresh <bronze table> --cascade`; if it was renamed, change `table =>` and refresh",
+                        ));
+                    }
+                    Statement::LoggedAsStatement => {
+                        return Err(MysqlError::new(
+                            format!(
+                                "a change to {table} at {end} was logged as a statement, not as rows (`{}`): a session ran with binlog_format other than ROW, and its changes cannot be read",
+                                query.query()
+                            ),
+                            "make every session log rows (binlog_format = ROW globally, and no SET SESSION binlog_format), then run `cdcflow run --full-refresh <bronze table> --cascade`",
+                        ));
+                    }
+                }
+            }
+            Some(EventData::XidEvent(_)) => true,
+            Some(EventData::RowsEvent(rows_event)) => {
+                let Some(map) = stream.get_tme(rows_event.table_id()) else {
+                    continue;
+                };
+                if map.database_name() != table.database.as_str()
+                    || map.table_name() != table.name.as_str()
+                {
+                    continue;
+                }
+                let deletes = matches!(
+                    rows_event,
+                    RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_)
+                );
+                for row in rows_event.rows(map) {
+                    let (before, after) = row.map_err(|e| {
+                        MysqlError::new(
+                            format!("a row event of {table} at {end} cannot be read: {e}"),
+                            "report this, with the server's version and the table's definition",
+                        )
+                    })?;
+                    let before = before
+                        .map(|r| image(r, rows.columns(), table))
+                        .transpose()?;
+                    let after = after.map(|r| image(r, rows.columns(), table)).transpose()?;
+                    match (before, after) {
+                        (Some(old), None) if deletes => {
+                            open.changes.push((ChangeKind::Delete, old))
+                        }
+                        (None, Some(new)) => open.changes.push((ChangeKind::Insert, new)),
+                        (Some(old), Some(new)) => {
+                            let keys = key_places(rows.columns());
+                            let moved = keys.iter().any(|k| old.get(*k) != new.get(*k));
+                            if moved {
+                                // A changed key: the row under its old key is gone.
+                                open.changes.push((ChangeKind::Delete, old));
+                            }
+                            open.changes.push((ChangeKind::Update, new));
+                        }
+                        _ => {}
+                    }
+                }
+                false
+            }
+            _ => false,
+        };
+        if !ends_transaction {
+            continue;
+        }
+        if end > *request.stop {
+            break;
+        }
+        open.begun = false;
+        let order = end.order();
+        for (seq, (kind, values)) in open.changes.drain(..).enumerate() {
+            rows.push(
+                &values,
+                ChangeMeta {
+                    kind,
+                    position: order,
+                    seq: i64::try_from(seq).unwrap_or(i64::MAX - 1) + 1,
+                    commit_micros: Some(committed_at),
+                    file: Arc::clone(&file),
+                },
+            );
+        }
+        at = end;
+        if u64::try_from(rows.len()).unwrap_or(u64::MAX) >= request.max_changes {
+            more = true;
+            break;
+        }
+    }
+    let _ = stream.close().await;
+    Ok(StreamRead { rows, at, more })
+}
+
+/// A row image as the table's values, in its column order.
+fn image(
+    mut row: BinlogRow,
+    columns: &[TableColumn],
+    table: &MysqlTable,
+) -> Result<Vec<Value>, MysqlError> {
+    let mut values = vec![Value::NULL; columns.len()];
+    let logged: Vec<(String, ColumnType)> = row
+        .columns_ref()
+        .iter()
+        .map(|c| (c.name_str().into_owned(), c.column_type()))
+        .collect();
+    for (i, (name, kind)) in logged.into_iter().enumerate() {
+        if name.starts_with('@') {
+            return Err(MysqlError::new(
+                format!("the binary log's rows of {table} carry no column names"),
+                "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server's configuration); rows logged before that cannot be read: run `cdcflow run --full-refresh <bronze table> --cascade`",
+            ));
+        }
+        let Some(place) = columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(&name))
+        else {
+            return Err(MysqlError::new(
+                format!(
+                    "column `{name}` of {table} was dropped or renamed while changes from before were still to be read"
+                ),
+                "run `cdcflow run --full-refresh <bronze table> --cascade` for a new snapshot of the table as it is",
+            ));
+        };
+        let Some(column) = columns.get(place) else {
+            continue;
+        };
+        if !same_kind(kind, &column.data_type) {
+            return Err(retyped(table, column, &format!("{kind:?}")));
+        }
+        let Some(value) = row.take(i) else {
+            continue;
+        };
+        let value = from_binlog(column, value).map_err(|why| {
+            MysqlError::new(
+                format!("{table}: {why}"),
+                "report this, with the column's type",
+            )
+        })?;
+        if let Some(slot) = values.get_mut(place) {
+            *slot = value;
+        }
+    }
+    Ok(values)
+}
+
+/// The error for a column whose type changed while its changes were being read.
+pub fn retyped(table: &MysqlTable, column: &TableColumn, was: &str) -> MysqlError {
+    MysqlError::new(
+        format!(
+            "column `{}` of {table} changed type (now {}, was {was}): its stored values and the new ones cannot share a column",
+            column.name, column.column_type
+        ),
+        "run `cdcflow run --full-refresh <bronze table> --cascade` for a new snapshot of the table as it is",
+    )
+}
+
+/// Whether a row event's column type is that of a column of `data_type` (the log's
+/// types are coarser: `char` and `binary` share one, as do texts and blobs).
+fn same_kind(logged: ColumnType, data_type: &str) -> bool {
+    use ColumnType::*;
+    let expected: &[&str] = match logged {
+        MYSQL_TYPE_TINY => &["tinyint"],
+        MYSQL_TYPE_SHORT => &["smallint"],
+        MYSQL_TYPE_INT24 => &["mediumint"],
+        MYSQL_TYPE_LONG => &["int", "integer"],
+        MYSQL_TYPE_LONGLONG => &["bigint"],
+        MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => &["decimal", "numeric"],
+        MYSQL_TYPE_FLOAT => &["float"],
+        MYSQL_TYPE_DOUBLE => &["double", "real"],
+        MYSQL_TYPE_BIT => &["bit"],
+        MYSQL_TYPE_YEAR => &["year"],
+        MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => &["date"],
+        MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => &["datetime"],
+        MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => &["timestamp"],
+        MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => &["time"],
+        MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => &["varchar", "varbinary"],
+        MYSQL_TYPE_STRING => &["char", "binary"],
+        MYSQL_TYPE_ENUM => &["enum"],
+        MYSQL_TYPE_SET => &["set"],
+        MYSQL_TYPE_JSON => &["json"],
+        MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB => {
+            &[
+                "tinytext",
+                "text",
+                "mediumtext",
+                "longtext",
+                "tinyblob",
+                "blob",
+                "mediumblob",
+                "longblob",
+                "json",
+            ]
+        }
+        MYSQL_TYPE_GEOMETRY => &[
+            "geometry",
+            "point",
+            "linestring",
+            "polygon",
+            "multipoint",
+            "multilinestring",
+            "multipolygon",
+            "geometrycollection",
+            "geomcollection",
+        ],
+        _ => return false,
+    };
+    expected.contains(&data_type)
+}

@@ -1,0 +1,191 @@
+//! The MySQL source behind the runtime's source interface
+//! ([`cdcflow_runtime::sources`]): a `read_mysql` input becomes a [`TableSource`] with
+//! the connection of pipeline.yaml (secrets from the environment), and a checkpoint
+//! position that is the binary log place read up to.
+
+// The runtime's interface returns its own error type, whatever its size.
+#![allow(clippy::result_large_err)]
+
+use cdcflow_plan::read_mysql::ReadMysql;
+use cdcflow_plan::{Input, Pipeline};
+use cdcflow_runtime::RunError;
+use cdcflow_runtime::sources::{ExternalSource, SourceFactory, SourceRead, SourceStatus};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::columns::table_schema;
+use crate::connection::MysqlError;
+use crate::position::{Copy, Position};
+use crate::source::TableSource;
+
+/// Opens `read_mysql` inputs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MysqlSources;
+
+impl SourceFactory for MysqlSources {
+    fn open(
+        &self,
+        pipeline: &Pipeline,
+        input: &Input,
+    ) -> Option<Result<Box<dyn ExternalSource>, RunError>> {
+        let Input::Mysql(rm) = input else {
+            return None;
+        };
+        Some(open(pipeline, rm).map(|s| Box::new(s) as Box<dyn ExternalSource>))
+    }
+}
+
+fn open(pipeline: &Pipeline, rm: &ReadMysql) -> Result<MysqlSource, RunError> {
+    let declared = cdcflow_postgres::runtime::declared(pipeline, &rm.connection)?;
+    let connection = crate::connection::resolve(&rm.connection, declared)?;
+    let text_columns = rm
+        .declared_columns
+        .iter()
+        .flat_map(|s| s.fields().iter())
+        .filter(|f| f.data_type() == &datafusion::arrow::datatypes::DataType::Utf8)
+        .map(|f| f.name().clone())
+        .collect();
+    Ok(MysqlSource {
+        source: TableSource {
+            connection,
+            table: rm.source.clone(),
+            max_changes: rm.max_changes_per_batch,
+            text_columns,
+        },
+        key: rm.key(),
+        connection_name: rm.connection.clone(),
+    })
+}
+
+struct MysqlSource {
+    source: TableSource,
+    key: String,
+    connection_name: String,
+}
+
+/// A lag over this many seconds is a warning in `cdcflow status`.
+const LAG_WARNING_SECONDS: f64 = 900.0;
+
+impl MysqlSource {
+    fn error(&self, e: MysqlError) -> RunError {
+        e.into_run_error("read_mysql", &self.connection_name)
+    }
+
+    async fn read(&self, after: Option<&Value>) -> Result<SourceRead, RunError> {
+        let committed = after.map(Position::parse).transpose()?;
+        let read = self
+            .source
+            .read(committed.as_ref())
+            .await
+            .map_err(|e| self.error(e))?;
+        let rows = read.rows.rows;
+        // A read that stopped at its size limit has applied up to its last
+        // transaction; one that read all has applied up to when it began; while the
+        // table is being copied, it is applied up to no time.
+        let applied_until = match (read.chunk, read.more) {
+            (true, _) => None,
+            (false, true) => newest_commit(&rows),
+            (false, false) => Some(read.read_at_micros),
+        };
+        let position = Position {
+            applied_until_micros: applied_until,
+            ..read.position
+        };
+        Ok(SourceRead {
+            schema: rows.schema(),
+            oldest_change_micros: oldest_commit(&rows),
+            rows: vec![rows],
+            position: position.to_json(),
+            must_commit: read.must_commit,
+            more: read.more,
+            tombstones: 0,
+            lag: vec![],
+            acknowledge: None,
+            carried: None,
+            rejected: read.rows.rejected,
+        })
+    }
+
+    async fn status(&self, after: Option<&Value>) -> Result<SourceStatus, RunError> {
+        let mut status = SourceStatus {
+            source: self.key.clone(),
+            ..SourceStatus::default()
+        };
+        let Some(committed) = after.map(Position::parse).transpose()? else {
+            status.warning = Some("not started: the first run takes the snapshot".into());
+            return Ok(status);
+        };
+        let (behind, now) = self
+            .source
+            .behind(&committed.at)
+            .await
+            .map_err(|e| self.error(e))?;
+        status.behind_bytes = behind.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+        status.lag_seconds = committed
+            .applied_until_micros
+            .map(|at| (now - at).max(0) as f64 / 1e6);
+        status.warning = match behind {
+            None => Some(format!(
+                "the binary log file {} the flow goes on from is gone from the server: the next run fails; `cdcflow run --full-refresh <table>` takes a new snapshot",
+                committed.at.file
+            )),
+            Some(_) if status.lag_seconds.is_some_and(|l| l > LAG_WARNING_SECONDS) => {
+                Some(format!(
+                    "the table's changes are applied only up to {:.0} s ago (over {LAG_WARNING_SECONDS:.0} s): run the pipeline, or run it more often",
+                    status.lag_seconds.unwrap_or_default()
+                ))
+            }
+            Some(_) if matches!(committed.copy, Copy::After { .. }) => {
+                Some("the initial copy goes on: the next run copies more".into())
+            }
+            Some(_) => None,
+        };
+        Ok(status)
+    }
+}
+
+impl ExternalSource for MysqlSource {
+    fn checkpoint_key(&self) -> String {
+        self.key.clone()
+    }
+
+    fn columns(&self) -> BoxFuture<'_, Result<SchemaRef, RunError>> {
+        Box::pin(async move {
+            let columns = self.source.columns().await.map_err(|e| self.error(e))?;
+            Ok(table_schema(&columns))
+        })
+    }
+
+    fn read<'a>(&'a self, after: Option<&'a Value>) -> BoxFuture<'a, Result<SourceRead, RunError>> {
+        Box::pin(MysqlSource::read(self, after))
+    }
+
+    fn status<'a>(
+        &'a self,
+        after: Option<&'a Value>,
+    ) -> BoxFuture<'a, Result<SourceStatus, RunError>> {
+        Box::pin(MysqlSource::status(self, after))
+    }
+}
+
+/// The rows' commit times, µs since the epoch.
+fn commit_times(rows: &RecordBatch) -> impl Iterator<Item = i64> + '_ {
+    let at = rows
+        .column_by_name(cdcflow_plan::read_mysql::COMMIT_TIMESTAMP)
+        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>());
+    at.into_iter().flat_map(|at| {
+        (0..at.len())
+            .filter(|i| at.is_valid(*i))
+            .map(|i| at.value(i))
+    })
+}
+
+fn oldest_commit(rows: &RecordBatch) -> Option<i64> {
+    commit_times(rows).min()
+}
+
+fn newest_commit(rows: &RecordBatch) -> Option<i64> {
+    commit_times(rows).max()
+}

@@ -1,0 +1,273 @@
+//! One table read from a MySQL or MariaDB server: the copy in chunks while it goes on,
+//! then the binary log from the first chunk's place. A read holds nothing on the server
+//! between reads (a binary log reader has no slot): the checkpoint's position alone
+//! says where the next read starts, so a crash at any point reads the same changes
+//! again, and nothing is acknowledged.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use cdcflow_plan::read_mysql::MysqlTable;
+use cdcflow_postgres::ChangeKind;
+use mysql_async::Conn;
+
+use crate::binlog::{self, Request, purged, retyped};
+use crate::columns::{self, TableColumn};
+use crate::connection::{MysqlConnection, MysqlError};
+use crate::position::{BinlogPos, Copy, Position};
+use crate::rows::{ChangeMeta, ChangeRows, Finished};
+use crate::server::{self, Server};
+use crate::snapshot;
+
+/// A table and where to read it.
+#[derive(Debug, Clone)]
+pub struct TableSource {
+    pub connection: MysqlConnection,
+    pub table: MysqlTable,
+    /// Changes (or copied rows) one read takes at most (whole transactions).
+    pub max_changes: u64,
+    /// Columns `schema =>` declares STRING: kept as text.
+    pub text_columns: Vec<String>,
+}
+
+/// What one read gave.
+#[derive(Debug)]
+pub struct Read {
+    pub rows: Finished,
+    pub position: Position,
+    /// The batch is committed even without rows: a copy chunk, or a read that passed
+    /// over much of the log without rows of the table.
+    pub must_commit: bool,
+    /// A chunk of the copy: its rows are as of the snapshot, the changes since are
+    /// still to be read.
+    pub chunk: bool,
+    pub more: bool,
+    /// The server's clock when the read began, µs since the epoch.
+    pub read_at_micros: i64,
+}
+
+/// Bytes of log a read may pass over without rows of its table before its batch is
+/// committed anyway, so a quiet table's position follows the log.
+const IDLE_COMMIT_BYTES: u64 = 64 << 20;
+
+impl TableSource {
+    async fn connect(&self) -> Result<Conn, MysqlError> {
+        self.connection.connect().await
+    }
+
+    /// The table's columns, checked capturable.
+    pub async fn columns(&self) -> Result<Vec<TableColumn>, MysqlError> {
+        let mut conn = self.connect().await?;
+        server::check_ready(&mut conn).await?;
+        let columns = self.table_columns(&mut conn).await;
+        let _ = conn.disconnect().await;
+        columns
+    }
+
+    async fn table_columns(&self, conn: &mut Conn) -> Result<Vec<TableColumn>, MysqlError> {
+        let mut columns = columns::read(conn, &self.table).await?;
+        for column in &mut columns {
+            column.keep_text = self
+                .text_columns
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(&column.name));
+        }
+        Ok(columns)
+    }
+
+    /// What is available after `after` (`None`: nothing read yet).
+    pub async fn read(&self, after: Option<&Position>) -> Result<Read, MysqlError> {
+        let mut conn = self.connect().await?;
+        let server = server::check_ready(&mut conn).await?;
+        if let Some(id) = after
+            .and_then(|p| p.server_id)
+            .filter(|id| *id != server.id)
+        {
+            return Err(MysqlError::new(
+                format!(
+                    "the checkpoint of {} was read from the binary log of server id {id}, and {} is server id {}: binary log places are a server's own",
+                    self.table,
+                    self.connection.server(),
+                    server.id
+                ),
+                "after a failover to another server, run `cdcflow run --full-refresh <bronze table> --cascade` for a new snapshot from it",
+            ));
+        }
+        let read_at_micros = server::now_micros(&mut conn).await?;
+        let read = match after.map(|p| (p, &p.copy)) {
+            None => self.copy(&mut conn, &server, None, 0).await,
+            Some((p, Copy::After { key, copied })) => {
+                let read = self.copy(&mut conn, &server, Some(key), *copied).await;
+                read.map(|mut read| {
+                    // The stream starts where the copy's first chunk stood.
+                    read.position.at = p.at.clone();
+                    read
+                })
+            }
+            Some((p, Copy::Start | Copy::Done)) => {
+                return self.finish_stream(conn, &server, p, read_at_micros).await;
+            }
+        };
+        let _ = conn.disconnect().await;
+        let mut read = read?;
+        read.position.server_id = Some(server.id);
+        read.read_at_micros = read_at_micros;
+        Ok(read)
+    }
+
+    async fn finish_stream(
+        &self,
+        conn: Conn,
+        server: &Server,
+        from: &Position,
+        read_at_micros: i64,
+    ) -> Result<Read, MysqlError> {
+        let mut read = self.stream(conn, from).await?;
+        read.position.server_id = Some(server.id);
+        read.read_at_micros = read_at_micros;
+        Ok(read)
+    }
+
+    /// The next chunk of the copy.
+    async fn copy(
+        &self,
+        conn: &mut Conn,
+        server: &Server,
+        after: Option<&[serde_json::Value]>,
+        copied: u64,
+    ) -> Result<Read, MysqlError> {
+        let columns = self.table_columns(conn).await?;
+        let chunk =
+            snapshot::chunk(conn, server, &self.table, &columns, after, self.max_changes).await?;
+        let now = server::now_micros(conn).await?;
+        let position = Position {
+            at: chunk.at.clone(),
+            copy: match chunk.last_key {
+                Some(key) => Copy::After {
+                    key,
+                    copied: copied + u64::try_from(chunk.rows.len()).unwrap_or(u64::MAX),
+                },
+                None => Copy::Done,
+            },
+            server_id: None,
+            columns: described(&columns),
+            applied_until_micros: None,
+        };
+        let file: std::sync::Arc<str> = std::sync::Arc::from(chunk.at.file.as_str());
+        let mut rows = ChangeRows::new(columns);
+        for row in &chunk.rows {
+            rows.push(
+                row,
+                ChangeMeta {
+                    kind: ChangeKind::Snapshot,
+                    position: chunk.at.order(),
+                    seq: 0,
+                    commit_micros: Some(now),
+                    file: std::sync::Arc::clone(&file),
+                },
+            );
+        }
+        // More follows at once: the next chunk, or after the last one the changes
+        // made since the first.
+        let more = true;
+        Ok(Read {
+            rows: rows.finish()?,
+            position,
+            must_commit: true,
+            chunk: true,
+            more,
+            read_at_micros: 0,
+        })
+    }
+
+    /// The changes after `from`, up to where the log ends now.
+    async fn stream(&self, mut conn: Conn, from: &Position) -> Result<Read, MysqlError> {
+        let files = server::log_files(&mut conn).await?;
+        if !files.iter().any(|(name, _)| *name == from.at.file) {
+            let oldest = files.first().map(|(n, _)| n.as_str()).unwrap_or("none");
+            return Err(purged(
+                &self.table,
+                &from.at,
+                &format!("the oldest file it keeps is {oldest}"),
+            ));
+        }
+        // The stop place first, then the columns: every column a transaction up to the
+        // stop added is among them.
+        let stop = server::log_end(&mut conn).await?;
+        let columns = self.table_columns(&mut conn).await?;
+        for column in &columns {
+            let was = from
+                .columns
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(&column.name));
+            if let Some((_, was)) = was
+                && *was != column.arrow_type().to_string()
+            {
+                return Err(retyped(&self.table, column, was));
+            }
+        }
+        let request = Request {
+            table: &self.table,
+            from: &from.at,
+            stop: &stop,
+            max_changes: self.max_changes,
+            dump_id: dump_id(),
+        };
+        let described = described(&columns);
+        let read = binlog::read(conn, columns, &request).await?;
+        let quiet = read.rows.is_empty()
+            && (read.at.file != from.at.file
+                || read.at.pos.saturating_sub(from.at.pos) > IDLE_COMMIT_BYTES);
+        Ok(Read {
+            rows: read.rows.finish()?,
+            position: Position {
+                at: read.at,
+                copy: Copy::Done,
+                server_id: None,
+                columns: described,
+                applied_until_micros: None,
+            },
+            must_commit: quiet,
+            chunk: false,
+            more: read.more,
+            read_at_micros: 0,
+        })
+    }
+
+    /// How far the log runs past `after`, and whether it still holds `after`.
+    pub async fn behind(&self, after: &BinlogPos) -> Result<(Option<u64>, i64), MysqlError> {
+        let mut conn = self.connect().await?;
+        let files = server::log_files(&mut conn).await?;
+        let now = server::now_micros(&mut conn).await?;
+        let _ = conn.disconnect().await;
+        Ok((server::bytes_after(&files, after), now))
+    }
+}
+
+/// The columns as a position records them: name and Arrow type.
+fn described(columns: &[TableColumn]) -> Vec<(String, String)> {
+    columns
+        .iter()
+        .map(|c| (c.name.clone(), c.arrow_type().to_string()))
+        .collect()
+}
+
+/// A server id for one binary log dump: unique among the dumps of this process, and
+/// apart from other processes' (the server ends an older dump of the same id).
+fn dump_id() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    0x4000_0000 | ((std::process::id() << 12) ^ n) & 0x3fff_ffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_ids_differ_within_a_process() {
+        let a = dump_id();
+        let b = dump_id();
+        assert_ne!(a, b);
+        assert!(a >= 0x4000_0000);
+    }
+}
