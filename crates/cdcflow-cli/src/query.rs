@@ -313,11 +313,15 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
                 .server_lag_seconds
                 .map(|s| format!(" (the server: {s:.1} s)"))
                 .unwrap_or_default();
+            // A binary log reader keeps nothing on the server (no slot).
+            let kept = match source.source.starts_with("mysql:") {
+                true => String::new(),
+                false => format!("{} of WAL kept by its slot, ", bytes(source.retained_bytes)),
+            };
             outln!(
-                "{:width$}  source {}: {} of WAL kept by its slot, {} behind the server, lag {}{server}",
+                "{:width$}  source {}: {kept}{} behind the server, lag {}{server}",
                 "",
                 source.source,
-                bytes(source.retained_bytes),
                 bytes(source.behind_bytes),
                 seconds(source.lag_seconds)
             );

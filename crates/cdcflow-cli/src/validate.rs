@@ -72,24 +72,34 @@ pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
 }
 
 /// What the servers of the pipeline's database sources say of them, when they answer
-/// (docs/sources.md: validate checks the replica identity of a PostgreSQL table).
+/// (docs/sources.md: validate checks the replica identity of a PostgreSQL table, and a
+/// MySQL table and binary log as read_mysql needs them).
 fn server_diagnostics(loaded: &Loaded) -> Vec<Diagnostic> {
     let Some(pipeline) = &loaded.pipeline else {
         return vec![];
     };
-    let reads_postgres = pipeline.flows.iter().any(|f| {
-        f.inputs
-            .iter()
-            .any(|i| matches!(i, cdcflow_plan::Input::Postgres(_)))
-    });
-    if !reads_postgres {
+    let reads = |kind: fn(&cdcflow_plan::Input) -> bool| {
+        pipeline.flows.iter().any(|f| f.inputs.iter().any(kind))
+    };
+    let postgres = reads(|i| matches!(i, cdcflow_plan::Input::Postgres(_)));
+    let mysql = reads(|i| matches!(i, cdcflow_plan::Input::Mysql(_)));
+    if !postgres && !mysql {
         return vec![];
     }
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt.block_on(cdcflow_postgres::validate::server_diagnostics(pipeline)),
+        Ok(rt) => rt.block_on(async {
+            let mut out = vec![];
+            if postgres {
+                out.extend(cdcflow_postgres::validate::server_diagnostics(pipeline).await);
+            }
+            if mysql {
+                out.extend(cdcflow_mysql::validate::server_diagnostics(pipeline).await);
+            }
+            out
+        }),
         Err(_) => vec![],
     }
 }

@@ -13,7 +13,8 @@
 //!   known log place; [`binlog`]: the log's transactions of the table;
 //!   [`statement`]: what a logged statement does to the table;
 //! - [`position`]: log places and what the checkpoint keeps; [`source`]: one read;
-//!   [`runtime`]: the source interface.
+//!   [`runtime`]: the source interface; [`validate`]: what `cdcflow validate` asks the
+//!   server.
 
 pub mod binlog;
 pub mod columns;
@@ -25,6 +26,7 @@ pub mod server;
 pub mod snapshot;
 pub mod source;
 pub mod statement;
+pub mod validate;
 pub mod values;
 
 pub use connection::{MysqlConnection, MysqlError, resolve};
