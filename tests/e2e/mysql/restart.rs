@@ -171,9 +171,7 @@ const CURRENT: &str = "SELECT id, name, city FROM customers ORDER BY id";
 fn converges(dir: &Path, server: &BinlogServer) -> bool {
     for _ in 0..300 {
         let source = server
-            .exec(&format!(
-                "SELECT id, name, city FROM shop.customers ORDER BY id"
-            ))
+            .exec("SELECT id, name, city FROM shop.customers ORDER BY id")
             .expect("source rows");
         let out = query_csv(dir, CURRENT);
         let silver: Vec<String> = crate::stdout(&out)
