@@ -14,7 +14,13 @@ fn example(name: &str) -> String {
 
 #[test]
 fn examples_validate() {
-    for p in ["customers", "orders", "orders_legacy", "crm_postgres"] {
+    for p in [
+        "customers",
+        "orders",
+        "orders_legacy",
+        "crm_postgres",
+        "shop_mysql",
+    ] {
         let out = cdcflow(&["validate", "-p", &example(p)]);
         assert!(out.status.success(), "{p}: {}", stderr(&out));
         assert!(stdout(&out).contains("is valid"), "{}", stdout(&out));

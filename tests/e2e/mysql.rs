@@ -420,3 +420,42 @@ fn with_a_purged_file(text: &str) -> String {
     let end = at + "mysql-bin.".len() + 6;
     format!("{}mysql-bin.000000{}", &text[..at], &text[end..])
 }
+
+#[test]
+fn the_example_pipeline_keeps_current_and_history_tables_of_its_source() {
+    let db = Maria::create("example_shop");
+    let example = crate::repo().join("pipelines/shop_mysql");
+    let source = std::fs::read_to_string(example.join("source.sql")).expect("source.sql");
+    db.exec(None, &source.replace("cdcflow_example_shop", &db.name));
+    let dir = tempfile::tempdir().expect("tempdir");
+    crate::copy_dir(&example, dir.path());
+    let yaml = std::fs::read_to_string(dir.path().join("pipeline.yaml")).expect("yaml");
+    let yaml = yaml
+        .replace("cdcflow_example_shop", &db.name)
+        .replace("host: 127.0.0.1", &format!("host: {}", db.host))
+        .replace("port: 3306", &format!("port: {}", db.port))
+        .replace("user: root", &format!("user: {}", db.user));
+    std::fs::write(dir.path().join("pipeline.yaml"), yaml).expect("yaml");
+
+    let current = "SELECT id, customer, status, amount FROM orders ORDER BY id";
+    let open_versions = "SELECT id, customer, status, amount FROM orders_history WHERE __END_AT IS NULL ORDER BY id";
+    run(dir.path());
+    db.exec(
+        Some(&db.name),
+        "UPDATE orders SET status = 'shipped' WHERE id = 2",
+    );
+    db.exec(Some(&db.name), "DELETE FROM orders WHERE id = 3");
+    db.exec(
+        Some(&db.name),
+        "INSERT INTO orders VALUES (4, 'Dee Ito', 'new', 8.00, '2026-12-02 11:00:00')",
+    );
+    run(dir.path());
+    let source = db.rows(current);
+    assert_eq!(query(dir.path(), current), source);
+    assert_eq!(query(dir.path(), open_versions), source);
+    assert_eq!(
+        query(dir.path(), "SELECT count(*) FROM orders_history"),
+        vec!["5"],
+        "3 first versions, the shipped one and Dee's"
+    );
+}

@@ -141,6 +141,19 @@ impl Drop for BinlogServer {
     }
 }
 
+/// The continuous run, killed if the test fails before it stops it (no run outlives its
+/// test).
+struct Stopped(Option<std::process::Child>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn pipeline(dir: &Path, port: u16) {
     std::fs::write(
         dir.join("pipeline.yaml"),
@@ -200,7 +213,7 @@ fn a_server_killed_and_started_again_mid_stream_loses_and_doubles_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), server.port);
     run(dir.path());
-    let child = spawn_continuous(dir.path());
+    let mut child = Stopped(Some(spawn_continuous(dir.path())));
     server
         .exec("INSERT INTO shop.customers VALUES (3, 'cy', 'lima'); UPDATE shop.customers SET city = 'bern' WHERE id = 1")
         .expect("changes");
@@ -217,7 +230,7 @@ fn a_server_killed_and_started_again_mid_stream_loses_and_doubles_nothing() {
         .exec("UPDATE shop.customers SET id = 40 WHERE id = 4; INSERT INTO shop.customers VALUES (5, 'eve', 'faro')")
         .expect("changes after the restart");
     let after = converges(dir.path(), &server);
-    let (_, out) = stop(child);
+    let (_, out) = stop(child.0.take().expect("the run"));
     assert!(
         after,
         "after the restart the silver table did not reach the source; the run said: {}",

@@ -410,8 +410,10 @@ impl Resolver<'_> {
             code: "cdcflow::read_postgres",
             example: "STREAM read_postgres(connection => 'crm', table => 'public.customers')",
             kind: ConnectionKind::Postgres,
+            reads: "PostgreSQL",
             other_kinds: "read other databases with STREAM read_mysql(connection => …, table => …) or read_query(connection => …, query => …, watermark => …)",
             metadata: read_postgres::metadata_fields(),
+            table_form: "'schema.table'",
             table_help: "write it as 'schema.table' or 'table' (in public); quote names with double quotes inside: '\"Sales\".orders'",
         };
         let call = self.capture_call(call, file, &capture, |text, _| TableName::parse(text))?;
@@ -441,8 +443,10 @@ impl Resolver<'_> {
             code: "cdcflow::read_mysql",
             example: "STREAM read_mysql(connection => 'shop', table => 'shop.orders')",
             kind: ConnectionKind::Mysql,
+            reads: "MySQL",
             other_kinds: "read PostgreSQL with STREAM read_postgres(connection => …, table => …)",
             metadata: read_mysql::metadata_fields(),
+            table_form: "'database.table'",
             table_help: "write it as 'database.table' or 'table' (in the connection's database); quote names with backticks inside: '`my db`.orders'",
         };
         // The connections' databases, apart from the resolver the call borrows.
@@ -501,9 +505,9 @@ impl Resolver<'_> {
                         format!(
                             "connection `{name}` is a {} connection: {function} reads {}",
                             c.kind.as_str(),
-                            capture.kind.as_str()
+                            capture.reads
                         ),
-                        "not this function's kind of database",
+                        &format!("not a {} connection", capture.reads),
                         Some(capture.other_kinds.into()),
                     );
                     None
@@ -526,8 +530,10 @@ impl Resolver<'_> {
                 None
             }
         };
-        let source = match option("table") {
-            Some((_, text, span)) => match parse(&text, connection.as_deref().unwrap_or("")) {
+        let source = match (option("table"), connection.as_deref()) {
+            // The connection's error is said; the name may need its database.
+            (Some(_), None) => None,
+            (Some((_, text, span)), Some(connection)) => match parse(&text, connection) {
                 Some(t) => Some(t),
                 None => {
                     self.error(
@@ -541,12 +547,12 @@ impl Resolver<'_> {
                     None
                 }
             },
-            None => {
+            (None, _) => {
                 self.error(
                     file,
                     call.span,
                     code,
-                    format!("{function} needs table => '<table>'"),
+                    format!("{function} needs table => {}", capture.table_form),
                     "no table",
                     Some(example.into()),
                 );
@@ -843,9 +849,13 @@ struct Capture {
     code: &'static str,
     example: &'static str,
     kind: ConnectionKind,
+    /// The servers it reads, as messages name them.
+    reads: &'static str,
     /// The help when the connection is of another kind.
     other_kinds: &'static str,
     metadata: Vec<Field>,
+    /// How a table is named, as the message for a missing one shows it.
+    table_form: &'static str,
     table_help: &'static str,
 }
 
