@@ -58,6 +58,27 @@ fn explain_of_an_unknown_flow_is_a_usage_error() {
 }
 
 #[test]
+fn run_flow_takes_a_glob_and_a_glob_that_matches_nothing_is_a_usage_error() {
+    let dir = crate::example_copy("orders");
+    let p = dir.path().to_str().expect("utf-8");
+    let out = cdcflow(&["run", "-p", p, "--flow", "*order*changes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(
+        summary.contains("bronze_order_changes") && summary.contains("orders_changes"),
+        "both flows the glob matches ran: {summary}"
+    );
+    assert!(!summary.contains("gold_orders_by_status"), "{summary}");
+    let out = cdcflow(&["run", "-p", p, "--flow", "nothing_*"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no flow matches `nothing_*`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn usage_errors_exit_2() {
     assert_eq!(
         cdcflow(&["validate", "--format", "xml"]).status.code(),

@@ -183,7 +183,8 @@ enum Command {
     Run {
         #[command(flatten)]
         pipeline: PipelineArgs,
-        /// Only this flow (repeatable).
+        /// Only this flow (repeatable); a glob (`orders_*`, `*_cdc`) names every flow it
+        /// matches.
         #[arg(long = "flow")]
         flows: Vec<String>,
         /// Recompute these tables from their sources (all tables when none is named).

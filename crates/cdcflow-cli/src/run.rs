@@ -20,20 +20,26 @@ pub struct RunArgs {
 
 /// The source kinds this binary reads.
 pub fn sources() -> Sources {
-    with_sources(cdcflow_postgres::PostgresSources {
-        notices: cdcflow_postgres::Notices::to(|text| errln!("note: {text}")),
-        ..Default::default()
-    })
+    with_sources(
+        cdcflow_postgres::PostgresSources {
+            notices: cdcflow_postgres::Notices::to(|text| errln!("note: {text}")),
+            ..Default::default()
+        },
+        cdcflow_mysql::MysqlSources::default(),
+    )
 }
 
-/// Every source kind of this build, the PostgreSQL source as given.
-fn with_sources(postgres: cdcflow_postgres::PostgresSources) -> Sources {
+/// Every source kind of this build, the database log sources as given.
+fn with_sources(
+    postgres: cdcflow_postgres::PostgresSources,
+    mysql: cdcflow_mysql::MysqlSources,
+) -> Sources {
     use std::sync::Arc;
     Sources(Arc::new(cdcflow_runtime::sources::AnyOf(vec![
         Arc::new(postgres),
         Arc::new(cdcflow_query::QuerySources),
         Arc::new(cdcflow_kafka::KafkaSources),
-        Arc::new(cdcflow_mysql::MysqlSources),
+        Arc::new(mysql),
     ])))
 }
 
@@ -117,7 +123,10 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         return ExitCode::from(1);
     };
     let refreshed = run.full_refresh.as_deref().unwrap_or_default();
-    if !crate::usage::flows_exist(pipeline, &run.flows)
+    let Some(flows) = crate::usage::expand_flow_globs(pipeline, run.flows) else {
+        return ExitCode::from(crate::usage::EXIT);
+    };
+    if !crate::usage::flows_exist(pipeline, &flows)
         || !crate::usage::tables_exist(pipeline, refreshed)
     {
         return ExitCode::from(crate::usage::EXIT);
@@ -128,7 +137,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         warn_broken_readers(pipeline, tables);
     }
     let options = RunOptions {
-        flows: run.flows,
+        flows,
         full_refresh: run.full_refresh,
         force: run.force,
         cascade: run.cascade,
@@ -157,16 +166,21 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         )));
         // A large table's initial copy goes chunk by chunk: say how far.
         let copy_bar = bar.clone();
+        let copy: cdcflow_mysql::runtime::CopyProgressSink =
+            std::sync::Arc::new(move |what: &str| copy_bar.set_message(what.to_string()));
         let notice_bar = bar.clone();
-        options.sources = Some(with_sources(cdcflow_postgres::PostgresSources {
-            progress: Some(std::sync::Arc::new(move |what: &str| {
-                copy_bar.set_message(what.to_string());
-            })),
-            notices: cdcflow_postgres::Notices::to(move |text| {
-                notice_bar.suspend(|| errln!("note: {text}"));
-            }),
-            ..Default::default()
-        }));
+        options.sources = Some(with_sources(
+            cdcflow_postgres::PostgresSources {
+                progress: Some(std::sync::Arc::clone(&copy)),
+                notices: cdcflow_postgres::Notices::to(move |text| {
+                    notice_bar.suspend(|| errln!("note: {text}"));
+                }),
+                ..Default::default()
+            },
+            cdcflow_mysql::MysqlSources {
+                progress: Some(copy),
+            },
+        ));
     }
     let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));
     if let Some(bar) = spinner {

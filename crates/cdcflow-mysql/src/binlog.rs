@@ -22,7 +22,7 @@ use mysql_async::binlog::row::BinlogRow;
 use mysql_async::consts::ColumnType;
 use mysql_async::{BinlogStreamRequest, Conn, Value};
 
-use crate::columns::{TableColumn, key_places};
+use crate::columns::{SPATIAL, TableColumn, key_places};
 use crate::connection::MysqlError;
 use crate::position::BinlogPos;
 use crate::rows::{ChangeMeta, ChangeRows};
@@ -348,17 +348,7 @@ fn same_kind(logged: ColumnType, data_type: &str) -> bool {
                 "json",
             ]
         }
-        MYSQL_TYPE_GEOMETRY => &[
-            "geometry",
-            "point",
-            "linestring",
-            "polygon",
-            "multipoint",
-            "multilinestring",
-            "multipolygon",
-            "geometrycollection",
-            "geomcollection",
-        ],
+        MYSQL_TYPE_GEOMETRY => SPATIAL,
         _ => return false,
     };
     expected.contains(&data_type)

@@ -122,7 +122,8 @@ impl TableColumn {
 
     /// Why the column cannot be captured exactly, if it cannot.
     fn unreadable(&self) -> Option<String> {
-        if !KNOWN_TYPES.contains(&self.data_type.as_str()) {
+        let kind = self.data_type.as_str();
+        if !KNOWN_TYPES.contains(&kind) && !SPATIAL.contains(&kind) {
             return Some(format!(
                 "column `{}` has type {}, which read_mysql does not read (the binary log and a SELECT give its values in different forms)",
                 self.name, self.column_type
@@ -145,7 +146,8 @@ fn is_binary(data_type: &str) -> bool {
     ) || SPATIAL.contains(&data_type)
 }
 
-const SPATIAL: &[&str] = &[
+/// The spatial types (a geometry, as stored).
+pub(crate) const SPATIAL: &[&str] = &[
     "geometry",
     "point",
     "linestring",
@@ -157,7 +159,7 @@ const SPATIAL: &[&str] = &[
     "geomcollection",
 ];
 
-/// The types read_mysql reads.
+/// The types read_mysql reads, besides the spatial ones.
 const KNOWN_TYPES: &[&str] = &[
     "tinyint",
     "smallint",
@@ -191,15 +193,6 @@ const KNOWN_TYPES: &[&str] = &[
     "blob",
     "mediumblob",
     "longblob",
-    "geometry",
-    "point",
-    "linestring",
-    "polygon",
-    "multipoint",
-    "multilinestring",
-    "multipolygon",
-    "geometrycollection",
-    "geomcollection",
 ];
 
 /// The schema of the table's columns (each nullable when the server says so).
@@ -323,6 +316,19 @@ pub async fn read(conn: &mut Conn, table: &MysqlTable) -> Result<Vec<TableColumn
     Ok(columns)
 }
 
+/// The table's rows as the server estimates them (InnoDB's statistics), for a
+/// progress line; `None` when it cannot say.
+pub async fn estimated_rows(conn: &mut Conn, table: &MysqlTable) -> Option<u64> {
+    conn.exec_first::<Option<u64>, _, _>(
+        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+        (&table.database, &table.name),
+    )
+    .await
+    .ok()
+    .flatten()
+    .flatten()
+}
+
 /// An error of a statement on the server, naming the table.
 pub fn server_error(table: &MysqlTable, e: &mysql_async::Error) -> MysqlError {
     let mut error = MysqlError::new(
@@ -333,23 +339,25 @@ pub fn server_error(table: &MysqlTable, e: &mysql_async::Error) -> MysqlError {
     error
 }
 
+/// A nullable column of a type, for tests.
+#[cfg(test)]
+pub(crate) fn column(data_type: &str, column_type: &str) -> TableColumn {
+    TableColumn {
+        name: "c".into(),
+        data_type: data_type.into(),
+        column_type: column_type.into(),
+        precision: None,
+        scale: None,
+        nullable: true,
+        key_position: None,
+        charset: None,
+        keep_text: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn column(data_type: &str, column_type: &str) -> TableColumn {
-        TableColumn {
-            name: "c".into(),
-            data_type: data_type.into(),
-            column_type: column_type.into(),
-            precision: None,
-            scale: None,
-            nullable: true,
-            key_position: None,
-            charset: None,
-            keep_text: false,
-        }
-    }
 
     #[test]
     fn integer_types_keep_their_range() {

@@ -6,12 +6,13 @@
 // The runtime's interface returns its own error type, whatever its size.
 #![allow(clippy::result_large_err)]
 
-use cdcflow_plan::read_mysql::ReadMysql;
+use cdcflow_plan::read_mysql::{COMMIT_TIMESTAMP, ReadMysql};
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::RunError;
-use cdcflow_runtime::sources::{ExternalSource, SourceFactory, SourceRead, SourceStatus};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use cdcflow_runtime::sources::{
+    ExternalSource, SourceFactory, SourceRead, SourceStatus, commit_time_range,
+};
+use datafusion::arrow::datatypes::SchemaRef;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -20,9 +21,21 @@ use crate::connection::MysqlError;
 use crate::position::{Copy, Position};
 use crate::source::TableSource;
 
+/// Told how a table's initial copy goes (a terminal's progress line).
+pub type CopyProgressSink = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Opens `read_mysql` inputs.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct MysqlSources;
+#[derive(Default, Clone)]
+pub struct MysqlSources {
+    /// Told after each chunk of a table's initial copy.
+    pub progress: Option<CopyProgressSink>,
+}
+
+impl std::fmt::Debug for MysqlSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MysqlSources")
+    }
+}
 
 impl SourceFactory for MysqlSources {
     fn open(
@@ -33,7 +46,10 @@ impl SourceFactory for MysqlSources {
         let Input::Mysql(rm) = input else {
             return None;
         };
-        Some(open(pipeline, rm).map(|s| Box::new(s) as Box<dyn ExternalSource>))
+        Some(open(pipeline, rm).map(|mut s| {
+            s.progress.clone_from(&self.progress);
+            Box::new(s) as Box<dyn ExternalSource>
+        }))
     }
 }
 
@@ -56,6 +72,7 @@ fn open(pipeline: &Pipeline, rm: &ReadMysql) -> Result<MysqlSource, RunError> {
         },
         key: rm.key(),
         connection_name: rm.connection.clone(),
+        progress: None,
     })
 }
 
@@ -63,6 +80,7 @@ struct MysqlSource {
     source: TableSource,
     key: String,
     connection_name: String,
+    progress: Option<CopyProgressSink>,
 }
 
 /// A lag over this many seconds is a warning in `cdcflow status`.
@@ -80,13 +98,21 @@ impl MysqlSource {
             .read(committed.as_ref())
             .await
             .map_err(|e| self.error(e))?;
+        if let (Some(tell), Copy::After { copied, .. }) = (&self.progress, &read.position.copy) {
+            let of = read
+                .estimate
+                .filter(|e| e >= copied)
+                .map(|e| format!(" of about {e}"))
+                .unwrap_or_default();
+            tell(&format!("copying {}: {copied}{of} rows", self.source.table));
+        }
         let rows = read.rows.rows;
         // A read that stopped at its size limit has applied up to its last
         // transaction; one that read all has applied up to when it began; while the
         // table is being copied, it is applied up to no time.
         let applied_until = match (read.chunk, read.more) {
             (true, _) => None,
-            (false, true) => newest_commit(&rows),
+            (false, true) => commit_time_range(&rows, COMMIT_TIMESTAMP).1,
             (false, false) => Some(read.read_at_micros),
         };
         let position = Position {
@@ -95,7 +121,7 @@ impl MysqlSource {
         };
         Ok(SourceRead {
             schema: rows.schema(),
-            oldest_change_micros: oldest_commit(&rows),
+            oldest_change_micros: commit_time_range(&rows, COMMIT_TIMESTAMP).0,
             rows: vec![rows],
             position: position.to_json(),
             must_commit: read.must_commit,
@@ -168,24 +194,4 @@ impl ExternalSource for MysqlSource {
     ) -> BoxFuture<'a, Result<SourceStatus, RunError>> {
         Box::pin(MysqlSource::status(self, after))
     }
-}
-
-/// The rows' commit times, µs since the epoch.
-fn commit_times(rows: &RecordBatch) -> impl Iterator<Item = i64> + '_ {
-    let at = rows
-        .column_by_name(cdcflow_plan::read_mysql::COMMIT_TIMESTAMP)
-        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>());
-    at.into_iter().flat_map(|at| {
-        (0..at.len())
-            .filter(|i| at.is_valid(*i))
-            .map(|i| at.value(i))
-    })
-}
-
-fn oldest_commit(rows: &RecordBatch) -> Option<i64> {
-    commit_times(rows).min()
-}
-
-fn newest_commit(rows: &RecordBatch) -> Option<i64> {
-    commit_times(rows).max()
 }

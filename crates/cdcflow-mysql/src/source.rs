@@ -43,6 +43,8 @@ pub struct Read {
     pub more: bool,
     /// The server's clock when the read began, µs since the epoch.
     pub read_at_micros: i64,
+    /// The table's rows as the server estimates them, while it is being copied.
+    pub estimate: Option<u64>,
 }
 
 /// Bytes of log a read may pass over without rows of its table before its batch is
@@ -139,6 +141,7 @@ impl TableSource {
         let chunk =
             snapshot::chunk(conn, server, &self.table, &columns, after, self.max_changes).await?;
         let now = server::now_micros(conn).await?;
+        let estimate = columns::estimated_rows(conn, &self.table).await;
         let position = Position {
             at: chunk.at.clone(),
             copy: match chunk.last_key {
@@ -176,6 +179,7 @@ impl TableSource {
             chunk: true,
             more,
             read_at_micros: 0,
+            estimate,
         })
     }
 
@@ -230,6 +234,7 @@ impl TableSource {
             chunk: false,
             more: read.more,
             read_at_micros: 0,
+            estimate: None,
         })
     }
 

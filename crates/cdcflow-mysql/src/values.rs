@@ -227,20 +227,7 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn column(data_type: &str, column_type: &str) -> TableColumn {
-        TableColumn {
-            name: "c".into(),
-            data_type: data_type.into(),
-            column_type: column_type.into(),
-            precision: None,
-            scale: None,
-            nullable: true,
-            key_position: None,
-            charset: None,
-            keep_text: false,
-        }
-    }
+    use crate::columns::column;
 
     #[test]
     fn binlog_forms_become_select_forms() {

@@ -96,42 +96,7 @@ impl std::fmt::Display for MysqlTable {
 }
 
 fn split_name(text: &str) -> Option<Vec<String>> {
-    let mut parts = Vec::new();
-    let mut chars = text.trim().chars().peekable();
-    loop {
-        let mut part = String::new();
-        if chars.peek() == Some(&'`') {
-            chars.next();
-            loop {
-                match chars.next()? {
-                    '`' if chars.peek() == Some(&'`') => {
-                        chars.next();
-                        part.push('`');
-                    }
-                    '`' => break,
-                    c => part.push(c),
-                }
-            }
-        } else {
-            while let Some(c) = chars.peek().copied().filter(|c| *c != '.') {
-                part.push(c);
-                chars.next();
-            }
-            part = part.trim().to_string();
-            if part.contains(char::is_whitespace) {
-                return None;
-            }
-        }
-        if part.is_empty() {
-            return None;
-        }
-        parts.push(part);
-        match chars.next() {
-            None => return Some(parts),
-            Some('.') => {}
-            Some(_) => return None,
-        }
-    }
+    crate::read_postgres::split_qualified(text, '`', false)
 }
 
 /// A resolved `read_mysql` call.

@@ -91,28 +91,38 @@ impl std::fmt::Display for TableName {
 }
 
 fn split_name(text: &str) -> Option<Vec<String>> {
+    split_qualified(text, '"', true)
+}
+
+/// The parts of a dotted name (`a.b`), each quoted with `quote` (doubled inside a quoted
+/// part) or bare; bare parts fold to lower case when `fold` (PostgreSQL) and may hold no
+/// white space. `None` for an empty part or anything else that is no name.
+pub(crate) fn split_qualified(text: &str, quote: char, fold: bool) -> Option<Vec<String>> {
     let mut parts = Vec::new();
     let mut chars = text.trim().chars().peekable();
     loop {
         let mut part = String::new();
-        if chars.peek() == Some(&'"') {
+        if chars.peek() == Some(&quote) {
             chars.next();
             loop {
                 match chars.next()? {
-                    '"' if chars.peek() == Some(&'"') => {
+                    c if c == quote && chars.peek() == Some(&quote) => {
                         chars.next();
-                        part.push('"');
+                        part.push(quote);
                     }
-                    '"' => break,
+                    c if c == quote => break,
                     c => part.push(c),
                 }
             }
         } else {
             while let Some(c) = chars.peek().copied().filter(|c| *c != '.') {
-                part.push(c.to_ascii_lowercase());
+                part.push(if fold { c.to_ascii_lowercase() } else { c });
                 chars.next();
             }
             part = part.trim().to_string();
+            if part.contains(char::is_whitespace) {
+                return None;
+            }
         }
         if part.is_empty() {
             return None;

@@ -17,10 +17,11 @@ use cdcflow_plan::read_postgres::{CHANGE_SEQ, CHANGE_TYPE, COMMIT_LSN};
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::sources::{
     Acknowledge, Carried, ExternalSource, SourceFactory, SourceRead, SourceStatus, StrayCursor,
+    commit_time_range,
 };
 use cdcflow_runtime::{ErrorCode, RunError};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, TimestampMicrosecondType};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -690,24 +691,12 @@ impl PgSource {
     }
 }
 
-/// The rows' commit times, µs since the epoch.
-fn commit_times(rows: &RecordBatch) -> impl Iterator<Item = i64> + '_ {
-    let at = rows
-        .column_by_name(cdcflow_plan::read_postgres::COMMIT_TIMESTAMP)
-        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>());
-    at.into_iter().flat_map(|at| {
-        (0..at.len())
-            .filter(|i| at.is_valid(*i))
-            .map(|i| at.value(i))
-    })
-}
-
 fn oldest_commit(rows: &RecordBatch) -> Option<i64> {
-    commit_times(rows).min()
+    commit_time_range(rows, cdcflow_plan::read_postgres::COMMIT_TIMESTAMP).0
 }
 
 fn newest_commit(rows: &RecordBatch) -> Option<i64> {
-    commit_times(rows).max()
+    commit_time_range(rows, cdcflow_plan::read_postgres::COMMIT_TIMESTAMP).1
 }
 
 struct PgAcknowledge {

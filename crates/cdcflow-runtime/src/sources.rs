@@ -307,3 +307,23 @@ pub async fn undeclared_columns(
     }
     Ok(found)
 }
+
+/// The oldest and the newest value of a read's commit time column (`column`, a
+/// timestamp in µs), nulls left out: the read's lag, and what a read that stopped at its
+/// size limit has applied up to.
+pub fn commit_time_range(rows: &RecordBatch, column: &str) -> (Option<i64>, Option<i64>) {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::TimestampMicrosecondType;
+    let Some(at) = rows
+        .column_by_name(column)
+        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
+    else {
+        return (None, None);
+    };
+    let times = || {
+        (0..at.len())
+            .filter(|i| at.is_valid(*i))
+            .map(|i| at.value(i))
+    };
+    (times().min(), times().max())
+}
