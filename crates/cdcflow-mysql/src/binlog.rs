@@ -50,7 +50,18 @@ pub struct Request<'a> {
     pub max_changes: u64,
     /// The id the dump registers with (unique among the server's replicas).
     pub dump_id: u32,
+    /// The server compares table names without case (`lower_case_table_names` 1 or 2).
+    pub fold_names: bool,
 }
+
+/// MySQL's compressed transaction (`binlog_transaction_compression`), whose events the
+/// driver unpacks; they carry place 0, the payload's end stands for theirs.
+const TRANSACTION_PAYLOAD_EVENT: u8 = 40;
+/// An XA transaction's prepare, which logs its rows before it commits or rolls back.
+const XA_PREPARE_LOG_EVENT: u8 = 38;
+/// MariaDB's compressed query and row events (`log_bin_compress`), which the driver
+/// does not parse.
+const MARIADB_COMPRESSED_EVENTS: [u8; 6] = [166, 167, 168, 169, 170, 171];
 
 /// A transaction being read.
 #[derive(Debug, Default)]
@@ -63,10 +74,11 @@ struct Open {
 
 fn stream_error(table: &MysqlTable, from: &BinlogPos, e: &mysql_async::Error) -> MysqlError {
     let text = e.to_string();
-    if text.contains("1236")
-        || text
-            .to_ascii_lowercase()
-            .contains("could not find first log file")
+    // Error 1236 has other causes too (an event over max_allowed_packet, a cut log):
+    // only a missing file is a purge.
+    if text
+        .to_ascii_lowercase()
+        .contains("could not find first log file")
     {
         return purged(table, from, &text);
     }
@@ -112,12 +124,46 @@ pub async fn read(
     let mut open = Open::default();
     let mut more = false;
     let mut described = false;
+    // The end of the last compressed transaction payload (MySQL's
+    // binlog_transaction_compression): the events inside it carry no place of their own.
+    let mut payload_end = 0;
     while let Some(event) = stream.next().await {
         let event = event.map_err(err)?;
+        let raw_type = event.header().event_type_raw();
+        let log_pos = u64::from(event.header().log_pos());
+        if raw_type == TRANSACTION_PAYLOAD_EVENT {
+            payload_end = log_pos;
+        }
         let end = BinlogPos {
             file: file.to_string(),
-            pos: u64::from(event.header().log_pos()),
+            pos: match log_pos {
+                0 => payload_end,
+                pos => pos,
+            },
         };
+        if MARIADB_COMPRESSED_EVENTS.contains(&raw_type) {
+            return Err(MysqlError::new(
+                format!(
+                    "the binary log of {table} holds a compressed event at {end} (log_bin_compress = ON), which read_mysql does not read"
+                ),
+                "SET GLOBAL log_bin_compress = OFF (and in the server's configuration), then run `cdcflow run --full-refresh <bronze table> --cascade`",
+            ));
+        }
+        if raw_type == XA_PREPARE_LOG_EVENT {
+            // An XA transaction's rows are logged when it is prepared, and it may be
+            // rolled back later: its rows cannot be taken as committed.
+            if !open.changes.is_empty() {
+                return Err(MysqlError::new(
+                    format!(
+                        "{table} was changed by an XA transaction (prepared at {end}), which read_mysql does not read"
+                    ),
+                    "change the table outside XA transactions, then run `cdcflow run --full-refresh <bronze table> --cascade`",
+                ));
+            }
+            open = Open::default();
+            at = end;
+            continue;
+        }
         let committed_at = i64::from(event.header().timestamp()) * 1_000_000;
         let data = event.read_data().map_err(|e| {
             MysqlError::new(
@@ -138,7 +184,7 @@ pub async fn read(
                 false
             }
             Some(EventData::QueryEvent(query)) => {
-                match classify(&query.query(), &query.schema(), table) {
+                match classify(&query.query(), &query.schema(), table, request.fold_names) {
                     Statement::Begin => {
                         open = Open {
                             changes: vec![],
@@ -175,11 +221,23 @@ pub async fn read(
             Some(EventData::XidEvent(_)) => true,
             Some(EventData::RowsEvent(rows_event)) => {
                 let Some(map) = stream.get_tme(rows_event.table_id()) else {
-                    continue;
+                    return Err(MysqlError::new(
+                        format!(
+                            "a row event at {end} names table id {}, which no table map event before it describes",
+                            rows_event.table_id()
+                        ),
+                        "report this, with the server's version: the rows cannot be told to be or not to be the table's",
+                    ));
                 };
-                if map.database_name() != table.database.as_str()
-                    || map.table_name() != table.name.as_str()
-                {
+                let ours = crate::statement::same_table(
+                    &MysqlTable {
+                        database: map.database_name().into_owned(),
+                        name: map.table_name().into_owned(),
+                    },
+                    table,
+                    request.fold_names,
+                );
+                if !ours {
                     continue;
                 }
                 let deletes = matches!(

@@ -18,7 +18,8 @@ pub struct TableColumn {
     pub name: String,
     /// `DATA_TYPE`, lower case: `int`, `varchar`, `enum`, …
     pub data_type: String,
-    /// `COLUMN_TYPE`: `int(10) unsigned`, `enum('new','paid')`, `decimal(12,2)`, …
+    /// `COLUMN_TYPE` as the server writes it (an enum's members keep their case): `int(10)
+    /// unsigned`, `enum('New','Paid')`, `decimal(12,2)`, …
     pub column_type: String,
     pub precision: Option<u64>,
     pub scale: Option<u64>,
@@ -33,7 +34,7 @@ pub struct TableColumn {
 
 impl TableColumn {
     pub fn unsigned(&self) -> bool {
-        self.column_type.contains("unsigned")
+        self.column_type.to_ascii_lowercase().contains("unsigned")
     }
 
     /// The Arrow type of the column's values (the Databricks type of docs/sources.md).
@@ -63,7 +64,7 @@ impl TableColumn {
             }
             "float" => DataType::Float32,
             "double" | "real" => DataType::Float64,
-            "bit" if self.column_type == "bit(1)" => DataType::Boolean,
+            "bit" if self.column_type.eq_ignore_ascii_case("bit(1)") => DataType::Boolean,
             "year" => DataType::Int16,
             "date" => DataType::Date32,
             "datetime" => DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -114,8 +115,10 @@ impl TableColumn {
     /// with zero bytes.
     pub fn binary_length(&self) -> Option<usize> {
         (self.data_type == "binary")
-            .then(|| self.column_type.strip_prefix("binary("))
+            .then(|| self.column_type.get(..7))
             .flatten()
+            .filter(|head| head.eq_ignore_ascii_case("binary("))
+            .and_then(|_| self.column_type.get(7..))
             .and_then(|rest| rest.strip_suffix(')'))
             .and_then(|n| n.parse().ok())
     }
@@ -267,7 +270,7 @@ pub async fn read(conn: &mut Conn, table: &MysqlTable) -> Result<Vec<TableColumn
     }
     let rows: Vec<ColumnRow> = conn
         .exec(
-            "SELECT c.COLUMN_NAME, LOWER(c.DATA_TYPE), LOWER(c.COLUMN_TYPE), c.NUMERIC_PRECISION, c.NUMERIC_SCALE, c.IS_NULLABLE, c.CHARACTER_SET_NAME, k.ORDINAL_POSITION
+            "SELECT c.COLUMN_NAME, LOWER(c.DATA_TYPE), c.COLUMN_TYPE, c.NUMERIC_PRECISION, c.NUMERIC_SCALE, c.IS_NULLABLE, c.CHARACTER_SET_NAME, k.ORDINAL_POSITION
              FROM information_schema.COLUMNS c
              LEFT JOIN information_schema.KEY_COLUMN_USAGE k
                ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME
@@ -305,6 +308,42 @@ pub async fn read(conn: &mut Conn, table: &MysqlTable) -> Result<Vec<TableColumn
                 "give the table a primary key (ALTER TABLE {} ADD PRIMARY KEY (…)), or read it with read_query",
                 table.sql()
             ),
+        ));
+    }
+    // The server applies a foreign key's cascade inside the storage engine and logs no
+    // row of it: the child table's cascaded changes would never reach the pipeline.
+    let cascades: Vec<(String, String, String, String)> = conn
+        .exec(
+            "SELECT CONSTRAINT_NAME, REFERENCED_TABLE_NAME, DELETE_RULE, UPDATE_RULE
+             FROM information_schema.REFERENTIAL_CONSTRAINTS
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?
+               AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION'))",
+            (&table.database, &table.name),
+        )
+        .await
+        .map_err(|e| server_error(table, &e))?;
+    if let Some((name, parent, on_delete, on_update)) = cascades.first() {
+        return Err(MysqlError::new(
+            format!(
+                "table {table} has foreign key `{name}` to `{parent}` with ON DELETE {on_delete} ON UPDATE {on_update}: the server logs no row of what a cascade changes, so those changes would never reach the pipeline"
+            ),
+            format!(
+                "drop the cascade (ALTER TABLE {} DROP FOREIGN KEY …, then add it again with RESTRICT, the application deleting the children itself), or read the table with read_query",
+                table.sql()
+            ),
+        ));
+    }
+    if let Some(key) = key_places(&columns)
+        .into_iter()
+        .filter_map(|k| columns.get(k))
+        .find(|c| matches!(c.data_type.as_str(), "enum" | "set"))
+    {
+        return Err(MysqlError::new(
+            format!(
+                "table {table}: primary key column `{}` is an {}, which MySQL orders by its members' places but compares by their names, so its copy cannot go in key order",
+                key.name, key.data_type
+            ),
+            "read the table with read_query, or key it by another column",
         ));
     }
     if let Some(why) = columns.iter().find_map(TableColumn::unreadable) {

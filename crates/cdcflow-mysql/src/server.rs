@@ -13,6 +13,8 @@ use crate::position::BinlogPos;
 pub struct Server {
     pub id: u64,
     pub mariadb: bool,
+    /// Table names compare without case (`lower_case_table_names` 1 or 2).
+    pub fold_names: bool,
 }
 
 fn error(what: &str, e: &mysql_async::Error) -> MysqlError {
@@ -34,14 +36,15 @@ pub async fn check_ready(conn: &mut Conn) -> Result<Server, MysqlError> {
         Option<String>,
         u64,
         String,
+        u64,
     );
     let settings: Option<Settings> = conn
         .query_first(
-            "SELECT CAST(@@log_bin AS CHAR), @@binlog_format, @@binlog_row_image, @@binlog_row_metadata, @@server_id, VERSION()",
+            "SELECT CAST(@@log_bin AS CHAR), @@binlog_format, @@binlog_row_image, @@binlog_row_metadata, @@server_id, VERSION(), @@lower_case_table_names",
         )
         .await
         .map_err(|e| error("reading the server's binary log settings", &e))?;
-    let Some((log_bin, format, image, metadata, id, version)) = settings else {
+    let Some((log_bin, format, image, metadata, id, version, case)) = settings else {
         return Err(MysqlError::new(
             "the server gave no settings",
             "report this",
@@ -64,6 +67,27 @@ pub async fn check_ready(conn: &mut Conn) -> Result<Server, MysqlError> {
             ));
         }
     }
+    // Settings one kind of server has: MariaDB's compressed events, which the driver
+    // does not parse; MySQL's partial JSON updates, which carry no whole value.
+    let compressed: Option<Option<String>> = conn
+        .query_first("SELECT CAST(@@log_bin_compress AS CHAR)")
+        .await
+        .ok()
+        .flatten();
+    if matches!(compressed.flatten().as_deref(), Some("1" | "ON")) {
+        wrong.push("log_bin_compress is on (compressed events cannot be read): SET GLOBAL log_bin_compress = OFF".to_string());
+    }
+    let partial: Option<Option<String>> = conn
+        .query_first("SELECT @@binlog_row_value_options")
+        .await
+        .ok()
+        .flatten();
+    if partial
+        .flatten()
+        .is_some_and(|v| v.to_ascii_uppercase().contains("PARTIAL_JSON"))
+    {
+        wrong.push("binlog_row_value_options is PARTIAL_JSON (a JSON update logs no whole value): SET GLOBAL binlog_row_value_options = ''".to_string());
+    }
     if !wrong.is_empty() {
         return Err(MysqlError::new(
             format!(
@@ -76,6 +100,7 @@ pub async fn check_ready(conn: &mut Conn) -> Result<Server, MysqlError> {
     Ok(Server {
         id,
         mariadb: version.to_ascii_lowercase().contains("mariadb"),
+        fold_names: case != 0,
     })
 }
 

@@ -98,7 +98,19 @@ pub async fn chunk(
     let mut sql = format!("SELECT {} FROM {}", list.join(", "), table.sql());
     let mut params: Vec<Value> = vec![];
     if let Some(after) = after {
-        let marks = vec!["?"; key_names.len()].join(", ");
+        // A key value goes back as text; MySQL compares text with a DECIMAL as a
+        // double, which loses digits past 15: cast it to the column's own type.
+        let marks: Vec<String> = keys
+            .iter()
+            .filter_map(|k| columns.get(*k))
+            .map(|c| match (c.data_type.as_str(), c.precision, c.scale) {
+                ("decimal" | "numeric", Some(p), Some(s)) => {
+                    format!("CAST(? AS DECIMAL({p},{s}))")
+                }
+                _ => "?".to_string(),
+            })
+            .collect();
+        let marks = marks.join(", ");
         sql.push_str(&format!(" WHERE ({}) > ({marks})", key_names.join(", ")));
         params = after.iter().map(key_param).collect();
     }

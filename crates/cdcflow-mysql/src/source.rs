@@ -123,7 +123,7 @@ impl TableSource {
         from: &Position,
         read_at_micros: i64,
     ) -> Result<Read, MysqlError> {
-        let mut read = self.stream(conn, from).await?;
+        let mut read = self.stream(conn, server, from).await?;
         read.position.server_id = Some(server.id);
         read.read_at_micros = read_at_micros;
         Ok(read)
@@ -184,7 +184,12 @@ impl TableSource {
     }
 
     /// The changes after `from`, up to where the log ends now.
-    async fn stream(&self, mut conn: Conn, from: &Position) -> Result<Read, MysqlError> {
+    async fn stream(
+        &self,
+        mut conn: Conn,
+        server: &Server,
+        from: &Position,
+    ) -> Result<Read, MysqlError> {
         let files = server::log_files(&mut conn).await?;
         if !files.iter().any(|(name, _)| *name == from.at.file) {
             let oldest = files.first().map(|(n, _)| n.as_str()).unwrap_or("none");
@@ -215,6 +220,7 @@ impl TableSource {
             stop: &stop,
             max_changes: self.max_changes,
             dump_id: dump_id(),
+            fold_names: server.fold_names,
         };
         let described = described(&columns);
         let read = binlog::read(conn, columns, &request).await?;

@@ -21,12 +21,25 @@ pub enum Statement {
     Other,
 }
 
-/// `sql`, run with `schema` as its default database, as it concerns `table`.
-pub fn classify(sql: &str, schema: &str, table: &MysqlTable) -> Statement {
+/// Whether `a` and `b` name one table, on a server that compares names without case
+/// when `fold` (`lower_case_table_names` 1 or 2).
+pub fn same_table(a: &MysqlTable, b: &MysqlTable, fold: bool) -> bool {
+    match fold {
+        true => {
+            a.database.eq_ignore_ascii_case(&b.database) && a.name.eq_ignore_ascii_case(&b.name)
+        }
+        false => a == b,
+    }
+}
+
+/// `sql`, run with `schema` as its default database, as it concerns `table` (names
+/// compared without case when `fold`).
+pub fn classify(sql: &str, schema: &str, table: &MysqlTable, fold: bool) -> Statement {
     let tokens = tokens(sql);
     let word = |i: usize| tokens.get(i).map(|t| t.to_ascii_uppercase());
     let is = |i: usize, w: &str| word(i).as_deref() == Some(w);
-    let names_table = |i: usize| name_at(&tokens, i, schema).is_some_and(|(n, _)| n == *table);
+    let names_table =
+        |i: usize| name_at(&tokens, i, schema).is_some_and(|(n, _)| same_table(&n, table, fold));
     match word(0).as_deref() {
         Some("BEGIN") => Statement::Begin,
         Some("XA") if is(1, "START") || is(1, "BEGIN") => Statement::Begin,
@@ -39,7 +52,10 @@ pub fn classify(sql: &str, schema: &str, table: &MysqlTable) -> Statement {
             }
         }
         Some("DROP") if is(1, "TABLE") || (is(1, "TEMPORARY") && is(2, "TABLE")) => {
-            match list_names(&tokens, schema).contains(table) {
+            match list_names(&tokens, schema)
+                .iter()
+                .any(|n| same_table(n, table, fold))
+            {
                 true => Statement::Gone,
                 false => Statement::Other,
             }
@@ -48,7 +64,7 @@ pub fn classify(sql: &str, schema: &str, table: &MysqlTable) -> Statement {
             // RENAME TABLE a TO b, c TO d: the names before each TO.
             let mut i = 2;
             while let Some((name, next)) = name_at(&tokens, i, schema) {
-                if name == *table {
+                if same_table(&name, table, fold) {
                     return Statement::Gone;
                 }
                 // Skip TO and the new name, then a comma.
@@ -223,7 +239,7 @@ mod tests {
 
     #[test]
     fn statements_are_told_apart() {
-        let c = |sql: &str| classify(sql, "shop", &orders());
+        let c = |sql: &str| classify(sql, "shop", &orders(), false);
         assert_eq!(c("BEGIN"), Statement::Begin);
         assert_eq!(c("COMMIT"), Statement::Commit);
         assert_eq!(c("TRUNCATE TABLE orders"), Statement::Truncate);
@@ -258,8 +274,13 @@ mod tests {
         );
         assert_eq!(c("INSERT INTO other.orders VALUES (1)"), Statement::Other);
         assert_eq!(
-            classify("DELETE FROM orders", "other", &orders()),
+            classify("DELETE FROM orders", "other", &orders(), false),
             Statement::Other
+        );
+        assert_eq!(c("TRUNCATE Orders"), Statement::Other);
+        assert_eq!(
+            classify("TRUNCATE Orders", "shop", &orders(), true),
+            Statement::Truncate
         );
     }
 }

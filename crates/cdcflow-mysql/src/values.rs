@@ -231,9 +231,9 @@ mod tests {
 
     #[test]
     fn binlog_forms_become_select_forms() {
-        let e = column("enum", "enum('new','paid')");
+        let e = column("enum", "enum('new','Paid')");
         let v = from_binlog(&e, BinlogValue::Value(Value::Int(2))).unwrap();
-        assert_eq!(text(&e, &v).unwrap().as_deref(), Some("paid"));
+        assert_eq!(text(&e, &v).unwrap().as_deref(), Some("Paid"));
         let s = column("set", "set('a','b','c')");
         let v = from_binlog(&s, BinlogValue::Value(Value::Bytes(vec![0b101]))).unwrap();
         assert_eq!(text(&s, &v).unwrap().as_deref(), Some("a,c"));
