@@ -207,6 +207,15 @@ pub async fn read(
                             "if a table of that name is to be captured again, run `cdcflow run --full-refresh <bronze table> --cascade`; if it was renamed, change `table =>` and refresh",
                         ));
                     }
+                    Statement::PartitionRows => {
+                        return Err(MysqlError::new(
+                            format!(
+                                "{table} lost or swapped the rows of a partition at {end} (`{}`), which the binary log records as a statement, without the rows",
+                                query.query()
+                            ),
+                            "run `cdcflow run --full-refresh <bronze table> --cascade` for a new snapshot of the table as it is; delete rows with DELETE where the pipeline must see them",
+                        ));
+                    }
                     Statement::LoggedAsStatement => {
                         return Err(MysqlError::new(
                             format!(

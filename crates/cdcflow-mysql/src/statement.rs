@@ -16,6 +16,9 @@ pub enum Statement {
     Gone,
     /// Rows of the table changed by a statement logged as text.
     LoggedAsStatement,
+    /// Rows removed or swapped by a partition operation (`DROP`, `TRUNCATE` or
+    /// `EXCHANGE PARTITION`), which logs no row.
+    PartitionRows,
     /// Anything else: another table's, or a change the row events describe
     /// (`ALTER TABLE … ADD COLUMN` shows in the next rows' columns).
     Other,
@@ -84,9 +87,16 @@ pub fn classify(sql: &str, schema: &str, table: &MysqlTable, fold: bool) -> Stat
                     && !is(i + 1, "INDEX")
                     && !is(i + 1, "KEY")
             });
-            match at.is_some_and(names_table) && renames {
-                true => Statement::Gone,
-                false => Statement::Other,
+            let partition_rows = tokens.iter().enumerate().any(|(i, t)| {
+                matches!(
+                    t.to_ascii_uppercase().as_str(),
+                    "DROP" | "TRUNCATE" | "EXCHANGE"
+                ) && is(i + 1, "PARTITION")
+            });
+            match (at.is_some_and(names_table), renames, partition_rows) {
+                (true, true, _) => Statement::Gone,
+                (true, false, true) => Statement::PartitionRows,
+                _ => Statement::Other,
             }
         }
         Some("INSERT" | "REPLACE" | "UPDATE" | "DELETE" | "LOAD") => {
