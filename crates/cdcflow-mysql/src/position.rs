@@ -193,11 +193,17 @@ mod tests {
             columns: vec![("id".into(), "int(11)".into())],
             applied_until_micros: Some(5),
         };
-        assert_eq!(Position::parse(&position.to_json()).unwrap(), position);
+        assert_eq!(
+            Position::parse(&position.to_json()).expect("a position cdcflow wrote"),
+            position
+        );
         let done = Position {
             copy: Copy::Done,
             ..position
         };
-        assert_eq!(Position::parse(&done.to_json()).unwrap(), done);
+        assert_eq!(
+            Position::parse(&done.to_json()).expect("a position cdcflow wrote"),
+            done
+        );
     }
 }

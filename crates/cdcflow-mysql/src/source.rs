@@ -96,34 +96,28 @@ impl TableSource {
         }
         let read_at_micros = server::now_micros(&mut conn).await?;
         let read = match after.map(|p| (p, &p.copy)) {
-            None => self.copy(&mut conn, &server, None, 0).await,
-            Some((p, Copy::After { key, copied })) => {
-                let read = self.copy(&mut conn, &server, Some(key), *copied).await;
+            Some((p, Copy::Start | Copy::Done)) => self.stream(conn, &server, p).await,
+            copying => {
+                let (at, key, copied) = match copying {
+                    Some((p, Copy::After { key, copied })) => {
+                        (Some(&p.at), Some(key.as_slice()), *copied)
+                    }
+                    _ => (None, None, 0),
+                };
+                let read = self
+                    .copy(&mut conn, &server, (key, copied), read_at_micros)
+                    .await;
+                let _ = conn.disconnect().await;
                 read.map(|mut read| {
                     // The stream starts where the copy's first chunk stood.
-                    read.position.at = p.at.clone();
+                    if let Some(at) = at {
+                        read.position.at = at.clone();
+                    }
                     read
                 })
             }
-            Some((p, Copy::Start | Copy::Done)) => {
-                return self.finish_stream(conn, &server, p, read_at_micros).await;
-            }
         };
-        let _ = conn.disconnect().await;
         let mut read = read?;
-        read.position.server_id = Some(server.id);
-        read.read_at_micros = read_at_micros;
-        Ok(read)
-    }
-
-    async fn finish_stream(
-        &self,
-        conn: Conn,
-        server: &Server,
-        from: &Position,
-        read_at_micros: i64,
-    ) -> Result<Read, MysqlError> {
-        let mut read = self.stream(conn, server, from).await?;
         read.position.server_id = Some(server.id);
         read.read_at_micros = read_at_micros;
         Ok(read)
@@ -134,13 +128,12 @@ impl TableSource {
         &self,
         conn: &mut Conn,
         server: &Server,
-        after: Option<&[serde_json::Value]>,
-        copied: u64,
+        (after, copied): (Option<&[serde_json::Value]>, u64),
+        now: i64,
     ) -> Result<Read, MysqlError> {
         let columns = self.table_columns(conn).await?;
         let chunk =
             snapshot::chunk(conn, server, &self.table, &columns, after, self.max_changes).await?;
-        let now = server::now_micros(conn).await?;
         let estimate = columns::estimated_rows(conn, &self.table).await;
         let position = Position {
             at: chunk.at.clone(),

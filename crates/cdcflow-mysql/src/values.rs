@@ -232,28 +232,41 @@ mod tests {
     #[test]
     fn binlog_forms_become_select_forms() {
         let e = column("enum", "enum('new','Paid')");
-        let v = from_binlog(&e, BinlogValue::Value(Value::Int(2))).unwrap();
-        assert_eq!(text(&e, &v).unwrap().as_deref(), Some("Paid"));
+        let v = from_binlog(&e, BinlogValue::Value(Value::Int(2))).expect("a value of the test");
+        assert_eq!(
+            text(&e, &v).expect("a value of the test").as_deref(),
+            Some("Paid")
+        );
         let s = column("set", "set('a','b','c')");
-        let v = from_binlog(&s, BinlogValue::Value(Value::Bytes(vec![0b101]))).unwrap();
-        assert_eq!(text(&s, &v).unwrap().as_deref(), Some("a,c"));
+        let v = from_binlog(&s, BinlogValue::Value(Value::Bytes(vec![0b101])))
+            .expect("a value of the test");
+        assert_eq!(
+            text(&s, &v).expect("a value of the test").as_deref(),
+            Some("a,c")
+        );
         let t = column("timestamp", "timestamp(6)");
         let v = from_binlog(
             &t,
             BinlogValue::Value(Value::Bytes(b"1714550400.5".to_vec())),
         )
-        .unwrap();
+        .expect("a value of the test");
         assert_eq!(
-            text(&t, &v).unwrap().as_deref(),
+            text(&t, &v).expect("a value of the test").as_deref(),
             Some("2024-05-01 08:00:00.500000+00")
         );
         let mut l = column("varchar", "varchar(10)");
         l.charset = Some("latin1".into());
-        let v = from_binlog(&l, BinlogValue::Value(Value::Bytes(vec![b'c', 0xe9, 0x80]))).unwrap();
-        assert_eq!(text(&l, &v).unwrap().as_deref(), Some("cé€"));
+        let v = from_binlog(&l, BinlogValue::Value(Value::Bytes(vec![b'c', 0xe9, 0x80])))
+            .expect("a value of the test");
+        assert_eq!(
+            text(&l, &v).expect("a value of the test").as_deref(),
+            Some("cé€")
+        );
         let b = column("binary", "binary(4)");
         assert_eq!(
-            text(&b, &Value::Bytes(vec![1, 2])).unwrap().as_deref(),
+            text(&b, &Value::Bytes(vec![1, 2]))
+                .expect("a value of the test")
+                .as_deref(),
             Some("\\x01020000")
         );
     }
@@ -263,20 +276,22 @@ mod tests {
         let d = column("datetime", "datetime(6)");
         assert_eq!(
             text(&d, &Value::Date(2024, 5, 1, 8, 0, 0, 7))
-                .unwrap()
+                .expect("a value of the test")
                 .as_deref(),
             Some("2024-05-01 08:00:00.000007")
         );
         let t = column("time", "time");
         assert_eq!(
             text(&t, &Value::Time(true, 1, 2, 3, 4, 0))
-                .unwrap()
+                .expect("a value of the test")
                 .as_deref(),
             Some("-26:03:04")
         );
         let bit = column("bit", "bit(1)");
         assert_eq!(
-            text(&bit, &Value::Bytes(vec![1])).unwrap().as_deref(),
+            text(&bit, &Value::Bytes(vec![1]))
+                .expect("a value of the test")
+                .as_deref(),
             Some("t")
         );
     }

@@ -140,12 +140,12 @@ mod tests {
 
     #[test]
     fn table_names_keep_their_case_and_take_backticks() {
-        let t = MysqlTable::parse("Shop.Orders", None).unwrap();
+        let t = MysqlTable::parse("Shop.Orders", None).expect("a table name");
         assert_eq!((t.database.as_str(), t.name.as_str()), ("Shop", "Orders"));
-        let t = MysqlTable::parse("orders", Some("shop")).unwrap();
+        let t = MysqlTable::parse("orders", Some("shop")).expect("a table name");
         assert_eq!(t.to_string(), "shop.orders");
         assert_eq!(t.sql(), "`shop`.`orders`");
-        let t = MysqlTable::parse("`my db`.`a``b.c`", None).unwrap();
+        let t = MysqlTable::parse("`my db`.`a``b.c`", None).expect("a table name");
         assert_eq!((t.database.as_str(), t.name.as_str()), ("my db", "a`b.c"));
         for bad in ["a.b.c", "", "a.", "`open", "two words"] {
             assert!(MysqlTable::parse(bad, Some("d")).is_none(), "{bad}");
@@ -158,7 +158,7 @@ mod tests {
         let rm = ReadMysql {
             table: "t".into(),
             connection: "shop".into(),
-            source: MysqlTable::parse("shop.orders", None).unwrap(),
+            source: MysqlTable::parse("shop.orders", None).expect("a table name"),
             declared_columns: Some(Arc::new(Schema::new(vec![Field::new(
                 "id",
                 DataType::Int32,
@@ -169,7 +169,7 @@ mod tests {
             span: Span::empty(),
         };
         assert_eq!(rm.key(), "mysql:shop:shop.orders");
-        let schema = rm.schema().unwrap();
+        let schema = rm.schema().expect("a table name");
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(
             names,
