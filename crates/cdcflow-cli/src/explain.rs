@@ -8,7 +8,20 @@ use crate::PipelineArgs;
 use crate::validate::print_text;
 
 pub fn run(args: &PipelineArgs, only: Option<&str>, physical: bool, analyze: bool) -> ExitCode {
-    let loaded = crate::validate::load(args);
+    // A pipeline with syncs is explained as the next run would plan it, with what
+    // the servers say; without them, as the last run found its tables.
+    let loaded = crate::validate::load_recorded(args);
+    let has_syncs = loaded
+        .pipeline
+        .as_ref()
+        .is_some_and(|p| !p.syncs.is_empty());
+    let loaded = match has_syncs {
+        true => crate::runtime()
+            .block_on(crate::run::load_discovering(args))
+            .map(|(l, _)| l)
+            .unwrap_or(loaded),
+        false => loaded,
+    };
     if loaded.has_errors() {
         print_text(&loaded.diagnostics);
         return ExitCode::from(1);

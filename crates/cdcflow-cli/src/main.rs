@@ -28,6 +28,7 @@ mod read_only;
 mod run;
 mod run_error;
 mod spark_json;
+mod syncs_report;
 mod usage;
 mod vacuum;
 mod validate;

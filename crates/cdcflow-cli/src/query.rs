@@ -22,7 +22,7 @@ pub enum OutputFormat {
 }
 
 pub(crate) fn load(args: &PipelineArgs) -> Option<cdcflow_plan::Pipeline> {
-    let loaded = crate::validate::load(args);
+    let loaded = crate::validate::load_recorded(args);
     if loaded.has_errors() {
         print_text(&loaded.diagnostics);
         return None;
@@ -233,6 +233,9 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         for stray in &strays {
             outln!("{}", serde_json::to_string(stray).unwrap_or_default());
         }
+        for gone in cdcflow_runtime::syncs::read_record(&pipeline.storage_dir()).gone {
+            outln!("{}", serde_json::json!({ "gone_table": gone }).to_string());
+        }
         return done();
     }
     let width = flows.iter().map(|f| f.flow.len()).max().unwrap_or(4).max(4);
@@ -334,7 +337,33 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         }
     }
     print_strays(&strays, &args.dir);
+    print_gone(&pipeline);
     done()
+}
+
+/// Tables of syncs that their servers no longer have: their pipeline tables are kept,
+/// no longer updated.
+fn print_gone(pipeline: &cdcflow_plan::Pipeline) {
+    let record = cdcflow_runtime::syncs::read_record(&pipeline.storage_dir());
+    for g in &record.gone {
+        let since = chrono_text(g.since_micros);
+        outln!(
+            "sync `{}`: table {} is gone from the server (found so by the run at {since} UTC): {} kept as they were, no longer updated",
+            g.sync,
+            g.table,
+            match g.datasets.is_empty() {
+                true => "nothing".to_string(),
+                false => g.datasets.join(", "),
+            }
+        );
+    }
+}
+
+/// µs since the epoch as `YYYY-MM-DD HH:MM:SS`.
+fn chrono_text(micros: i64) -> String {
+    datafusion::arrow::temporal_conversions::timestamp_us_to_datetime(micros)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| micros.to_string())
 }
 
 /// The replication slots on the pipeline's servers that no pipeline folder claims.

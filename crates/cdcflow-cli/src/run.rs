@@ -56,18 +56,50 @@ fn load(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, ExitCode> {
 // The runtime's error, whatever its size (a failed load is printed once).
 #[allow(clippy::result_large_err)]
 fn load_asking(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, cdcflow_runtime::RunError> {
-    let loaded = crate::validate::load(args);
-    let Some(pipeline) = loaded.pipeline.as_ref().filter(|_| !loaded.has_errors()) else {
-        return Ok(loaded);
-    };
-    let columns = crate::runtime().block_on(cdcflow_runtime::sources::undeclared_columns(
-        pipeline,
-        &sources(),
-    ))?;
-    match columns.is_empty() {
-        true => Ok(loaded),
-        false => Ok(crate::validate::load_with_columns(args, &columns)),
+    let (loaded, tables) = crate::runtime().block_on(load_discovering(args))?;
+    if let Some(pipeline) = loaded.pipeline.as_ref().filter(|_| !tables.is_empty()) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        for note in cdcflow_runtime::syncs::record(pipeline, &tables, now)? {
+            errln!("note: {note}");
+        }
     }
+    Ok(loaded)
+}
+
+/// The tables the syncs' servers have, by sync.
+type SyncTables = std::collections::BTreeMap<String, Vec<cdcflow_plan::syncs::SourceTable>>;
+
+/// Loads the pipeline with what only its servers know: the tables of its syncs, then
+/// the columns of the sources that do not declare them (each answer may add flows the
+/// next question needs), and the tables found.
+#[allow(clippy::result_large_err)]
+pub async fn load_discovering(
+    args: &PipelineArgs,
+) -> Result<(cdcflow_plan::Loaded, SyncTables), cdcflow_runtime::RunError> {
+    let usable =
+        |loaded: &cdcflow_plan::Loaded| loaded.pipeline.clone().filter(|_| !loaded.has_errors());
+    let sources = sources();
+    let mut loaded = crate::validate::load(args);
+    let mut discovered = cdcflow_plan::Discovered::default();
+    let Some(pipeline) = usable(&loaded) else {
+        return Ok((loaded, SyncTables::new()));
+    };
+    if !pipeline.syncs.is_empty() {
+        discovered.tables = cdcflow_runtime::syncs::ask_tables(&pipeline, &sources).await?;
+        let record = cdcflow_runtime::syncs::read_record(&pipeline.storage_dir());
+        discovered.gone = cdcflow_runtime::syncs::gone_since(&record, &discovered.tables);
+        loaded = crate::validate::load_discovered(args, &discovered);
+    }
+    let Some(pipeline) = usable(&loaded) else {
+        return Ok((loaded, discovered.tables));
+    };
+    discovered.columns = cdcflow_runtime::sources::undeclared_columns(&pipeline, &sources).await?;
+    if !discovered.columns.is_empty() {
+        loaded = crate::validate::load_discovered(args, &discovered);
+    }
+    Ok((loaded, discovered.tables))
 }
 
 /// The longest pause between two attempts to reach a source server at the start of

@@ -12,15 +12,33 @@ use crate::{DiagnosticFormat, PipelineArgs};
 /// folder, as cargo does (`-p pipelines/x` → `pipelines/x/flows.sql:5:9`), so that
 /// they can be opened, and clicked in a terminal or CI log, from where the command ran.
 pub fn load(args: &PipelineArgs) -> Loaded {
-    load_with_columns(args, &BTreeMap::new())
+    load_discovered(args, &cdcflow_plan::Discovered::default())
 }
 
-/// As [`load`], with the columns of sources found on their servers.
-pub fn load_with_columns(
-    args: &PipelineArgs,
-    columns: &BTreeMap<String, datafusion::arrow::datatypes::SchemaRef>,
-) -> Loaded {
-    let mut loaded = cdcflow_plan::load_with_columns(&args.dir, &args.overrides(), columns);
+/// As [`load`], with the syncs' tables as the last run recorded them in the storage
+/// (commands that read what runs made, without asking a server).
+pub fn load_recorded(args: &PipelineArgs) -> Loaded {
+    let loaded = load(args);
+    let Some(pipeline) = loaded.pipeline.as_ref().filter(|p| !p.syncs.is_empty()) else {
+        return loaded;
+    };
+    let record = cdcflow_runtime::syncs::read_record(&pipeline.storage_dir());
+    if record.tables.is_empty() {
+        return loaded;
+    }
+    load_discovered(
+        args,
+        &cdcflow_plan::Discovered {
+            columns: BTreeMap::new(),
+            gone: record.gone_by_sync(),
+            tables: record.tables,
+        },
+    )
+}
+
+/// As [`load`], with what the servers said.
+pub fn load_discovered(args: &PipelineArgs, discovered: &cdcflow_plan::Discovered) -> Loaded {
+    let mut loaded = cdcflow_plan::load_discovered(&args.dir, &args.overrides(), discovered);
     let cwd = std::env::current_dir().ok();
     for at in loaded.diagnostics.iter_mut().filter_map(|d| d.at.as_mut()) {
         at.path = shown_path(&args.dir, &at.path, cwd.as_deref());
@@ -45,7 +63,7 @@ pub fn shown_path(dir: &Path, file: &str, cwd: Option<&Path>) -> String {
 }
 
 pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
-    let mut loaded = load(args);
+    let mut loaded = load_with_syncs(args);
     let found = server_diagnostics(&loaded);
     let cwd = std::env::current_dir().ok();
     for mut d in found {
@@ -66,9 +84,59 @@ pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
         return ExitCode::from(1);
     }
     if let DiagnosticFormat::Text = format {
+        if let Some(pipeline) = &loaded.pipeline {
+            for line in crate::syncs_report::lines(pipeline) {
+                outln!("{line}");
+            }
+        }
         outln!("{}", summary(&loaded));
     }
     ExitCode::SUCCESS
+}
+
+/// How long validate waits for the servers of the pipeline's syncs.
+const SERVER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// As [`load`]; a pipeline with syncs is expanded with their servers' tables when the
+/// servers answer within [`SERVER_PATIENCE`] (else a note says what was not checked).
+fn load_with_syncs(args: &PipelineArgs) -> Loaded {
+    let mut loaded = load(args);
+    let has_syncs = loaded
+        .pipeline
+        .as_ref()
+        .is_some_and(|p| !p.syncs.is_empty());
+    if !has_syncs || loaded.has_errors() {
+        return loaded;
+    }
+    let asked = crate::runtime().block_on(async {
+        tokio::time::timeout(SERVER_PATIENCE, crate::run::load_discovering(args)).await
+    });
+    let unreached = |why: String| {
+        Diagnostic::note(
+            "cdcflow::server_unreached",
+            format!(
+                "the syncs' servers were not asked for their tables ({why}): the tables of their patterns, and their keys and types, are checked by the run"
+            ),
+        )
+    };
+    match asked {
+        Ok(Ok((found, _))) => loaded = found,
+        Ok(Err(e)) if e.code() == cdcflow_runtime::ErrorCode::SourceUnreachable => {
+            loaded.diagnostics.push(unreached(e.to_string()));
+        }
+        Ok(Err(e)) => {
+            let mut d = Diagnostic::error("cdcflow::source", e.to_string());
+            if let Some(help) = e.help() {
+                d = d.help(help.to_string());
+            }
+            loaded.diagnostics.push(d);
+        }
+        Err(_) => loaded.diagnostics.push(unreached(format!(
+            "no answer within {} s",
+            SERVER_PATIENCE.as_secs()
+        ))),
+    }
+    loaded
 }
 
 /// What the servers of the pipeline's database sources say of them, when they answer

@@ -14,7 +14,7 @@
 //!   [`statement`]: what a logged statement does to the table;
 //! - [`position`]: log places and what the checkpoint keeps; [`source`]: one read;
 //!   [`runtime`]: the source interface; [`validate`]: what `cdcflow validate` asks the
-//!   server.
+//!   server; [`tables`]: the tables a sync (`syncs:` of pipeline.yaml) may capture.
 
 pub mod binlog;
 pub mod columns;
@@ -26,6 +26,7 @@ pub mod server;
 pub mod snapshot;
 pub mod source;
 pub mod statement;
+pub mod tables;
 pub mod validate;
 pub mod values;
 

@@ -6,7 +6,9 @@
 // The runtime's interface returns its own error type, whatever its size.
 #![allow(clippy::result_large_err)]
 
+use cdcflow_plan::connections::ConnectionKind;
 use cdcflow_plan::read_mysql::{COMMIT_TIMESTAMP, ReadMysql};
+use cdcflow_plan::syncs::SourceTable;
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::RunError;
 use cdcflow_runtime::sources::{
@@ -49,6 +51,26 @@ impl SourceFactory for MysqlSources {
         Some(open(pipeline, rm).map(|mut s| {
             s.progress.clone_from(&self.progress);
             Box::new(s) as Box<dyn ExternalSource>
+        }))
+    }
+
+    fn sync_tables<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        sync: &'a cdcflow_plan::Sync,
+    ) -> Option<BoxFuture<'a, Result<Vec<SourceTable>, RunError>>> {
+        if sync.kind != ConnectionKind::Mysql {
+            return None;
+        }
+        Some(Box::pin(async move {
+            let declared = cdcflow_postgres::runtime::declared(pipeline, &sync.connection)?;
+            let connection = crate::connection::resolve(&sync.connection, declared)?;
+            let function = format!("sync `{}`", sync.name);
+            let error = |e: MysqlError| e.into_run_error(&function, &sync.connection);
+            let mut conn = connection.connect().await.map_err(error)?;
+            let tables = crate::tables::list(&mut conn, sync.schemas.as_deref()).await;
+            let _ = conn.disconnect().await;
+            tables.map_err(error)
         }))
     }
 }

@@ -59,6 +59,10 @@ pub struct PipelineConfig {
     /// ([`crate::connections`]).
     #[serde(default)]
     pub connections: BTreeMap<String, Connection>,
+    /// Declarations that each capture every table of a list or pattern from one
+    /// connection, by name ([`crate::syncs`]).
+    #[serde(default)]
+    pub syncs: BTreeMap<String, crate::syncs::SyncConfig>,
 }
 
 /// Long enough to span the pauses of a writer that appends line by line or flushes a
@@ -187,7 +191,7 @@ fn default_storage() -> String {
     "_storage".to_string()
 }
 
-fn default_libraries() -> Vec<String> {
+pub(crate) fn default_libraries() -> Vec<String> {
     vec!["**/*.sql".to_string()]
 }
 

@@ -213,6 +213,8 @@ pub struct Pipeline {
     pub flows: Vec<Flow>,
     /// Flow indexes in an order where every flow comes after the flows feeding its inputs.
     pub order: Vec<usize>,
+    /// `syncs:` of pipeline.yaml as this load expanded them.
+    pub syncs: Vec<crate::resolve::syncs::Sync>,
 }
 
 impl Pipeline {

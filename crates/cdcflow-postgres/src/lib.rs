@@ -32,6 +32,7 @@ pub mod runtime;
 pub mod slots;
 pub mod snapshot;
 pub mod source;
+pub mod tables;
 pub mod tid_copy;
 pub mod tls;
 pub mod types;

@@ -72,6 +72,26 @@ impl SourceFactory for PostgresSources {
         }))
     }
 
+    fn sync_tables<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        sync: &'a cdcflow_plan::Sync,
+    ) -> Option<BoxFuture<'a, Result<Vec<cdcflow_plan::syncs::SourceTable>, RunError>>> {
+        if sync.kind != cdcflow_plan::connections::ConnectionKind::Postgres {
+            return None;
+        }
+        Some(Box::pin(async move {
+            let connection = resolve(&sync.connection, declared(pipeline, &sync.connection)?)?;
+            let client = connection
+                .connect()
+                .await
+                .map_err(|e| connection_error(&sync.connection, e))?;
+            crate::tables::list(&client, sync.schemas.as_deref())
+                .await
+                .map_err(|e| connection_error(&sync.connection, e))
+        }))
+    }
+
     fn retire<'a>(
         &'a self,
         pipeline: &'a Pipeline,

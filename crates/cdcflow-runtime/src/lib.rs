@@ -55,6 +55,7 @@ pub mod sources;
 pub mod stateful;
 pub mod status;
 pub mod storage_id;
+pub mod syncs;
 pub mod time_travel;
 pub mod vacuum;
 

@@ -159,6 +159,17 @@ pub trait SourceFactory: Send + Sync {
         input: &Input,
     ) -> Option<Result<Box<dyn ExternalSource>, RunError>>;
 
+    /// The tables of a sync's server in the schemas the sync names (every schema when
+    /// `None`), with their primary keys; `None` when this factory does not serve the
+    /// kind of the sync's connection.
+    fn sync_tables<'a>(
+        &'a self,
+        _pipeline: &'a Pipeline,
+        _sync: &'a cdcflow_plan::Sync,
+    ) -> Option<BoxFuture<'a, Result<Vec<cdcflow_plan::syncs::SourceTable>, RunError>>> {
+        None
+    }
+
     /// After a run of the whole pipeline: removes what this kind keeps on servers for the
     /// pipeline and no flow reads any more (a replication slot holds WAL while it
     /// exists); what was done, for the run's summary.
@@ -210,6 +221,14 @@ impl SourceFactory for AnyOf {
         input: &Input,
     ) -> Option<Result<Box<dyn ExternalSource>, RunError>> {
         self.0.iter().find_map(|f| f.open(pipeline, input))
+    }
+
+    fn sync_tables<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        sync: &'a cdcflow_plan::Sync,
+    ) -> Option<BoxFuture<'a, Result<Vec<cdcflow_plan::syncs::SourceTable>, RunError>>> {
+        self.0.iter().find_map(|f| f.sync_tables(pipeline, sync))
     }
 
     fn retire<'a>(

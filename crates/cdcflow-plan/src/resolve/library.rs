@@ -36,7 +36,10 @@ impl Resolver<'_> {
                 .into_iter()
                 .filter(|p| !p.starts_with(&storage))
                 .collect();
-            if found.is_empty() {
+            // A pipeline of syncs alone needs no SQL file of its own.
+            let only_syncs =
+                !config.syncs.is_empty() && config.libraries == crate::config::default_libraries();
+            if found.is_empty() && !only_syncs {
                 self.config_error(
                     config_text,
                     pattern,
@@ -80,7 +83,7 @@ impl Resolver<'_> {
                 pre,
             });
         }
-        if self.files.is_empty() && !config.libraries.is_empty() {
+        if self.files.is_empty() && !config.libraries.is_empty() && config.syncs.is_empty() {
             self.diags.push(Diagnostic::warning(
                 "cdcflow::empty_pipeline",
                 "the pipeline has no SQL files",

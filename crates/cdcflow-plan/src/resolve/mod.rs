@@ -64,6 +64,35 @@ pub fn load_with_columns(
     overrides: &BTreeMap<String, String>,
     columns: &BTreeMap<String, SchemaRef>,
 ) -> Loaded {
+    load_discovered(
+        root,
+        overrides,
+        &Discovered {
+            columns: columns.clone(),
+            ..Discovered::default()
+        },
+    )
+}
+
+/// What only the sources' servers know, asked before planning.
+#[derive(Debug, Clone, Default)]
+pub struct Discovered {
+    /// The columns of sources that do not declare them, by [`ReadPostgres::key`].
+    pub columns: BTreeMap<String, SchemaRef>,
+    /// The tables each sync's server has in the schemas it names, by sync.
+    pub tables: BTreeMap<String, Vec<crate::syncs::SourceTable>>,
+    /// Tables a sync synced once that its server no longer has, by sync: their
+    /// tables stay in the pipeline, readable, without flows.
+    pub gone: BTreeMap<String, Vec<crate::syncs::SourceTable>>,
+}
+
+/// As [`load`], with what the servers said ([`Discovered`]).
+pub fn load_discovered(
+    root: &Path,
+    overrides: &BTreeMap<String, String>,
+    discovered: &Discovered,
+) -> Loaded {
+    let columns = &discovered.columns;
     let mut diags = Vec::new();
     let config_path = root.join(CONFIG_FILE);
     let config_text: Arc<str> = match std::fs::read_to_string(&config_path) {
@@ -90,13 +119,17 @@ pub fn load_with_columns(
             // A `connections:` entry gets its own code and help.
             let connection = e.message.starts_with("connections");
             let (code, help) = match connection {
+                false if e.message.starts_with("syncs") => (
+                    "cdcflow::sync",
+                    "a sync takes connection and tables (a name or pattern, or a list), and optionally exclude, scd_type (1, 2 or [1, 2]), bronze_table, target and history_target (name templates with {schema}, {table}, {sync}), max_changes_per_batch and overrides (per table: keys, exclude_columns, scd_type, bronze_table, target, history_target, track_history_on, track_history_except); docs/sources.md, \"Many tables, one declaration\"",
+                ),
                 true => (
                     "cdcflow::connection",
                     "a connection takes kind (postgres, mysql or mariadb), host, port, database, user and password_env (or dsn_env alone), and for TLS sslmode, sslrootcert, and sslcert with sslkey (each a PEM file, or sslcert_env/sslkey_env naming a variable that holds the PEM); secrets come from environment variables, never from the file (docs/sources.md)",
                 ),
                 false => (
                     "cdcflow::config",
-                    "pipeline.yaml takes name, storage, libraries, configuration, catalog, schema, external_tables, connections, bad_records, trigger_interval_seconds, landing_settle_seconds and follow_symlinks_out_of_landing (docs/pipeline-format.md)",
+                    "pipeline.yaml takes name, storage, libraries, configuration, catalog, schema, external_tables, connections, syncs, bad_records, trigger_interval_seconds, landing_settle_seconds and follow_symlinks_out_of_landing (docs/pipeline-format.md)",
                 ),
             };
             // The snippet shown with the error must not show a secret it refuses.
@@ -151,6 +184,7 @@ pub fn load_with_columns(
         })
         .collect();
     let used = r.read_libraries(&config, &config_text, &conf);
+    let syncs = r.expand_syncs(&config, &config_text, discovered);
     r.check_overrides(&config, overrides, &used);
     r.collect(&defaults);
     let storage = root.join(&config.storage);
@@ -190,6 +224,7 @@ pub fn load_with_columns(
             datasets: r.datasets,
             flows: r.flows,
             order: flow_order,
+            syncs,
         }),
         diagnostics: r.diags,
     }
@@ -741,6 +776,7 @@ mod schemas;
 mod source_query;
 mod stored_shape;
 mod streams;
+pub mod syncs;
 mod table_properties;
 mod view_depth;
 
