@@ -26,6 +26,7 @@ impl BinlogServer {
     fn start() -> BinlogServer {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(dir.path().join("data")).expect("data folder");
+        std::fs::create_dir(dir.path().join("tmp")).expect("tmp folder");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -63,6 +64,9 @@ impl BinlogServer {
             .arg(format!("--pid-file={}", at("pid")))
             .arg(format!("--log-error={}", at("server.log")))
             .arg(format!("--log-bin={}", at("data/binlog")))
+            // Its own temporary folder: a server starting removes the `#sql*` files it
+            // finds in its tmpdir, which in /tmp are the machine's server's, in use.
+            .arg(format!("--tmpdir={}", at("tmp")))
             .args([
                 &format!("--port={}", self.port),
                 "--bind-address=127.0.0.1",
