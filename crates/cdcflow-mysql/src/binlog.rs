@@ -54,6 +54,60 @@ pub struct Request<'a> {
     pub fold_names: bool,
 }
 
+/// One table of a read of the log that takes several (a sync's tables on one
+/// connection read the log once).
+#[derive(Debug, Clone)]
+pub struct Member<'a> {
+    pub table: &'a MysqlTable,
+    pub columns: &'a [TableColumn],
+    /// Transactions that end at or before it are the table's already.
+    pub from: BinlogPos,
+    pub max_changes: u64,
+}
+
+/// A committed transaction's changes of one table.
+#[derive(Debug, Clone)]
+pub struct Txn {
+    /// Where it ends: every change's position.
+    pub end: BinlogPos,
+    pub committed_micros: i64,
+    pub file: Arc<str>,
+    pub changes: Vec<(ChangeKind, Vec<Value>)>,
+}
+
+/// What a read of the log took of one table.
+#[derive(Debug, Clone, Default)]
+pub struct TableLog {
+    pub txns: Vec<Txn>,
+    /// The end of the last transaction passed over (the table's or not).
+    pub at: BinlogPos,
+    /// It stopped at the table's `max_changes`.
+    pub more: bool,
+}
+
+impl TableLog {
+    /// The changes of transactions that end after `from`, as rows.
+    pub fn rows_after(&self, columns: Vec<TableColumn>, from: &BinlogPos) -> ChangeRows {
+        let mut rows = ChangeRows::new(columns);
+        for txn in self.txns.iter().filter(|t| t.end > *from) {
+            let order = txn.end.order();
+            for (seq, (kind, values)) in txn.changes.iter().enumerate() {
+                rows.push(
+                    values,
+                    ChangeMeta {
+                        kind: *kind,
+                        position: order,
+                        seq: i64::try_from(seq).unwrap_or(i64::MAX - 1) + 1,
+                        commit_micros: Some(txn.committed_micros),
+                        file: Arc::clone(&txn.file),
+                    },
+                );
+            }
+        }
+        rows
+    }
+}
+
 /// MySQL's compressed transaction (`binlog_transaction_compression`), whose events the
 /// driver unpacks; they carry place 0, the payload's end stands for theirs.
 const TRANSACTION_PAYLOAD_EVENT: u8 = 40;
@@ -62,15 +116,6 @@ const XA_PREPARE_LOG_EVENT: u8 = 38;
 /// MariaDB's compressed query and row events (`log_bin_compress`), which the driver
 /// does not parse.
 const MARIADB_COMPRESSED_EVENTS: [u8; 6] = [166, 167, 168, 169, 170, 171];
-
-/// A transaction being read.
-#[derive(Debug, Default)]
-struct Open {
-    changes: Vec<(ChangeKind, Vec<Value>)>,
-    /// Inside `BEGIN` … `COMMIT`/`XID` (a statement there, `SAVEPOINT` say, ends
-    /// nothing); outside, each statement is a transaction of its own.
-    begun: bool,
-}
 
 fn stream_error(table: &MysqlTable, from: &BinlogPos, e: &mysql_async::Error) -> MysqlError {
     let text = e.to_string();
@@ -106,6 +151,48 @@ pub async fn read(
     columns: Vec<TableColumn>,
     request: &Request<'_>,
 ) -> Result<StreamRead, MysqlError> {
+    let member = Member {
+        table: request.table,
+        columns: &columns,
+        from: request.from.clone(),
+        max_changes: request.max_changes,
+    };
+    let mut logs = read_many(conn, std::slice::from_ref(&member), request).await?;
+    let log = logs.pop().unwrap_or_else(|| Ok(TableLog::default()))?;
+    Ok(StreamRead {
+        rows: log.rows_after(columns.clone(), request.from),
+        at: log.at,
+        more: log.more,
+    })
+}
+
+/// A member's state while the log is read.
+struct Reading<'a> {
+    member: &'a Member<'a>,
+    log: TableLog,
+    open: Vec<(ChangeKind, Vec<Value>)>,
+    changes: u64,
+    /// Its read is over: stopped at its size, or failed.
+    done: Option<Result<(), MysqlError>>,
+}
+
+impl Reading<'_> {
+    fn fail(&mut self, e: MysqlError) {
+        if self.done.is_none() {
+            self.done = Some(Err(e));
+        }
+    }
+}
+
+/// Reads the transactions of every member after its `from`, in one dump from
+/// `request.from` (no later than any member's) to `request.stop`. An error of the
+/// stream is the read's (`request.table` names it); an error of one table's changes
+/// (dropped, logged as a statement…) is that member's only.
+pub async fn read_many(
+    conn: Conn,
+    members: &[Member<'_>],
+    request: &Request<'_>,
+) -> Result<Vec<Result<TableLog, MysqlError>>, MysqlError> {
     let table = request.table;
     let from = request.from;
     let err = |e: mysql_async::Error| stream_error(table, from, &e);
@@ -118,11 +205,24 @@ pub async fn read(
         )
         .await
         .map_err(err)?;
-    let mut rows = ChangeRows::new(columns);
+    let mut reading: Vec<Reading> = members
+        .iter()
+        .map(|member| Reading {
+            member,
+            log: TableLog {
+                txns: vec![],
+                at: member.from.clone().max(from.clone()),
+                more: false,
+            },
+            open: vec![],
+            changes: 0,
+            done: None,
+        })
+        .collect();
     let mut file: Arc<str> = Arc::from(from.file.as_str());
-    let mut at = from.clone();
-    let mut open = Open::default();
-    let mut more = false;
+    // Inside `BEGIN` … `COMMIT`/`XID` (a statement there, `SAVEPOINT` say, ends
+    // nothing); outside, each statement is a transaction of its own.
+    let mut begun = false;
     let mut described = false;
     // The end of the last compressed transaction payload (MySQL's
     // binlog_transaction_compression): the events inside it carry no place of their own.
@@ -152,16 +252,22 @@ pub async fn read(
         if raw_type == XA_PREPARE_LOG_EVENT {
             // An XA transaction's rows are logged when it is prepared, and it may be
             // rolled back later: its rows cannot be taken as committed.
-            if !open.changes.is_empty() {
-                return Err(MysqlError::new(
-                    format!(
-                        "{table} was changed by an XA transaction (prepared at {end}), which read_mysql does not read"
-                    ),
-                    "change the table outside XA transactions, then run `cdcflow run --full-refresh <bronze table> --cascade`",
-                ));
+            for r in reading.iter_mut().filter(|r| r.done.is_none()) {
+                if !r.open.is_empty() {
+                    let t = r.member.table;
+                    r.fail(MysqlError::new(
+                        format!(
+                            "{t} was changed by an XA transaction (prepared at {end}), which read_mysql does not read"
+                        ),
+                        "change the table outside XA transactions, then run `cdcflow run --full-refresh <bronze table> --cascade`",
+                    ));
+                }
+                r.open.clear();
+                if end > r.log.at {
+                    r.log.at = end.clone();
+                }
             }
-            open = Open::default();
-            at = end;
+            begun = false;
             continue;
         }
         let committed_at = i64::from(event.header().timestamp()) * 1_000_000;
@@ -184,48 +290,46 @@ pub async fn read(
                 false
             }
             Some(EventData::QueryEvent(query)) => {
-                match classify(&query.query(), &query.schema(), table, request.fold_names) {
-                    Statement::Begin => {
-                        open = Open {
-                            changes: vec![],
-                            begun: true,
-                        };
-                        false
-                    }
-                    Statement::Commit => true,
-                    Statement::Other => !open.begun,
-                    Statement::Truncate => {
-                        open.changes.push((ChangeKind::Truncate, vec![]));
-                        true
-                    }
-                    Statement::Gone => {
-                        return Err(MysqlError::new(
+                let (sql, schema) = (query.query(), query.schema());
+                let mut ends = false;
+                for r in reading.iter_mut() {
+                    let t = r.member.table;
+                    match classify(&sql, &schema, t, request.fold_names) {
+                        Statement::Begin => {
+                            r.open.clear();
+                            begun = true;
+                        }
+                        Statement::Commit => ends = true,
+                        Statement::Other => ends |= !begun,
+                        Statement::Truncate => {
+                            r.open.push((ChangeKind::Truncate, vec![]));
+                            ends = true;
+                        }
+                        Statement::Gone => r.fail(MysqlError::new(
                             format!(
-                                "{table} was dropped or renamed at {end} (`{}`): the binary log's later rows under its name are another table's",
-                                query.query()
+                                "{t} was dropped or renamed at {end} (`{sql}`): the binary log's later rows under its name are another table's"
                             ),
                             "if a table of that name is to be captured again, run `cdcflow run --full-refresh <bronze table> --cascade`; if it was renamed, change `table =>` and refresh",
-                        ));
-                    }
-                    Statement::PartitionRows => {
-                        return Err(MysqlError::new(
+                        )),
+                        Statement::PartitionRows => r.fail(MysqlError::new(
                             format!(
-                                "{table} lost or swapped the rows of a partition at {end} (`{}`), which the binary log records as a statement, without the rows",
-                                query.query()
+                                "{t} lost or swapped the rows of a partition at {end} (`{sql}`), which the binary log records as a statement, without the rows"
                             ),
                             "run `cdcflow run --full-refresh <bronze table> --cascade` for a new snapshot of the table as it is; delete rows with DELETE where the pipeline must see them",
-                        ));
-                    }
-                    Statement::LoggedAsStatement => {
-                        return Err(MysqlError::new(
+                        )),
+                        Statement::LoggedAsStatement => r.fail(MysqlError::new(
                             format!(
-                                "a change to {table} at {end} was logged as a statement, not as rows (`{}`): a session ran with binlog_format other than ROW, and its changes cannot be read",
-                                query.query()
+                                "a change to {t} at {end} was logged as a statement, not as rows (`{sql}`): a session ran with binlog_format other than ROW, and its changes cannot be read"
                             ),
                             "make every session log rows (binlog_format = ROW globally, and no SET SESSION binlog_format), then run `cdcflow run --full-refresh <bronze table> --cascade`",
-                        ));
+                        )),
                     }
                 }
+                // A statement of no member still begins or ends a transaction.
+                if reading.is_empty() {
+                    ends = !begun;
+                }
+                ends
             }
             Some(EventData::XidEvent(_)) => true,
             Some(EventData::RowsEvent(rows_event)) => {
@@ -238,48 +342,24 @@ pub async fn read(
                         "report this, with the server's version: the rows cannot be told to be or not to be the table's",
                     ));
                 };
-                let ours = crate::statement::same_table(
-                    &MysqlTable {
-                        database: map.database_name().into_owned(),
-                        name: map.table_name().into_owned(),
-                    },
-                    table,
-                    request.fold_names,
-                );
-                if !ours {
+                let logged = MysqlTable {
+                    database: map.database_name().into_owned(),
+                    name: map.table_name().into_owned(),
+                };
+                let Some(r) = reading.iter_mut().find(|r| {
+                    crate::statement::same_table(&logged, r.member.table, request.fold_names)
+                }) else {
+                    continue;
+                };
+                if r.done.is_some() {
                     continue;
                 }
                 let deletes = matches!(
                     rows_event,
                     RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_)
                 );
-                for row in rows_event.rows(map) {
-                    let (before, after) = row.map_err(|e| {
-                        MysqlError::new(
-                            format!("a row event of {table} at {end} cannot be read: {e}"),
-                            "report this, with the server's version and the table's definition",
-                        )
-                    })?;
-                    let before = before
-                        .map(|r| image(r, rows.columns(), table))
-                        .transpose()?;
-                    let after = after.map(|r| image(r, rows.columns(), table)).transpose()?;
-                    match (before, after) {
-                        (Some(old), None) if deletes => {
-                            open.changes.push((ChangeKind::Delete, old))
-                        }
-                        (None, Some(new)) => open.changes.push((ChangeKind::Insert, new)),
-                        (Some(old), Some(new)) => {
-                            let keys = key_places(rows.columns());
-                            let moved = keys.iter().any(|k| old.get(*k) != new.get(*k));
-                            if moved {
-                                // A changed key: the row under its old key is gone.
-                                open.changes.push((ChangeKind::Delete, old));
-                            }
-                            open.changes.push((ChangeKind::Update, new));
-                        }
-                        _ => {}
-                    }
+                if let Err(e) = take_rows(&rows_event, map, deletes, r, &end) {
+                    r.fail(e);
                 }
                 false
             }
@@ -291,28 +371,75 @@ pub async fn read(
         if end > *request.stop {
             break;
         }
-        open.begun = false;
-        let order = end.order();
-        for (seq, (kind, values)) in open.changes.drain(..).enumerate() {
-            rows.push(
-                &values,
-                ChangeMeta {
-                    kind,
-                    position: order,
-                    seq: i64::try_from(seq).unwrap_or(i64::MAX - 1) + 1,
-                    commit_micros: Some(committed_at),
+        begun = false;
+        for r in reading.iter_mut() {
+            let changes = std::mem::take(&mut r.open);
+            if r.done.is_some() || end <= r.member.from {
+                continue;
+            }
+            if !changes.is_empty() {
+                r.changes += u64::try_from(changes.len()).unwrap_or(u64::MAX);
+                r.log.txns.push(Txn {
+                    end: end.clone(),
+                    committed_micros: committed_at,
                     file: Arc::clone(&file),
-                },
-            );
+                    changes,
+                });
+            }
+            r.log.at = end.clone();
+            if r.changes >= r.member.max_changes {
+                r.log.more = true;
+                r.done = Some(Ok(()));
+            }
         }
-        at = end;
-        if u64::try_from(rows.len()).unwrap_or(u64::MAX) >= request.max_changes {
-            more = true;
+        if reading.iter().all(|r| r.done.is_some()) {
             break;
         }
     }
     let _ = stream.close().await;
-    Ok(StreamRead { rows, at, more })
+    Ok(reading
+        .into_iter()
+        .map(|r| match r.done {
+            Some(Err(e)) => Err(e),
+            _ => Ok(r.log),
+        })
+        .collect())
+}
+
+/// A row event's changes, added to the member's open transaction.
+fn take_rows(
+    rows_event: &RowsEventData<'_>,
+    map: &mysql_async::binlog::events::TableMapEvent<'_>,
+    deletes: bool,
+    r: &mut Reading<'_>,
+    end: &BinlogPos,
+) -> Result<(), MysqlError> {
+    let (table, columns) = (r.member.table, r.member.columns);
+    for row in rows_event.rows(map) {
+        let (before, after) = row.map_err(|e| {
+            MysqlError::new(
+                format!("a row event of {table} at {end} cannot be read: {e}"),
+                "report this, with the server's version and the table's definition",
+            )
+        })?;
+        let before = before.map(|r| image(r, columns, table)).transpose()?;
+        let after = after.map(|r| image(r, columns, table)).transpose()?;
+        match (before, after) {
+            (Some(old), None) if deletes => r.open.push((ChangeKind::Delete, old)),
+            (None, Some(new)) => r.open.push((ChangeKind::Insert, new)),
+            (Some(old), Some(new)) => {
+                let keys = key_places(columns);
+                let moved = keys.iter().any(|k| old.get(*k) != new.get(*k));
+                if moved {
+                    // A changed key: the row under its old key is gone.
+                    r.open.push((ChangeKind::Delete, old));
+                }
+                r.open.push((ChangeKind::Update, new));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A row image as the table's values, in its column order.
