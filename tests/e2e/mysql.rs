@@ -17,6 +17,7 @@ use crate::{cdcflow, query_csv, stderr, stdout};
 
 mod convergence;
 mod restart;
+mod syncs;
 mod tls;
 
 const SEQUENCE: &str = "SEQUENCE BY struct(_binlog_position, _change_seq)

@@ -23,6 +23,7 @@ mod read_query_paging;
 mod shared_slot;
 mod slots;
 mod socket;
+mod syncs;
 mod tls;
 mod values;
 mod waiting;

@@ -209,9 +209,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
                 }),
                 ..Default::default()
             },
-            cdcflow_mysql::MysqlSources {
-                progress: Some(copy),
-            },
+            cdcflow_mysql::MysqlSources::with_progress(copy),
         ));
     }
     let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));

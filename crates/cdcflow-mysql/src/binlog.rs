@@ -145,27 +145,6 @@ pub fn purged(table: &MysqlTable, from: &BinlogPos, why: &str) -> MysqlError {
     )
 }
 
-/// Reads `request.table`'s transactions after `request.from`.
-pub async fn read(
-    conn: Conn,
-    columns: Vec<TableColumn>,
-    request: &Request<'_>,
-) -> Result<StreamRead, MysqlError> {
-    let member = Member {
-        table: request.table,
-        columns: &columns,
-        from: request.from.clone(),
-        max_changes: request.max_changes,
-    };
-    let mut logs = read_many(conn, std::slice::from_ref(&member), request).await?;
-    let log = logs.pop().unwrap_or_else(|| Ok(TableLog::default()))?;
-    Ok(StreamRead {
-        rows: log.rows_after(columns.clone(), request.from),
-        at: log.at,
-        more: log.more,
-    })
-}
-
 /// A member's state while the log is read.
 struct Reading<'a> {
     member: &'a Member<'a>,
@@ -195,6 +174,8 @@ pub async fn read_many(
 ) -> Result<Vec<Result<TableLog, MysqlError>>, MysqlError> {
     let table = request.table;
     let from = request.from;
+    // How often the log is read, and for how many tables (RUST_LOG=cdcflow_mysql=info).
+    tracing::info!(tables = members.len(), %from, stop = %request.stop, "reading the binary log");
     let err = |e: mysql_async::Error| stream_error(table, from, &e);
     let mut stream = conn
         .get_binlog_stream(

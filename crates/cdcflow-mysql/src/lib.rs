@@ -11,7 +11,8 @@
 //!   change metadata;
 //! - [`snapshot`]: the copy, in key-ordered chunks, each in a consistent snapshot at a
 //!   known log place; [`binlog`]: the log's transactions of the table;
-//!   [`statement`]: what a logged statement does to the table;
+//!   [`statement`]: what a logged statement does to the table; [`shared_log`]: one
+//!   reader of a connection's log for all its tables;
 //! - [`position`]: log places and what the checkpoint keeps; [`source`]: one read;
 //!   [`runtime`]: the source interface; [`validate`]: what `cdcflow validate` asks the
 //!   server; [`tables`]: the tables a sync (`syncs:` of pipeline.yaml) may capture.
@@ -23,6 +24,7 @@ pub mod position;
 pub mod rows;
 pub mod runtime;
 pub mod server;
+pub mod shared_log;
 pub mod snapshot;
 pub mod source;
 pub mod statement;

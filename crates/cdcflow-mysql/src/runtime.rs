@@ -18,19 +18,35 @@ use datafusion::arrow::datatypes::SchemaRef;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use crate::columns::table_schema;
 use crate::connection::MysqlError;
 use crate::position::{Copy, Position};
+use crate::shared_log::{Reader, SharedLog};
 use crate::source::TableSource;
 
 /// Told how a table's initial copy goes (a terminal's progress line).
-pub type CopyProgressSink = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+pub type CopyProgressSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Opens `read_mysql` inputs.
 #[derive(Default, Clone)]
 pub struct MysqlSources {
     /// Told after each chunk of a table's initial copy.
     pub progress: Option<CopyProgressSink>,
+    /// The binary log of each connection, read once for all its tables, by connection.
+    logs: Arc<std::sync::Mutex<HashMap<String, Arc<SharedLog>>>>,
+}
+
+impl MysqlSources {
+    /// Sources that tell `progress` after each chunk of a table's initial copy.
+    pub fn with_progress(progress: CopyProgressSink) -> Self {
+        Self {
+            progress: Some(progress),
+            ..Self::default()
+        }
+    }
 }
 
 impl std::fmt::Debug for MysqlSources {
@@ -50,6 +66,12 @@ impl SourceFactory for MysqlSources {
         };
         Some(open(pipeline, rm).map(|mut s| {
             s.progress.clone_from(&self.progress);
+            if let Ok(mut logs) = self.logs.lock() {
+                let log = logs
+                    .entry(rm.connection.clone())
+                    .or_insert_with(|| Arc::new(SharedLog::new(readers(pipeline, &rm.connection))));
+                s.source.log = Some(Arc::clone(log));
+            }
             Box::new(s) as Box<dyn ExternalSource>
         }))
     }
@@ -75,6 +97,32 @@ impl SourceFactory for MysqlSources {
     }
 }
 
+/// Every table the pipeline reads through `connection`, with the flow whose checkpoint
+/// keeps its place (one binary log reader serves them all).
+fn readers(pipeline: &Pipeline, connection: &str) -> Vec<Reader> {
+    let mut out = vec![];
+    for flow in &pipeline.flows {
+        let Some(target) = pipeline.dataset(&flow.target) else {
+            continue;
+        };
+        for input in &flow.inputs {
+            if let Input::Mysql(rm) = input
+                && rm.connection == connection
+                && let Ok(source) = open(pipeline, rm)
+            {
+                out.push(Reader {
+                    source: source.source,
+                    storage: pipeline.storage_dir(),
+                    flow: flow.name.clone(),
+                    target: target.clone(),
+                    key: rm.key(),
+                });
+            }
+        }
+    }
+    out
+}
+
 fn open(pipeline: &Pipeline, rm: &ReadMysql) -> Result<MysqlSource, RunError> {
     let declared = cdcflow_postgres::runtime::declared(pipeline, &rm.connection)?;
     let connection = crate::connection::resolve(&rm.connection, declared)?;
@@ -91,6 +139,7 @@ fn open(pipeline: &Pipeline, rm: &ReadMysql) -> Result<MysqlSource, RunError> {
             table: rm.source.clone(),
             max_changes: rm.max_changes_per_batch,
             text_columns,
+            log: None,
         },
         key: rm.key(),
         connection_name: rm.connection.clone(),

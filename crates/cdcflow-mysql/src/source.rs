@@ -27,6 +27,8 @@ pub struct TableSource {
     pub max_changes: u64,
     /// Columns `schema =>` declares STRING: kept as text.
     pub text_columns: Vec<String>,
+    /// The log of the connection, read once for all its tables; `None`: read alone.
+    pub log: Option<std::sync::Arc<crate::shared_log::SharedLog>>,
 }
 
 /// What one read gave.
@@ -65,7 +67,10 @@ impl TableSource {
         columns
     }
 
-    async fn table_columns(&self, conn: &mut Conn) -> Result<Vec<TableColumn>, MysqlError> {
+    pub(crate) async fn table_columns(
+        &self,
+        conn: &mut Conn,
+    ) -> Result<Vec<TableColumn>, MysqlError> {
         let mut columns = columns::read(conn, &self.table).await?;
         for column in &mut columns {
             column.keep_text = self
@@ -192,10 +197,10 @@ impl TableSource {
                 &format!("the oldest file it keeps is {oldest}"),
             ));
         }
-        // The stop place first, then the columns: every column a transaction up to the
-        // stop added is among them.
-        let stop = server::log_end(&mut conn).await?;
-        let columns = self.table_columns(&mut conn).await?;
+        let (log, columns) = match &self.log {
+            Some(shared) => shared.read(self, conn, server, &from.at).await?,
+            None => self.read_alone(conn, server, &from.at).await?,
+        };
         for column in &columns {
             let was = from
                 .columns
@@ -207,16 +212,12 @@ impl TableSource {
                 return Err(retyped(&self.table, column, was));
             }
         }
-        let request = Request {
-            table: &self.table,
-            from: &from.at,
-            stop: &stop,
-            max_changes: self.max_changes,
-            dump_id: dump_id(),
-            fold_names: server.fold_names,
-        };
         let described = described(&columns);
-        let read = binlog::read(conn, columns, &request).await?;
+        let read = binlog::StreamRead {
+            rows: log.rows_after(columns, &from.at),
+            at: log.at,
+            more: log.more,
+        };
         let quiet = read.rows.is_empty()
             && (read.at.file != from.at.file
                 || read.at.pos.saturating_sub(from.at.pos) > IDLE_COMMIT_BYTES);
@@ -235,6 +236,38 @@ impl TableSource {
             read_at_micros: 0,
             estimate: None,
         })
+    }
+
+    /// The table's transactions after `from`, in a dump of its own.
+    async fn read_alone(
+        &self,
+        mut conn: Conn,
+        server: &Server,
+        from: &BinlogPos,
+    ) -> Result<(binlog::TableLog, Vec<TableColumn>), MysqlError> {
+        // The stop place first, then the columns: every column a transaction up to the
+        // stop added is among them.
+        let stop = server::log_end(&mut conn).await?;
+        let columns = self.table_columns(&mut conn).await?;
+        let request = Request {
+            table: &self.table,
+            from,
+            stop: &stop,
+            max_changes: self.max_changes,
+            dump_id: dump_id(),
+            fold_names: server.fold_names,
+        };
+        let member = binlog::Member {
+            table: &self.table,
+            columns: &columns,
+            from: from.clone(),
+            max_changes: self.max_changes,
+        };
+        let mut logs = binlog::read_many(conn, std::slice::from_ref(&member), &request).await?;
+        let log = logs
+            .pop()
+            .unwrap_or_else(|| Ok(binlog::TableLog::default()))?;
+        Ok((log, columns))
     }
 
     /// How far the log runs past `after`, and whether it still holds `after`.
@@ -257,7 +290,7 @@ fn described(columns: &[TableColumn]) -> Vec<(String, String)> {
 
 /// A server id for one binary log dump: unique among the dumps of this process, and
 /// apart from other processes' (the server ends an older dump of the same id).
-fn dump_id() -> u32 {
+pub(crate) fn dump_id() -> u32 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     0x4000_0000 | ((std::process::id() << 12) ^ n) & 0x3fff_ffff

@@ -323,7 +323,11 @@ impl Resolver<'_> {
             let over = override_of(&source).cloned().unwrap_or_default();
             let keys = over.keys.clone().unwrap_or_else(|| source.keys.clone());
             if keys.is_empty() {
-                let why = "it has no primary key: give its key columns as `keys:` under `overrides:`, or leave it out with `exclude:`".to_string();
+                let why = match kind {
+                    ConnectionKind::Mysql => "it has no primary key, by which read_mysql copies and follows a table: give it one, or leave it out with `exclude:`",
+                    ConnectionKind::Postgres => "it has no primary key: give it one, or give it REPLICA IDENTITY FULL and its key columns as `keys:` under `overrides:`, or leave it out with `exclude:`",
+                }
+                .to_string();
                 if exact {
                     self.sync_diagnostic(
                         Diagnostic::error(
