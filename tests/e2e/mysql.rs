@@ -442,21 +442,28 @@ fn with_a_purged_file(text: &str) -> String {
     format!("{}mysql-bin.000000{}", &text[..at], &text[end..])
 }
 
-#[test]
-fn the_example_pipeline_keeps_current_and_history_tables_of_its_source() {
-    let db = Maria::create("example_shop");
-    let example = crate::repo().join("pipelines/shop_mysql");
+/// A copy of the example `pipelines/<name>` whose source (`source.sql`, its database
+/// `database`) is made in `db`, and whose connection goes there.
+pub(crate) fn example_on(db: &Maria, name: &str, database: &str) -> tempfile::TempDir {
+    let example = crate::repo().join("pipelines").join(name);
     let source = std::fs::read_to_string(example.join("source.sql")).expect("source.sql");
-    db.exec(None, &source.replace("cdcflow_example_shop", &db.name));
+    db.exec(None, &source.replace(database, &db.name));
     let dir = tempfile::tempdir().expect("tempdir");
     crate::copy_dir(&example, dir.path());
     let yaml = std::fs::read_to_string(dir.path().join("pipeline.yaml")).expect("yaml");
     let yaml = yaml
-        .replace("cdcflow_example_shop", &db.name)
+        .replace(database, &db.name)
         .replace("host: 127.0.0.1", &format!("host: {}", db.host))
         .replace("port: 3306", &format!("port: {}", db.port))
         .replace("user: root", &format!("user: {}", db.user));
     std::fs::write(dir.path().join("pipeline.yaml"), yaml).expect("yaml");
+    dir
+}
+
+#[test]
+fn the_example_pipeline_keeps_current_and_history_tables_of_its_source() {
+    let db = Maria::create("example_shop");
+    let dir = example_on(&db, "shop_mysql", "cdcflow_example_shop");
 
     let current = "SELECT id, customer, status, amount FROM orders ORDER BY id";
     let open_versions = "SELECT id, customer, status, amount FROM orders_history WHERE __END_AT IS NULL ORDER BY id";

@@ -31,6 +31,9 @@ const KEPT_FOR_OTHERS: u64 = 200_000;
 pub struct SharedLog {
     members: Vec<Reader>,
     kept: tokio::sync::Mutex<HashMap<MysqlTable, Kept>>,
+    /// The place each table last read from: no later than where it streams from now
+    /// (a table's place only moves on), so its checkpoint need not be read again.
+    known: std::sync::Mutex<HashMap<MysqlTable, BinlogPos>>,
 }
 
 /// A table read through the connection, and where its flow commits its place.
@@ -62,6 +65,7 @@ impl SharedLog {
         Self {
             members,
             kept: tokio::sync::Mutex::default(),
+            known: std::sync::Mutex::default(),
         }
     }
 
@@ -73,11 +77,25 @@ impl SharedLog {
         files: &[(String, u64)],
     ) -> Vec<(&TableSource, BinlogPos)> {
         let mut out = vec![];
+        let known = self.known.lock().map(|k| k.clone()).unwrap_or_default();
+        let held = |at: &BinlogPos| files.iter().any(|(name, _)| *name == at.file);
         for r in self
             .members
             .iter()
             .filter(|r| r.source.table != source.table)
         {
+            if out
+                .iter()
+                .any(|(t, _): &(&TableSource, _)| t.table == r.source.table)
+            {
+                continue;
+            }
+            if let Some(at) = known.get(&r.source.table) {
+                if held(at) {
+                    out.push((&r.source, at.clone()));
+                }
+                continue;
+            }
             let committed = cdcflow_runtime::checkpoint::committed_position(
                 &r.storage, &r.flow, &r.target, &r.key,
             )
@@ -90,13 +108,7 @@ impl SharedLog {
                 continue;
             };
             let streaming = matches!(position.copy, Copy::Start | Copy::Done);
-            let held = files.iter().any(|(name, _)| *name == position.at.file);
-            if streaming
-                && held
-                && !out
-                    .iter()
-                    .any(|(t, _): &(&TableSource, _)| t.table == r.source.table)
-            {
+            if streaming && held(&position.at) {
                 out.push((&r.source, position.at));
             }
         }
@@ -114,6 +126,9 @@ impl SharedLog {
     ) -> Result<(TableLog, Vec<TableColumn>), MysqlError> {
         // Held through the dump: the other tables' reads wait for what it keeps.
         let mut kept = self.kept.lock().await;
+        if let Ok(mut known) = self.known.lock() {
+            known.insert(source.table.clone(), from.clone());
+        }
         if let Some(part) = kept.remove(&source.table)
             && part.from <= *from
             && *from < part.log.at

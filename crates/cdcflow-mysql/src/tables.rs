@@ -39,19 +39,7 @@ pub async fn list(
             .iter()
             .any(|s| s.eq_ignore_ascii_case(schema)),
     };
-    let mut tables: Vec<SourceTable> = Vec::new();
-    for (schema, name, key) in rows {
-        if !wanted(&schema) {
-            continue;
-        }
-        match tables.last_mut() {
-            Some(t) if t.schema == schema && t.name == name => t.keys.extend(key),
-            _ => tables.push(SourceTable {
-                schema,
-                name,
-                keys: key.into_iter().collect(),
-            }),
-        }
-    }
-    Ok(tables)
+    Ok(cdcflow_plan::syncs::tables_of_rows(
+        rows.into_iter().filter(|(schema, _, _)| wanted(schema)),
+    ))
 }

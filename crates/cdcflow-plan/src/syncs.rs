@@ -230,6 +230,56 @@ pub fn fill(template: &str, sync: &str, table: &SourceTable) -> Option<String> {
     (!filled.contains(['{', '}'])).then_some(filled)
 }
 
+/// The names of the published tables a sync's `table` fed that `storage` holds, by the
+/// sync's templates (for a table gone from the server, whose expansion is no more).
+pub fn stored_names(
+    storage: &std::path::Path,
+    sync_name: &str,
+    sync: &SyncConfig,
+    table: &SourceTable,
+) -> Vec<String> {
+    let over = sync
+        .overrides
+        .iter()
+        .find(|(k, _)| k.as_str() == table.name || **k == table.to_string())
+        .map(|(_, o)| o.clone())
+        .unwrap_or_default();
+    [
+        over.bronze_table.as_ref().unwrap_or(&sync.bronze_table),
+        over.target.as_ref().unwrap_or(&sync.target),
+        over.history_target.as_ref().unwrap_or(&sync.history_target),
+    ]
+    .into_iter()
+    .filter_map(|t| fill(t, sync_name, table))
+    .filter(|name| {
+        storage
+            .join("tables")
+            .join(crate::names::folder_name(name))
+            .join("_delta_log")
+            .is_dir()
+    })
+    .collect()
+}
+
+/// Tables from rows of (schema, table, a primary key column or none), in key order and
+/// grouped by table, as a server's catalog lists them.
+pub fn tables_of_rows(
+    rows: impl IntoIterator<Item = (String, String, Option<String>)>,
+) -> Vec<SourceTable> {
+    let mut tables: Vec<SourceTable> = Vec::new();
+    for (schema, name, key) in rows {
+        match tables.last_mut() {
+            Some(t) if t.schema == schema && t.name == name => t.keys.extend(key),
+            _ => tables.push(SourceTable {
+                schema,
+                name,
+                keys: key.into_iter().collect(),
+            }),
+        }
+    }
+    tables
+}
+
 /// What a table of a sync becomes: names, keys, and the SQL that defines it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyncedTable {

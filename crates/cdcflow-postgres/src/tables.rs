@@ -30,18 +30,7 @@ pub async fn list(
             &[&schemas.unwrap_or(&all), &schemas.is_some()],
         )
         .await?;
-    let mut tables: Vec<SourceTable> = Vec::new();
-    for row in rows {
-        let (schema, name, key): (String, String, Option<String>) =
-            (row.get(0), row.get(1), row.get(2));
-        match tables.last_mut() {
-            Some(t) if t.schema == schema && t.name == name => t.keys.extend(key),
-            _ => tables.push(SourceTable {
-                schema,
-                name,
-                keys: key.into_iter().collect(),
-            }),
-        }
-    }
-    Ok(tables)
+    Ok(cdcflow_plan::syncs::tables_of_rows(
+        rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
+    ))
 }

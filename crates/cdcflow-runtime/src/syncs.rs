@@ -169,38 +169,14 @@ pub fn record(
     Ok(notes)
 }
 
-/// The pipeline's tables a sync's table fed, by the names the sync's templates give
-/// (the table is gone from the expansion, so its names are made again).
+/// The pipeline's tables a sync's table fed that the storage holds.
 fn datasets_of(pipeline: &Pipeline, sync: &str, table: &SourceTable) -> Vec<String> {
-    let Some(config) = pipeline.config.syncs.get(sync) else {
-        return vec![];
-    };
-    let over = config
-        .overrides
-        .iter()
-        .find(|(k, _)| k.as_str() == table.name || **k == table.to_string())
-        .map(|(_, o)| o.clone())
-        .unwrap_or_default();
-    [
-        over.bronze_table.as_ref().unwrap_or(&config.bronze_table),
-        over.target.as_ref().unwrap_or(&config.target),
-        over.history_target
-            .as_ref()
-            .unwrap_or(&config.history_target),
-    ]
-    .into_iter()
-    .filter_map(|t| cdcflow_plan::syncs::fill(t, sync, table))
-    .filter(|name| storage_has_table(pipeline, name))
-    .collect()
-}
-
-fn storage_has_table(pipeline: &Pipeline, name: &str) -> bool {
-    pipeline
-        .storage_dir()
-        .join("tables")
-        .join(crate::layout::folder_name(name))
-        .join("_delta_log")
-        .is_dir()
+    match pipeline.config.syncs.get(sync) {
+        Some(config) => {
+            cdcflow_plan::syncs::stored_names(&pipeline.storage_dir(), sync, config, table)
+        }
+        None => vec![],
+    }
 }
 
 /// The synced tables of a pipeline, for listings.

@@ -215,3 +215,51 @@ fn one_declaration_keeps_every_table_of_a_database_and_reads_the_log_once_per_ru
     assert!(stdout(&glob).contains("items_apply"), "{}", stdout(&glob));
     assert!(!stdout(&glob).contains("orders_apply"), "{}", stdout(&glob));
 }
+
+#[test]
+fn the_sync_example_keeps_every_table_of_its_database() {
+    let db = Maria::create("example_sync");
+    let dir = super::example_on(&db, "shop_sync", "cdcflow_example_sync");
+    let p = dir.path();
+    run(p);
+    db.exec(
+        Some(&db.name),
+        "UPDATE orders SET status = 'shipped' WHERE id = 11;
+         UPDATE customers SET city = 'Bergen' WHERE id = 1;
+         DELETE FROM order_lines WHERE order_id = 10 AND line = 2;",
+    );
+    run(p);
+    assert_equal(
+        p,
+        &db,
+        "orders",
+        "orders",
+        "id, customer_id, status, amount",
+        "the example",
+    );
+    assert_equal(
+        p,
+        &db,
+        "order_lines",
+        "order_lines",
+        "order_id, line, sku, qty",
+        "the example",
+    );
+    assert_equal(
+        p,
+        &db,
+        "customers",
+        "customers",
+        "id, name, city",
+        "the example",
+    );
+    assert_eq!(
+        query(
+            p,
+            "SELECT id, city FROM customers_history ORDER BY id, __START_AT"
+        ),
+        ["1,Oslo", "1,Bergen", "2,Lima"]
+    );
+    let tables = stdout(&cdcflow(&["tables", "-p", p.to_str().expect("utf-8")]));
+    assert!(!tables.contains("tmp_import"), "{tables}");
+}

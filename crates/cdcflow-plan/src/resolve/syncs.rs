@@ -485,31 +485,12 @@ impl Resolver<'_> {
             {
                 continue;
             }
-            let over = sync
-                .overrides
-                .iter()
-                .find(|(k, _)| k.as_str() == table.name || **k == table.to_string())
-                .map(|(_, o)| o.clone())
-                .unwrap_or_default();
-            let names = [
-                over.bronze_table.as_ref().unwrap_or(&sync.bronze_table),
-                over.target.as_ref().unwrap_or(&sync.target),
-                over.history_target.as_ref().unwrap_or(&sync.history_target),
-            ];
             let mut sql = format!(
                 "-- Synced by pipeline.yaml, syncs: {}, until {table} left the server: kept, without flows.\n",
                 expanded.name
             );
-            for template in names {
-                let Some(name) = fill(template, &expanded.name, table) else {
-                    continue;
-                };
-                let stored = storage
-                    .join("tables")
-                    .join(crate::names::folder_name(&name))
-                    .join("_delta_log")
-                    .is_dir();
-                if !stored || claimed.by.contains_key(&name.to_lowercase()) {
+            for name in crate::syncs::stored_names(storage, &expanded.name, sync, table) {
+                if claimed.by.contains_key(&name.to_lowercase()) {
                     continue;
                 }
                 claimed
