@@ -57,7 +57,11 @@ fn load(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, ExitCode> {
 #[allow(clippy::result_large_err)]
 fn load_asking(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, cdcflow_runtime::RunError> {
     let (loaded, tables) = crate::runtime().block_on(load_discovering(args))?;
-    if let Some(pipeline) = loaded.pipeline.as_ref().filter(|_| !tables.is_empty()) {
+    if let Some(pipeline) = loaded
+        .pipeline
+        .as_ref()
+        .filter(|_| !tables.is_empty() && !loaded.has_errors())
+    {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
@@ -83,13 +87,15 @@ pub async fn load_discovering(
     let sources = sources();
     let mut loaded = crate::validate::load(args);
     let mut discovered = cdcflow_plan::Discovered::default();
-    let Some(pipeline) = usable(&loaded) else {
+    let sound = crate::validate::syncs_sound(&loaded);
+    let Some(pipeline) = loaded.pipeline.clone().filter(|_| sound) else {
         return Ok((loaded, SyncTables::new()));
     };
     if !pipeline.syncs.is_empty() {
         discovered.tables = cdcflow_runtime::syncs::ask_tables(&pipeline, &sources).await?;
         let record = cdcflow_runtime::syncs::read_record(&pipeline.storage_dir());
-        discovered.gone = cdcflow_runtime::syncs::gone_since(&record, &discovered.tables);
+        discovered.gone =
+            cdcflow_runtime::syncs::gone_since(&record, &discovered.tables, &pipeline.syncs);
         loaded = crate::validate::load_discovered(args, &discovered);
     }
     let Some(pipeline) = usable(&loaded) else {

@@ -94,6 +94,15 @@ pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Whether the syncs of pipeline.yaml are sound enough to ask their servers: what
+/// else fails may be about the tables they bring (a view over a synced table).
+pub fn syncs_sound(loaded: &Loaded) -> bool {
+    !loaded
+        .diagnostics
+        .iter()
+        .any(|d| d.is_error() && matches!(d.code, "cdcflow::sync" | "cdcflow::config"))
+}
+
 /// How long validate waits for the servers of the pipeline's syncs.
 const SERVER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -105,7 +114,7 @@ fn load_with_syncs(args: &PipelineArgs) -> Loaded {
         .pipeline
         .as_ref()
         .is_some_and(|p| !p.syncs.is_empty());
-    if !has_syncs || loaded.has_errors() {
+    if !has_syncs || !syncs_sound(&loaded) {
         return loaded;
     }
     let asked = crate::runtime().block_on(async {

@@ -234,7 +234,9 @@ pub async fn read_many(
             // An XA transaction's rows are logged when it is prepared, and it may be
             // rolled back later: its rows cannot be taken as committed.
             for r in reading.iter_mut().filter(|r| r.done.is_none()) {
-                if !r.open.is_empty() {
+                // A member's own place is a transaction's end: what comes before it is
+                // its already, and never fails it.
+                if !r.open.is_empty() && end > r.member.from {
                     let t = r.member.table;
                     r.fail(MysqlError::new(
                         format!(
@@ -275,7 +277,20 @@ pub async fn read_many(
                 let mut ends = false;
                 for r in reading.iter_mut() {
                     let t = r.member.table;
-                    match classify(&sql, &schema, t, request.fold_names) {
+                    let statement = match classify(&sql, &schema, t, request.fold_names) {
+                        // Before the member's place, a statement only begins or ends a
+                        // transaction.
+                        Statement::Truncate
+                        | Statement::Gone
+                        | Statement::PartitionRows
+                        | Statement::LoggedAsStatement
+                            if end <= r.member.from =>
+                        {
+                            Statement::Other
+                        }
+                        statement => statement,
+                    };
+                    match statement {
                         Statement::Begin => {
                             r.open.clear();
                             begun = true;
@@ -327,20 +342,19 @@ pub async fn read_many(
                     database: map.database_name().into_owned(),
                     name: map.table_name().into_owned(),
                 };
-                let Some(r) = reading.iter_mut().find(|r| {
-                    crate::statement::same_table(&logged, r.member.table, request.fold_names)
-                }) else {
-                    continue;
-                };
-                if r.done.is_some() {
-                    continue;
-                }
                 let deletes = matches!(
                     rows_event,
                     RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_)
                 );
-                if let Err(e) = take_rows(&rows_event, map, deletes, r, &end) {
-                    r.fail(e);
+                // Every member reading the table (two flows may), from its own place.
+                for r in reading.iter_mut().filter(|r| {
+                    r.done.is_none()
+                        && end > r.member.from
+                        && crate::statement::same_table(&logged, r.member.table, request.fold_names)
+                }) {
+                    if let Err(e) = take_rows(&rows_event, map, deletes, r, &end) {
+                        r.fail(e);
+                    }
                 }
                 false
             }

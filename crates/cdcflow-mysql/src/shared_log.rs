@@ -6,12 +6,12 @@
 //! What a table is given is exactly what a dump of its own would have given: the
 //! transactions that end after its committed place, up to a stop place taken before
 //! its columns were read, to its size; only which dump read them differs. A table whose
-//! place the kept part does not cover (it is behind the dump that kept it, or the part
-//! is used up) reads again, for itself and for the others.
+//! place the kept part does not cover (it is behind the dump that kept it, or ahead of
+//! it) reads again, for itself and for the others. A part is given once: a table up to
+//! date is told so by the part that found nothing for it, and its next read dumps anew.
 
 use std::collections::HashMap;
 
-use cdcflow_plan::read_mysql::MysqlTable;
 use mysql_async::Conn;
 
 use crate::binlog::{self, Member, Request, TableLog};
@@ -30,10 +30,42 @@ const KEPT_FOR_OTHERS: u64 = 200_000;
 #[derive(Default)]
 pub struct SharedLog {
     members: Vec<Reader>,
-    kept: tokio::sync::Mutex<HashMap<MysqlTable, Kept>>,
+    kept: tokio::sync::Mutex<HashMap<ReaderId, Kept>>,
     /// The place each table last read from: no later than where it streams from now
     /// (a table's place only moves on), so its checkpoint need not be read again.
-    known: std::sync::Mutex<HashMap<MysqlTable, BinlogPos>>,
+    known: std::sync::Mutex<HashMap<ReaderId, BinlogPos>>,
+}
+
+/// What tells two readers' rows apart: the table, as the server compares its name, and
+/// how its rows are made (columns kept as text, the size of a read). Two flows reading
+/// one table alike share what a dump kept; read otherwise, they are two readers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ReaderId {
+    database: String,
+    name: String,
+    text_columns: Vec<String>,
+    max_changes: u64,
+}
+
+impl ReaderId {
+    fn of(source: &TableSource, fold_names: bool) -> Self {
+        let fold = |s: &str| match fold_names {
+            true => s.to_lowercase(),
+            false => s.to_string(),
+        };
+        let mut text_columns: Vec<String> = source
+            .text_columns
+            .iter()
+            .map(|c| c.to_lowercase())
+            .collect();
+        text_columns.sort();
+        Self {
+            database: fold(&source.table.database),
+            name: fold(&source.table.name),
+            text_columns,
+            max_changes: source.max_changes,
+        }
+    }
 }
 
 /// A table read through the connection, and where its flow commits its place.
@@ -73,26 +105,25 @@ impl SharedLog {
     /// over), for those the server's log still holds: the dump begins at the lowest.
     async fn others_from(
         &self,
-        source: &TableSource,
+        own: &ReaderId,
+        fold_names: bool,
         files: &[(String, u64)],
-    ) -> Vec<(&TableSource, BinlogPos)> {
+    ) -> Vec<(&TableSource, ReaderId, BinlogPos)> {
         let mut out = vec![];
         let known = self.known.lock().map(|k| k.clone()).unwrap_or_default();
         let held = |at: &BinlogPos| files.iter().any(|(name, _)| *name == at.file);
-        for r in self
-            .members
-            .iter()
-            .filter(|r| r.source.table != source.table)
-        {
-            if out
-                .iter()
-                .any(|(t, _): &(&TableSource, _)| t.table == r.source.table)
+        for r in self.members.iter() {
+            let id = ReaderId::of(&r.source, fold_names);
+            if id == *own
+                || out
+                    .iter()
+                    .any(|(_, o, _): &(&TableSource, ReaderId, _)| *o == id)
             {
                 continue;
             }
-            if let Some(at) = known.get(&r.source.table) {
+            if let Some(at) = known.get(&id) {
                 if held(at) {
-                    out.push((&r.source, at.clone()));
+                    out.push((&r.source, id, at.clone()));
                 }
                 continue;
             }
@@ -109,7 +140,7 @@ impl SharedLog {
             };
             let streaming = matches!(position.copy, Copy::Start | Copy::Done);
             if streaming && held(&position.at) {
-                out.push((&r.source, position.at));
+                out.push((&r.source, id, position.at));
             }
         }
         out
@@ -126,12 +157,16 @@ impl SharedLog {
     ) -> Result<(TableLog, Vec<TableColumn>), MysqlError> {
         // Held through the dump: the other tables' reads wait for what it keeps.
         let mut kept = self.kept.lock().await;
+        let own = ReaderId::of(source, server.fold_names);
         if let Ok(mut known) = self.known.lock() {
-            known.insert(source.table.clone(), from.clone());
+            known.insert(own.clone(), from.clone());
         }
-        if let Some(part) = kept.remove(&source.table)
+        if let Some(part) = kept.remove(&own)
             && part.from <= *from
-            && *from < part.log.at
+            // A part that ends at the table's place gives it something only when it
+            // read to its stop (nothing more for it there); one that stopped at its
+            // size there holds nothing after the place.
+            && (*from < part.log.at || *from == part.log.at && !part.log.more)
         {
             let _ = conn.disconnect().await;
             return Ok((part.log, part.columns));
@@ -139,20 +174,20 @@ impl SharedLog {
         // The stop place first, then the columns: every column a transaction up to the
         // stop added is among them.
         let files = server::log_files(&mut conn).await?;
-        let others = self.others_from(source, &files).await;
+        let others = self.others_from(&own, server.fold_names, &files).await;
         let stop = server::log_end(&mut conn).await?;
         let columns = source.table_columns(&mut conn).await?;
         let share = KEPT_FOR_OTHERS / u64::try_from(others.len().max(1)).unwrap_or(1);
         let mut other_columns = Vec::with_capacity(others.len());
-        for (other, other_from) in others {
+        for (other, id, other_from) in others {
             // A table whose columns cannot be read now reads (and fails) on its own.
             if let Ok(c) = other.table_columns(&mut conn).await {
-                other_columns.push((other, other_from, c));
+                other_columns.push((other, id, other_from, c));
             }
         }
         let start = other_columns
             .iter()
-            .map(|(_, f, _)| f)
+            .map(|(_, _, f, _)| f)
             .chain([from])
             .min()
             .cloned()
@@ -163,12 +198,16 @@ impl SharedLog {
             from: from.clone(),
             max_changes: source.max_changes,
         }];
-        members.extend(other_columns.iter().map(|(other, other_from, c)| Member {
-            table: &other.table,
-            columns: c,
-            from: other_from.clone(),
-            max_changes: other.max_changes.min(share.max(1)),
-        }));
+        members.extend(
+            other_columns
+                .iter()
+                .map(|(other, _, other_from, c)| Member {
+                    table: &other.table,
+                    columns: c,
+                    from: other_from.clone(),
+                    max_changes: other.max_changes.min(share.max(1)),
+                }),
+        );
         let request = Request {
             table: &source.table,
             from: &start,
@@ -181,11 +220,11 @@ impl SharedLog {
             .await?
             .into_iter();
         let own = logs.next().unwrap_or_else(|| Ok(TableLog::default()))?;
-        for ((other, other_from, c), log) in other_columns.into_iter().zip(logs) {
+        for ((_, id, other_from, c), log) in other_columns.into_iter().zip(logs) {
             // A table whose changes cannot be read meets the error on its own read.
             if let Ok(log) = log {
                 kept.insert(
-                    other.table.clone(),
+                    id,
                     Kept {
                         from: other_from,
                         log,

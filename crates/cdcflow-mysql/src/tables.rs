@@ -11,7 +11,8 @@ use crate::connection::MysqlError;
 const SYSTEM_SCHEMAS: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
 
 /// Every base table of `schemas` (each schema but the server's own when `None`), with
-/// its primary key's columns in key order.
+/// its primary key's columns in key order. Names are compared as bytes: the catalog's
+/// collation ignores case, and `Orders` and `orders` may be two tables.
 pub async fn list(
     conn: &mut Conn,
     schemas: Option<&[String]>,
@@ -21,10 +22,11 @@ pub async fn list(
             "SELECT t.TABLE_SCHEMA, t.TABLE_NAME, k.COLUMN_NAME
              FROM information_schema.TABLES t
              LEFT JOIN information_schema.KEY_COLUMN_USAGE k
-               ON k.TABLE_SCHEMA = t.TABLE_SCHEMA AND k.TABLE_NAME = t.TABLE_NAME
+               ON BINARY k.TABLE_SCHEMA = BINARY t.TABLE_SCHEMA
+              AND BINARY k.TABLE_NAME = BINARY t.TABLE_NAME
               AND k.CONSTRAINT_NAME = 'PRIMARY'
              WHERE t.TABLE_TYPE = 'BASE TABLE'
-             ORDER BY t.TABLE_SCHEMA, t.TABLE_NAME, k.ORDINAL_POSITION",
+             ORDER BY BINARY t.TABLE_SCHEMA, BINARY t.TABLE_NAME, k.ORDINAL_POSITION",
         )
         .await
         .map_err(|e| {

@@ -173,6 +173,8 @@ impl TablePattern {
         };
         let parts = crate::read_postgres::split_qualified(text, quote, fold)?;
         let (schema, table) = match parts.as_slice() {
+            // A MySQL connection given by a DSN names no database of its own.
+            [_] if default_schema.is_empty() => return None,
             [table] => (glob::Pattern::escape(default_schema), table.clone()),
             [schema, table] => (schema.clone(), table.clone()),
             _ => return None,
@@ -236,12 +238,17 @@ pub fn stored_names(
     storage: &std::path::Path,
     sync_name: &str,
     sync: &SyncConfig,
+    (kind, default_schema): (ConnectionKind, &str),
     table: &SourceTable,
 ) -> Vec<String> {
+    // The override the expansion took: the first whose name matches, as it matches.
     let over = sync
         .overrides
         .iter()
-        .find(|(k, _)| k.as_str() == table.name || **k == table.to_string())
+        .find(|(k, _)| {
+            TablePattern::parse(k, kind, default_schema)
+                .is_some_and(|p| p.matches(&table.schema, &table.name))
+        })
         .map(|(_, o)| o.clone())
         .unwrap_or_default();
     [

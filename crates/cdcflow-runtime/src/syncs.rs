@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cdcflow_plan::Pipeline;
-use cdcflow_plan::syncs::{SourceTable, SyncedTable};
+use cdcflow_plan::syncs::SourceTable;
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;
@@ -16,7 +16,7 @@ use crate::sources::Sources;
 /// What the storage keeps of the syncs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SyncRecord {
-    /// The tables each sync's server had at the last run, by sync.
+    /// The tables each sync synced at the last run, by sync.
     pub tables: BTreeMap<String, Vec<SourceTable>>,
     /// Tables synced once that the server no longer had at a later run.
     #[serde(default)]
@@ -78,27 +78,44 @@ pub async fn ask_tables(
     Ok(found)
 }
 
-/// The tables synced once that `found` no longer has, by sync: those the record kept
-/// as gone and those it listed that are gone since, less those back.
+/// Whether a table sync `sync` synced has left its server: the server was asked for
+/// the table's schema and did not list it. (A table outside the schemas asked now was
+/// left by a change of `tables:`, the user's doing, not the server's.)
+fn left_server(
+    syncs: &[cdcflow_plan::Sync],
+    found: &BTreeMap<String, Vec<SourceTable>>,
+    sync: &str,
+    table: &SourceTable,
+) -> bool {
+    let (Some(now), Some(s)) = (found.get(sync), syncs.iter().find(|s| s.name == sync)) else {
+        return false;
+    };
+    let asked = s
+        .schemas
+        .as_ref()
+        .is_none_or(|list| list.contains(&table.schema));
+    asked
+        && !now
+            .iter()
+            .any(|t| t.schema == table.schema && t.name == table.name)
+}
+
+/// The tables synced once that have left their servers, by sync: those the record kept
+/// as gone and those it synced that are gone since, less those back.
 pub fn gone_since(
     before: &SyncRecord,
     found: &BTreeMap<String, Vec<SourceTable>>,
+    syncs: &[cdcflow_plan::Sync],
 ) -> BTreeMap<String, Vec<SourceTable>> {
-    let has = |sync: &str, t: &SourceTable| {
-        found
-            .get(sync)
-            .is_some_and(|now| now.iter().any(|n| n.schema == t.schema && n.name == t.name))
-    };
     let mut out: BTreeMap<String, Vec<SourceTable>> = BTreeMap::new();
-    let listed = before
+    let synced = before
         .tables
         .iter()
-        .filter(|(sync, _)| found.contains_key(*sync))
         .flat_map(|(sync, tables)| tables.iter().map(move |t| (sync, t)));
     let kept = before.gone.iter().map(|g| (&g.sync, &g.table));
-    for (sync, table) in kept.chain(listed) {
+    for (sync, table) in kept.chain(synced) {
         let entry = out.entry(sync.clone()).or_default();
-        if !has(sync, table) && !entry.contains(table) {
+        if left_server(syncs, found, sync, table) && !entry.contains(table) {
             entry.push(table.clone());
         }
     }
@@ -106,8 +123,8 @@ pub fn gone_since(
     out
 }
 
-/// Records what this run's expansion found; what the last record synced and this
-/// expansion no longer has is kept as gone, each said once in the returned notes.
+/// Records the tables this run's expansion synced; those the last record synced that
+/// have left the server since are kept as gone, each said once in the returned notes.
 pub fn record(
     pipeline: &Pipeline,
     found: &BTreeMap<String, Vec<SourceTable>>,
@@ -115,24 +132,28 @@ pub fn record(
 ) -> Result<Vec<String>, RunError> {
     let storage = pipeline.storage_dir();
     let before = read_record(&storage);
+    let synced: BTreeMap<String, Vec<SourceTable>> = pipeline
+        .syncs
+        .iter()
+        .filter_map(|s| {
+            let tables = s.tables.as_ref()?;
+            Some((
+                s.name.clone(),
+                tables.iter().map(|t| t.source.clone()).collect(),
+            ))
+        })
+        .collect();
     let mut record = SyncRecord {
-        tables: found.clone(),
+        tables: synced,
         gone: before.gone.clone(),
     };
     let mut notes = vec![];
     for (sync, tables) in &before.tables {
-        // A sync removed from pipeline.yaml is the user's doing, not the server's.
-        let Some(now) = found.get(sync) else {
-            continue;
-        };
         for table in tables {
-            let still = now
-                .iter()
-                .any(|t| t.schema == table.schema && t.name == table.name);
             let known = record.gone.iter().any(|g| {
                 &g.sync == sync && g.table.schema == table.schema && g.table.name == table.name
             });
-            if still || known {
+            if known || !left_server(&pipeline.syncs, found, sync, table) {
                 continue;
             }
             let datasets = datasets_of(pipeline, sync, table);
@@ -151,12 +172,11 @@ pub fn record(
             });
         }
     }
-    // A table back on the server is synced again.
+    // A table back on the server is synced again; a sync's tables are no longer its
+    // concern once the sync is gone from pipeline.yaml.
     record.gone.retain(|g| {
-        !found.get(&g.sync).is_some_and(|now| {
-            now.iter()
-                .any(|t| t.schema == g.table.schema && t.name == g.table.name)
-        })
+        pipeline.syncs.iter().any(|s| s.name == g.sync)
+            && left_server(&pipeline.syncs, found, &g.sync, &g.table)
     });
     if record != before {
         std::fs::create_dir_all(&storage).map_err(|e| RunError::io(&storage, e))?;
@@ -171,18 +191,15 @@ pub fn record(
 
 /// The pipeline's tables a sync's table fed that the storage holds.
 fn datasets_of(pipeline: &Pipeline, sync: &str, table: &SourceTable) -> Vec<String> {
-    match pipeline.config.syncs.get(sync) {
-        Some(config) => {
-            cdcflow_plan::syncs::stored_names(&pipeline.storage_dir(), sync, config, table)
-        }
-        None => vec![],
+    let expanded = pipeline.syncs.iter().find(|s| s.name == sync);
+    match (pipeline.config.syncs.get(sync), expanded) {
+        (Some(config), Some(s)) => cdcflow_plan::syncs::stored_names(
+            &pipeline.storage_dir(),
+            sync,
+            config,
+            (s.kind, &s.default_schema),
+            table,
+        ),
+        _ => vec![],
     }
-}
-
-/// The synced tables of a pipeline, for listings.
-pub fn synced_tables(pipeline: &Pipeline) -> impl Iterator<Item = (&str, &SyncedTable)> {
-    pipeline
-        .syncs
-        .iter()
-        .flat_map(|s| s.tables.iter().flatten().map(move |t| (s.name.as_str(), t)))
 }

@@ -212,6 +212,7 @@ pub fn load_discovered(
         }
     }
     let flow_order = r.order_flows(&order);
+    syncs::unknown_until_asked(&syncs, &mut r.diags);
     r.diags.sort_by_key(|d| {
         d.at.as_ref()
             .map(|a| (a.path.clone(), a.span.start.line, a.span.start.column))

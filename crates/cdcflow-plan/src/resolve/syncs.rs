@@ -24,6 +24,9 @@ pub struct Sync {
     pub name: String,
     pub connection: String,
     pub kind: ConnectionKind,
+    /// The schema of a table named without one (`public`, or a MySQL connection's
+    /// database).
+    pub default_schema: String,
     /// The schemas whose tables the server is asked for (`None`: every schema).
     pub schemas: Option<Vec<String>>,
     /// The tables synced, with what they become; `None` until the server was asked
@@ -148,7 +151,7 @@ impl Resolver<'_> {
                             text,
                             name,
                             item,
-                            "write `schema.table` or `table`, each part a name or a glob (`*`, `?`, `[…]`): `shop.*`, `public.order_*`".into(),
+                            "write `schema.table` or `table` (a MySQL connection given by dsn_env has no database of its own: name it), each part a name or a glob (`*`, `?`, `[…]`): `shop.*`, `public.order_*`".into(),
                         );
                     }
                 }
@@ -178,24 +181,23 @@ impl Resolver<'_> {
                 );
             }
         }
-        let scd = |types: Option<&crate::syncs::ScdTypes>, this: &mut Self, at: &str| match types {
-            None => Some(Scd::One),
-            Some(t) => t.resolve().or_else(|| {
-                this.sync_diagnostic(
-                    Diagnostic::error(
-                        CODE,
-                        format!("`scd_type` of sync `{name}` is not 1, 2 or [1, 2]"),
-                    ),
-                    text,
-                    name,
-                    at,
-                    "scd_type: 1 keeps the current rows, 2 their history, [1, 2] both".into(),
-                );
-                None
-            }),
-        };
-        let base_scd = scd(sync.scd_type.as_ref(), self, "scd_type");
-        ok &= base_scd.is_some();
+        if sync
+            .scd_type
+            .as_ref()
+            .is_some_and(|t| t.resolve().is_none())
+        {
+            ok = false;
+            self.sync_diagnostic(
+                Diagnostic::error(
+                    CODE,
+                    format!("`scd_type` of sync `{name}` is not 1, 2 or [1, 2]"),
+                ),
+                text,
+                name,
+                "scd_type",
+                "scd_type: 1 keeps the current rows, 2 their history, [1, 2] both".into(),
+            );
+        }
         for template in [&sync.bronze_table, &sync.target, &sync.history_target] {
             let probe = SourceTable {
                 schema: "s".into(),
@@ -216,6 +218,51 @@ impl Resolver<'_> {
                 );
             }
         }
+        // Each override's own SCD type and names, whatever tables the server has.
+        for (key, over) in &sync.overrides {
+            if over
+                .scd_type
+                .as_ref()
+                .is_some_and(|t| t.resolve().is_none())
+            {
+                ok = false;
+                self.sync_diagnostic(
+                    Diagnostic::error(
+                        CODE,
+                        format!(
+                            "`scd_type` of override `{key}` of sync `{name}` is not 1, 2 or [1, 2]"
+                        ),
+                    ),
+                    text,
+                    name,
+                    key,
+                    "scd_type: 1 keeps the current rows, 2 their history, [1, 2] both".into(),
+                );
+            }
+            let probe = SourceTable {
+                schema: "s".into(),
+                name: "t".into(),
+                keys: vec![],
+            };
+            let names = [&over.bronze_table, &over.target, &over.history_target];
+            if names
+                .into_iter()
+                .flatten()
+                .any(|t| fill(t, name, &probe).is_none())
+            {
+                ok = false;
+                self.sync_diagnostic(
+                    Diagnostic::error(
+                        CODE,
+                        format!("a name of override `{key}` of sync `{name}` holds an unknown placeholder"),
+                    ),
+                    text,
+                    name,
+                    key,
+                    format!("a name template may hold {}", PLACEHOLDERS.join(", ")),
+                );
+            }
+        }
         let schemas = match include.iter().map(TablePattern::exact_schema).collect() {
             Some(mut list) => {
                 let list: &mut Vec<String> = &mut list;
@@ -229,6 +276,7 @@ impl Resolver<'_> {
             name: name.to_string(),
             connection: sync.connection.clone(),
             kind,
+            default_schema: default.clone(),
             schemas,
             tables: None,
             skipped: vec![],
@@ -242,11 +290,17 @@ impl Resolver<'_> {
             include.iter().any(|p| p.matches(&t.schema, &t.name))
                 && !exclude.iter().any(|p| p.matches(&t.schema, &t.name))
         };
-        let override_of = |t: &SourceTable| {
+        let overrides_of = |t: &SourceTable| -> Vec<&String> {
             overrides
                 .iter()
-                .find(|(_, p)| p.matches(&t.schema, &t.name))
-                .and_then(|(k, _)| sync.overrides.get(k))
+                .filter(|(_, p)| p.matches(&t.schema, &t.name))
+                .map(|(k, _)| k)
+                .collect()
+        };
+        let override_of = |t: &SourceTable| {
+            overrides_of(t)
+                .first()
+                .and_then(|k| sync.overrides.get(k.as_str()))
         };
         let mut candidates: Vec<(SourceTable, bool)> = match found {
             Some(tables) => {
@@ -320,6 +374,21 @@ impl Resolver<'_> {
         candidates.dedup();
         let mut tables = Vec::new();
         for (source, exact) in candidates {
+            if let [first, second, ..] = overrides_of(&source).as_slice() {
+                self.sync_diagnostic(
+                    Diagnostic::error(
+                        CODE,
+                        format!(
+                            "overrides `{first}` and `{second}` of sync `{name}` both name {source}"
+                        ),
+                    ),
+                    text,
+                    name,
+                    second,
+                    "give each table one override".into(),
+                );
+                continue;
+            }
             let over = override_of(&source).cloned().unwrap_or_default();
             let keys = over.keys.clone().unwrap_or_else(|| source.keys.clone());
             if keys.is_empty() {
@@ -336,7 +405,10 @@ impl Resolver<'_> {
                         ),
                         text,
                         name,
-                        &source.name,
+                        &include
+                            .iter()
+                            .find(|p| p.is_exact() && p.matches(&source.schema, &source.name))
+                            .map_or_else(|| "tables".to_string(), |p| p.text.clone()),
                         format!("AUTO CDC needs a key: {why}"),
                     );
                 } else {
@@ -350,13 +422,13 @@ impl Resolver<'_> {
                 }
                 continue;
             }
-            let Some(table_scd) = scd(
-                over.scd_type.as_ref().or(sync.scd_type.as_ref()),
-                self,
-                "scd_type",
-            ) else {
-                continue;
-            };
+            // Both checked above: the override's and the sync's.
+            let table_scd = over
+                .scd_type
+                .as_ref()
+                .or(sync.scd_type.as_ref())
+                .and_then(crate::syncs::ScdTypes::resolve)
+                .unwrap_or(Scd::One);
             let named = |template: Option<&String>, default: &String| {
                 fill(template.unwrap_or(default), name, &source)
             };
@@ -365,12 +437,16 @@ impl Resolver<'_> {
                 named(over.target.as_ref(), &sync.target),
                 named(over.history_target.as_ref(), &sync.history_target),
             ) else {
+                // The templates were checked above: the table's own name holds a brace.
                 self.sync_diagnostic(
-                    Diagnostic::error(CODE, format!("a name of the override of {source} in sync `{name}` holds an unknown placeholder")),
+                    Diagnostic::error(
+                        CODE,
+                        format!("the name of table {source} of sync `{name}` holds `{{` or `}}`, which a name template cannot take"),
+                    ),
                     text,
                     name,
-                    &source.name,
-                    format!("a name template may hold {}", PLACEHOLDERS.join(", ")),
+                    "tables",
+                    "give the table its names under `overrides:` (bronze_table, target, history_target) without placeholders, or leave it out with `exclude:`".into(),
                 );
                 continue;
             };
@@ -489,7 +565,13 @@ impl Resolver<'_> {
                 "-- Synced by pipeline.yaml, syncs: {}, until {table} left the server: kept, without flows.\n",
                 expanded.name
             );
-            for name in crate::syncs::stored_names(storage, &expanded.name, sync, table) {
+            for name in crate::syncs::stored_names(
+                storage,
+                &expanded.name,
+                sync,
+                (expanded.kind, &expanded.default_schema),
+                table,
+            ) {
                 if claimed.by.contains_key(&name.to_lowercase()) {
                     continue;
                 }
@@ -508,6 +590,30 @@ impl Resolver<'_> {
                 pre: Preprocessed::verbatim(&sql),
             });
         }
+    }
+}
+
+/// While a sync's tables are not known (its server was not asked), a table it may
+/// define is not unknown: a reference to one is a note, not an error.
+pub(super) fn unknown_until_asked(syncs: &[Sync], diags: &mut [Diagnostic]) {
+    let waiting: Vec<&str> = syncs
+        .iter()
+        .filter(|s| s.tables.is_none())
+        .map(|s| s.name.as_str())
+        .collect();
+    if waiting.is_empty() {
+        return;
+    }
+    for d in diags
+        .iter_mut()
+        .filter(|d| d.is_error() && d.code == "cdcflow::unknown_dataset")
+    {
+        d.severity = crate::diagnostic::Severity::Note;
+        d.message = format!(
+            "{} (it may be a table of sync `{}`, known once its server is asked)",
+            d.message,
+            waiting.join("`, `")
+        );
     }
 }
 
