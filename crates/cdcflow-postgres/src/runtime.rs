@@ -47,7 +47,15 @@ pub struct PostgresSources {
     /// Told what a read waits for while it waits (a snapshot behind a long
     /// transaction).
     pub notices: crate::notices::Notices,
+    /// The positions the run has seen each input commit, for the slot's floor.
+    pub committed: CommittedSeen,
 }
+
+/// The position each input (its flow and checkpoint key) was last seen to have
+/// committed in this run. A position only moves on within a run, so a value seen is
+/// never past the input's own: a floor taken from them never acknowledges what an
+/// input still needs.
+pub type CommittedSeen = Arc<std::sync::Mutex<std::collections::HashMap<(String, String), u64>>>;
 
 impl std::fmt::Debug for PostgresSources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,6 +76,9 @@ impl SourceFactory for PostgresSources {
             s.progress.clone_from(&self.progress);
             s.source.parking = self.parking.clone();
             s.source.notices = self.notices.clone();
+            if let Some(readers) = Arc::get_mut(&mut s.readers) {
+                readers.seen = Arc::clone(&self.committed);
+            }
             Box::new(s) as Box<dyn ExternalSource>
         }))
     }
@@ -228,6 +239,7 @@ fn readers(pipeline: &Pipeline, connection: &str) -> SlotReaders {
     SlotReaders {
         storage: pipeline.storage_dir(),
         inputs,
+        seen: CommittedSeen::default(),
     }
 }
 
@@ -236,6 +248,7 @@ struct SlotReaders {
     storage: std::path::PathBuf,
     /// (flow, its target, the input's checkpoint key).
     inputs: Vec<(String, cdcflow_plan::Dataset, String)>,
+    seen: CommittedSeen,
 }
 
 impl SlotReaders {
@@ -269,13 +282,37 @@ impl SlotReaders {
 
     /// The lowest position any of them has committed (inputs that have committed
     /// nothing yet take their own snapshot later, at a point past every position).
-    async fn lowest_committed(&self) -> Result<Option<u64>, RunError> {
+    /// The inputs of `own` (whose read was just committed) are read from their
+    /// checkpoints; the others as this run last saw them, read once (a slot of fifty
+    /// tables would otherwise read fifty checkpoints after each table's commit).
+    async fn lowest_committed(&self, own: &str) -> Result<Option<u64>, RunError> {
         let mut lowest: Option<u64> = None;
         for (flow, target, key) in &self.inputs {
-            let committed =
-                cdcflow_runtime::checkpoint::committed_position(&self.storage, flow, target, key)
+            let id = (flow.clone(), key.clone());
+            let seen = match key == own {
+                true => None,
+                false => self.seen.lock().ok().and_then(|s| s.get(&id).copied()),
+            };
+            let position = match seen {
+                Some(p) => Some(p),
+                None => {
+                    let committed = cdcflow_runtime::checkpoint::committed_position(
+                        &self.storage,
+                        flow,
+                        target,
+                        key,
+                    )
                     .await?;
-            if let Some(position) = committed.as_ref().map(position::lsn_of).transpose()? {
+                    let position = committed.as_ref().map(position::lsn_of).transpose()?;
+                    // Nothing committed yet is read again next time: once it has a
+                    // position, that position counts.
+                    if let (Some(p), Ok(mut s)) = (position, self.seen.lock()) {
+                        s.insert(id, p);
+                    }
+                    position
+                }
+            };
+            if let Some(position) = position {
                 lowest = Some(lowest.map_or(position, |l| l.min(position)));
             }
         }
@@ -524,6 +561,7 @@ impl ExternalSource for PgSource {
                     source,
                     changes,
                     readers: Arc::clone(&self.readers),
+                    key: self.key.clone(),
                 })),
                 carried,
                 rejected,
@@ -723,13 +761,15 @@ struct PgAcknowledge {
     source: TableSource,
     changes: Changes,
     readers: Arc<SlotReaders>,
+    /// The input's checkpoint key.
+    key: String,
 }
 
 impl Acknowledge for PgAcknowledge {
     fn acknowledge(self: Box<Self>) -> BoxFuture<'static, Result<(), RunError>> {
         Box::pin(async move {
             // Run after this read's commit, so its own position is among them.
-            let floor = self.readers.lowest_committed().await?;
+            let floor = self.readers.lowest_committed(&self.key).await?;
             self.source
                 .acknowledge_to(self.changes, floor)
                 .await
