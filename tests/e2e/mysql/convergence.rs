@@ -6,6 +6,10 @@
 //! do the SCD type 2 table's open versions, except keys that only the TRUNCATE removed
 //! (an SCD type 2 flow leaves truncates out, as for PostgreSQL).
 //!
+//! A second table, `accounts`, is written alone and in the same transactions as
+//! `customers` by a fifth writer and read through the same connection, so one reader of
+//! the log serves both tables (each in batches of its own size) through the kills.
+//!
 //! Short in CI; `CDCFLOW_MYSQL_RANDOM_KEYS`, `…_OPS` and `…_SEED` run it longer.
 
 use std::path::Path;
@@ -138,6 +142,48 @@ CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history FROM STREAM
     .expect("history.sql");
 }
 
+/// The second table of the connection: its bronze and SCD type 1 tables, in batches of
+/// 50 changes (the first table's are of 400).
+const ACCOUNTS: &str = "CREATE OR REFRESH STREAMING TABLE accounts_changes AS
+SELECT * FROM STREAM read_mysql(connection => 'shop', table => 'accounts', max_changes_per_batch => 50);
+CREATE OR REFRESH STREAMING TABLE accounts;
+CREATE FLOW accounts_cdc AS AUTO CDC INTO accounts FROM STREAM(accounts_changes)
+  KEYS (id)
+  APPLY AS DELETE WHEN _change_type = 'delete'
+  SEQUENCE BY struct(_binlog_position, _change_seq)
+  COLUMNS * EXCEPT (_change_type, _binlog_position, _change_seq, _commit_timestamp, _binlog_file);
+";
+
+/// `ops` transactions on `accounts`, half of them also changing a customer.
+fn write_accounts(db: &Maria, rng: &mut Lcg, ops: u64, keys: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut conn = mysql_async::Conn::new(db.opts(Some(&db.name)))
+            .await
+            .expect("connect");
+        for _ in 0..ops {
+            let (account, amount, customer) =
+                (1 + rng.below(50), rng.below(100), 1 + rng.below(keys));
+            let sql = match rng.below(2) {
+                0 => {
+                    format!("UPDATE accounts SET balance = balance + {amount} WHERE id = {account}")
+                }
+                _ => format!(
+                    "BEGIN; UPDATE accounts SET balance = balance - {amount} WHERE id = {account}; \
+                     UPDATE customers SET city = 'paid{amount}' WHERE id = {customer}; COMMIT"
+                ),
+            };
+            if conn.query_drop(&sql).await.is_err() {
+                conn.query_drop("ROLLBACK").await.expect("rollback");
+            }
+        }
+        let _ = conn.disconnect().await;
+    });
+}
+
 /// The current rows, the same text in MariaDB and in cdcflow.
 const CURRENT: &str = "SELECT id, name, city, md5(coalesce(notes, '-')) FROM customers ORDER BY id";
 
@@ -153,11 +199,13 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
             "CREATE TABLE customers (id BIGINT PRIMARY KEY, name VARCHAR(40) NOT NULL, city VARCHAR(40) NOT NULL, notes MEDIUMTEXT) ENGINE=InnoDB;
              INSERT INTO customers SELECT seq, concat('n', seq), concat('c', seq % 7),
                IF(seq % 3 <> 0, REPEAT(md5(seq), 100), NULL) FROM seq_1_to_{keys};
-             CREATE TABLE truncated (id BIGINT) ENGINE=InnoDB;"
+             CREATE TABLE truncated (id BIGINT) ENGINE=InnoDB;
+             CREATE TABLE accounts (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL) ENGINE=InnoDB;
+             INSERT INTO accounts SELECT seq, 0 FROM seq_1_to_50;"
         ),
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    pipeline(dir.path(), &db, "");
+    pipeline(dir.path(), &db, ACCOUNTS);
     history(dir.path());
     let yaml = dir.path().join("pipeline.yaml");
     let text = std::fs::read_to_string(&yaml).expect("yaml");
@@ -166,6 +214,7 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
     run(dir.path());
 
     let mut writers: Vec<Writer> = (0..4).map(|t| Writer::new(t, seed, keys)).collect();
+    let mut accounts_rng = Lcg(seed.wrapping_add(5));
     let mut child = spawn_continuous(dir.path());
     for round in 0..3 {
         std::thread::scope(|s| {
@@ -173,6 +222,8 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
                 let db = &db;
                 s.spawn(move || write(db, writer, ops));
             }
+            let (db, rng) = (&db, &mut accounts_rng);
+            s.spawn(move || write_accounts(db, rng, ops, keys));
             if round == 1 {
                 // The keys the truncate removes, kept beside the table (not captured),
                 // under a lock so that no writer commits in between.
@@ -202,15 +253,24 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
         }
     }
     let source = db.rows(CURRENT);
+    let balances = "SELECT id, balance FROM accounts ORDER BY id";
+    let accounts = db.rows(balances);
     let mut seen = vec![];
-    for _ in 0..setting("CDCFLOW_MYSQL_RANDOM_WAIT_SECONDS", 150) * 4 {
-        let out = query_csv(dir.path(), CURRENT);
-        seen = crate::stdout(&out)
+    let mut seen_accounts = vec![];
+    let lines = |out: &std::process::Output| -> Vec<String> {
+        crate::stdout(out)
             .lines()
             .skip(1)
             .map(String::from)
-            .collect();
-        if out.status.success() && seen == source {
+            .collect()
+    };
+    for _ in 0..setting("CDCFLOW_MYSQL_RANDOM_WAIT_SECONDS", 150) * 4 {
+        let (out, out_accounts) = (
+            query_csv(dir.path(), CURRENT),
+            query_csv(dir.path(), balances),
+        );
+        (seen, seen_accounts) = (lines(&out), lines(&out_accounts));
+        if out.status.success() && seen == source && seen_accounts == accounts {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
@@ -222,6 +282,10 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
         seen.len(),
         source.len(),
         stderr(&out)
+    );
+    assert_eq!(
+        seen_accounts, accounts,
+        "seed {seed}: the second table of the connection, read by the same reader of the log"
     );
     assert!(
         term.success() && out.status.success(),
