@@ -107,6 +107,12 @@ impl Writer {
 /// Runs `ops` random statements; one the server refuses (a deadlock between writers)
 /// is rolled back, as an application would.
 fn write(db: &Maria, writer: &mut Writer, ops: u64) {
+    execute(db, ops, || writer.statement());
+}
+
+/// Runs `ops` statements of `next` on one connection, rolling back those the server
+/// refuses.
+fn execute(db: &Maria, ops: u64, mut next: impl FnMut() -> String) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -116,7 +122,7 @@ fn write(db: &Maria, writer: &mut Writer, ops: u64) {
             .await
             .expect("connect");
         for _ in 0..ops {
-            let sql = writer.statement();
+            let sql = next();
             if conn.query_drop(&sql).await.is_err() {
                 conn.query_drop("ROLLBACK").await.expect("rollback");
             }
@@ -156,31 +162,15 @@ CREATE FLOW accounts_cdc AS AUTO CDC INTO accounts FROM STREAM(accounts_changes)
 
 /// `ops` transactions on `accounts`, half of them also changing a customer.
 fn write_accounts(db: &Maria, rng: &mut Lcg, ops: u64, keys: u64) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut conn = mysql_async::Conn::new(db.opts(Some(&db.name)))
-            .await
-            .expect("connect");
-        for _ in 0..ops {
-            let (account, amount, customer) =
-                (1 + rng.below(50), rng.below(100), 1 + rng.below(keys));
-            let sql = match rng.below(2) {
-                0 => {
-                    format!("UPDATE accounts SET balance = balance + {amount} WHERE id = {account}")
-                }
-                _ => format!(
-                    "BEGIN; UPDATE accounts SET balance = balance - {amount} WHERE id = {account}; \
-                     UPDATE customers SET city = 'paid{amount}' WHERE id = {customer}; COMMIT"
-                ),
-            };
-            if conn.query_drop(&sql).await.is_err() {
-                conn.query_drop("ROLLBACK").await.expect("rollback");
-            }
+    execute(db, ops, || {
+        let (account, amount, customer) = (1 + rng.below(50), rng.below(100), 1 + rng.below(keys));
+        match rng.below(2) {
+            0 => format!("UPDATE accounts SET balance = balance + {amount} WHERE id = {account}"),
+            _ => format!(
+                "BEGIN; UPDATE accounts SET balance = balance - {amount} WHERE id = {account}; \
+                 UPDATE customers SET city = 'paid{amount}' WHERE id = {customer}; COMMIT"
+            ),
         }
-        let _ = conn.disconnect().await;
     });
 }
 

@@ -36,6 +36,13 @@ pub struct Sync {
     pub skipped: Vec<(SourceTable, String)>,
 }
 
+const SCD_HELP: &str = "scd_type: 1 keeps the current rows, 2 their history, [1, 2] both";
+
+/// An `scd_type` written that is none of 1, 2 and [1, 2].
+fn invalid_scd(types: Option<&crate::syncs::ScdTypes>) -> bool {
+    types.is_some_and(|t| t.resolve().is_none())
+}
+
 /// Where a generated file says it comes from.
 pub fn generated_path(sync: &str, table: &SourceTable) -> String {
     format!("{CONFIG_FILE}#syncs.{sync}/{table}.sql")
@@ -181,11 +188,7 @@ impl Resolver<'_> {
                 );
             }
         }
-        if sync
-            .scd_type
-            .as_ref()
-            .is_some_and(|t| t.resolve().is_none())
-        {
+        if invalid_scd(sync.scd_type.as_ref()) {
             ok = false;
             self.sync_diagnostic(
                 Diagnostic::error(
@@ -195,7 +198,7 @@ impl Resolver<'_> {
                 text,
                 name,
                 "scd_type",
-                "scd_type: 1 keeps the current rows, 2 their history, [1, 2] both".into(),
+                SCD_HELP.into(),
             );
         }
         for template in [&sync.bronze_table, &sync.target, &sync.history_target] {
@@ -220,11 +223,7 @@ impl Resolver<'_> {
         }
         // Each override's own SCD type and names, whatever tables the server has.
         for (key, over) in &sync.overrides {
-            if over
-                .scd_type
-                .as_ref()
-                .is_some_and(|t| t.resolve().is_none())
-            {
+            if invalid_scd(over.scd_type.as_ref()) {
                 ok = false;
                 self.sync_diagnostic(
                     Diagnostic::error(
@@ -236,7 +235,7 @@ impl Resolver<'_> {
                     text,
                     name,
                     key,
-                    "scd_type: 1 keeps the current rows, 2 their history, [1, 2] both".into(),
+                    SCD_HELP.into(),
                 );
             }
             let probe = SourceTable {
