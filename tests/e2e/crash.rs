@@ -275,3 +275,24 @@ fn a_deduplication_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables
         ],
     );
 }
+
+/// The same for AUTO CDC FROM SNAPSHOT, killed in the run that applies two versioned
+/// snapshots (SCD type 2 with TRACK HISTORY): a batch committed to one of the target's
+/// two tables and not the other is applied again, with its version, against the rows
+/// from before it.
+#[test]
+fn a_snapshot_flow_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables() {
+    killed_at_each_point(
+        "snapshot_versions_scd2",
+        &["1"],
+        "1",
+        &["SELECT * FROM target ORDER BY Key, __START_AT"],
+        &[
+            "offsets:target_history",
+            "before-commit:target__state",
+            "committed:target__state",
+            "before-commit:target",
+            "committed:target",
+        ],
+    );
+}

@@ -4,12 +4,15 @@
 //! `cdcflow query "SELECT * FROM <table>" --format csv` (rows compared in sorted order).
 //! `remove` lists files (relative to the pipeline folder) deleted before the run.
 //! An `expect/<name>.sql` beside `<name>.csv` is the query to compare instead.
-//! Optional per step: `args` (extra `cdcflow run` arguments, one per line), `summary`
-//! (lines the run's stdout must contain), `fails` (the run must fail and its stderr
-//! contain these lines). Add a case by adding a folder; no Rust needed.
+//! Optional per step: `args` (extra `cdcflow run` arguments, one per line), `env`
+//! (`NAME=value` lines set for the run, e.g. `CDCFLOW_NOW_MICROS`, the run's clock),
+//! `summary` (lines the run's stdout must contain), `fails` (the run must fail and its
+//! stderr contain these lines). Add a case by adding a folder; no Rust needed.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use std::process::Command;
 
 use crate::{cdcflow, repo, stderr, stdout};
 
@@ -100,8 +103,16 @@ fn run_case(case: &Path) -> Vec<String> {
         }
         let mut args = vec!["run".to_string(), "-p".to_string(), dir.clone()];
         args.extend(lines_of(&step.join("args")));
-        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = cdcflow(&arg_refs);
+        let env: Vec<(String, String)> = lines_of(&step.join("env"))
+            .iter()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(&args)
+            .envs(env)
+            .output()
+            .expect("run cdcflow");
         let fails = lines_of(&step.join("fails"));
         if fails.is_empty() && !out.status.success() {
             problems.push(format!(

@@ -328,6 +328,24 @@ pub(crate) fn late(applied: u64, dropped: u64) -> String {
     }
 }
 
+/// What the snapshots of an AUTO CDC FROM SNAPSHOT flow changed, summed.
+fn snapshots_line(f: &FlowReport) -> String {
+    let versions: Vec<&str> = f.snapshots.iter().map(|s| s.version.as_str()).collect();
+    let sum = |pick: fn(&cdcflow_runtime::cdc::snapshot::Counts) -> u64| {
+        f.snapshots.iter().map(|s| pick(&s.counts)).sum::<u64>()
+    };
+    format!(
+        "snapshot {}: inserted {}, updated {}, deleted {}, unchanged {} -> {} ({} rows)",
+        versions.join(", "),
+        sum(|c| c.inserted),
+        sum(|c| c.updated),
+        sum(|c| c.deleted),
+        sum(|c| c.unchanged),
+        f.target,
+        f.rows_written
+    )
+}
+
 fn line(f: &FlowReport) -> String {
     let files = match (f.files, f.tombstones) {
         (0, 0) => String::new(),
@@ -336,6 +354,7 @@ fn line(f: &FlowReport) -> String {
         (n, t) => format!(" from {n} file(s) ({t} tombstones)"),
     };
     let what = match &f.cdc {
+        Some(_) if !f.snapshots.is_empty() => snapshots_line(f),
         Some(m) => format!(
             "read {}{files}: upserted {}, deleted {}, {}, duplicates {}{} -> {} ({} rows)",
             f.rows_read,

@@ -51,6 +51,10 @@ pub struct AutoCdcSpec {
     pub track_history: Vec<String>,
     /// Columns whose nulls in an update keep the stored value.
     pub ignore_null_updates: Vec<String>,
+    /// `FROM SNAPSHOT`: the changes are found by comparing snapshots, and the source
+    /// is the snapshot's view; the events carry [`crate::snapshot::VERSION_COLUMN`] and
+    /// [`crate::snapshot::DELETED_COLUMN`].
+    pub snapshot: Option<crate::snapshot::SnapshotSpec>,
 }
 
 impl AutoCdcSpec {

@@ -30,6 +30,7 @@ pub mod read_postgres;
 pub mod read_query;
 mod relations;
 mod resolve;
+pub mod snapshot;
 mod sql_spans;
 pub mod stateful;
 pub mod stored_shape;

@@ -43,6 +43,9 @@ pub fn session_config() -> SessionConfig {
 pub struct Planner {
     state: SessionState,
     tables: HashMap<String, Arc<dyn TableSource>>,
+    /// The relations of `last_snapshot_version()` and `current_snapshot_version()`,
+    /// where a snapshot flow's queries are planned (`crate::snapshot`).
+    bindings: HashMap<&'static str, Arc<dyn TableSource>>,
 }
 
 impl Default for Planner {
@@ -70,7 +73,24 @@ impl Planner {
         Self {
             state,
             tables: HashMap::new(),
+            bindings: HashMap::new(),
         }
+    }
+
+    /// Makes the table function `function` (one of [`crate::snapshot::FUNCTIONS`])
+    /// give `source`.
+    pub fn bind(&mut self, function: &'static str, source: Arc<dyn TableSource>) {
+        self.bindings.insert(function, source);
+    }
+
+    /// Makes `function` unknown again.
+    pub fn unbind(&mut self, function: &'static str) {
+        self.bindings.remove(function);
+    }
+
+    /// Binds what `other` binds (a view's queries are planned by a planner of their own).
+    pub fn inherit_bindings(&mut self, other: &Planner) {
+        self.bindings.extend(other.bindings.clone());
     }
 
     /// Makes `name` resolve to `source`.
@@ -153,6 +173,9 @@ impl ContextProvider for Provider<'_> {
         name: &str,
         args: Vec<Expr>,
     ) -> Result<Arc<dyn TableSource>> {
+        if let Some(function) = crate::snapshot::function(name) {
+            return crate::snapshot::bound(function, &self.planner.bindings, &args);
+        }
         crate::table_functions::source(&self.planner.state, name, args)
     }
 

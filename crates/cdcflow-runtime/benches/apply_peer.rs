@@ -117,6 +117,7 @@ fn spec(scd2: bool) -> AutoCdcSpec {
         columns,
         scd_type: if scd2 { 2 } else { 1 },
         ignore_null_updates: vec![],
+        snapshot: None,
     }
 }
 

@@ -39,6 +39,7 @@ impl RunContext {
             storage: &self.storage,
             ctx: &self.ctx,
             sources: self.sources.as_ref(),
+            tables_as_streams: false,
         }
     }
 

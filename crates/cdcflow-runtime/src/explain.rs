@@ -25,6 +25,7 @@ pub async fn physical_plan(
             .with_help("`cdcflow explain` without --physical shows its logical plan"))
         }
         FlowKind::Query { .. } => query_flow::explain(&rc, flow, analyze).await,
+        FlowKind::AutoCdc(spec) if spec.snapshot.is_some() => Ok(cdc::snapshot::explain(spec)),
         FlowKind::AutoCdc(spec) => cdc::flow::explain(&rc, flow, spec, analyze).await,
     }
 }

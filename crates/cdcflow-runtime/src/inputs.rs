@@ -153,6 +153,9 @@ pub struct InputReader<'a> {
     pub storage: &'a Path,
     pub ctx: &'a SessionContext,
     pub sources: Option<&'a Sources>,
+    /// Tables read whole are read as the query runs (`delta::scan`), not first into
+    /// memory.
+    pub tables_as_streams: bool,
 }
 
 impl InputReader<'_> {
@@ -247,6 +250,12 @@ impl InputReader<'_> {
                             d.name,
                             table.data_version().await?.unwrap_or(-1)
                         ));
+                        if self.tables_as_streams {
+                            let (scan, rows) = delta::scan::whole(&table, &schema)?;
+                            batch.rows += rows;
+                            planner.register(&d.name, provider_as_source(scan));
+                            continue;
+                        }
                         vec![table.read_all(&schema)?]
                     };
                     batch.rows += rows.iter().map(|b| b.num_rows() as u64).sum::<u64>();
@@ -303,6 +312,12 @@ impl InputReader<'_> {
                     d.offset_key(),
                     table.data_version().await?.unwrap_or(-1)
                 ));
+                if self.tables_as_streams {
+                    let (scan, rows) = delta::scan::whole(&table, &d.schema)?;
+                    batch.rows += rows;
+                    planner.register(&d.table, provider_as_source(scan));
+                    return Ok(());
+                }
                 vec![table.read_all(&d.schema)?]
             }
         };
@@ -574,6 +589,7 @@ impl InputReader<'_> {
             ViewRead::Whole => (flow.inputs.iter().map(read_whole).collect(), &whole),
         };
         let mut inner = Planner::with_state(self.ctx.state());
+        inner.inherit_bindings(planner);
         Box::pin(self.register(&inputs, progress, &mut inner, batch)).await?;
         let plan = flow.plan_with(&inner)?;
         planner.register(

@@ -75,6 +75,9 @@ pub struct FlowReport {
     pub partition_lag: Vec<crate::sources::PartitionLag>,
     /// AUTO CDC flows: what the apply did.
     pub cdc: Option<ApplyMetrics>,
+    /// AUTO CDC FROM SNAPSHOT flows: each snapshot applied, with what it changed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<crate::cdc::snapshot::counts::AppliedSnapshot>,
     /// Flows that aggregate a watermarked stream: their state and watermark after the
     /// batch.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,6 +118,7 @@ impl FlowReport {
             tombstones: 0,
             partition_lag: vec![],
             cdc: None,
+            snapshots: vec![],
             state: None,
             expectations: vec![],
             warnings: vec![],

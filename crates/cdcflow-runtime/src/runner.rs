@@ -308,6 +308,9 @@ async fn run_flow(rc: &RunContext, flow: &Flow, target: DatasetKind) -> FlowRepo
         return report;
     }
     let result = match (&flow.kind, target) {
+        (FlowKind::AutoCdc(spec), _) if spec.snapshot.is_some() => {
+            cdc::snapshot::run(rc, flow, spec, &mut report).await
+        }
         (FlowKind::AutoCdc(spec), _) => cdc::flow::run(rc, flow, spec, &mut report).await,
         (FlowKind::Query { .. }, DatasetKind::MaterializedView) => {
             query_flow::materialize(rc, flow, &mut report).await

@@ -242,6 +242,14 @@ pub struct AutoCdc {
 }
 
 impl AutoCdc {
+    /// The snapshot source of `AUTO CDC … FROM SNAPSHOT`.
+    pub fn snapshot(&self) -> Option<&SnapshotSource> {
+        match &self.source {
+            CdcSource::Snapshot(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The SCD type, defaulting to 1 as documented.
     pub fn scd_type(&self) -> u64 {
         self.stored_as.as_ref().map_or(1, |s| s.node)
@@ -263,6 +271,19 @@ pub enum CdcSource {
     Dataset(SourceRef),
     /// `FROM (query)`; the span covers the parentheses.
     Query(Spanned<Box<Query>>),
+    /// `FROM SNAPSHOT (query) [WITH VERSION (query)]`: the query gives the source's
+    /// whole content, once per run or once per version its version query selects.
+    Snapshot(Box<SnapshotSource>),
+}
+
+/// `FROM SNAPSHOT (query) [WITH VERSION (query)]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotSource {
+    /// The snapshot's rows; the span covers `SNAPSHOT` and the parentheses.
+    pub query: Spanned<Box<Query>>,
+    /// The version query: one row naming the next snapshot to apply, none when there
+    /// is none. Without it, each run's snapshot is versioned by the run's start time.
+    pub version: Option<Spanned<Box<Query>>>,
 }
 
 impl CdcSource {
@@ -271,6 +292,7 @@ impl CdcSource {
         match self {
             CdcSource::Dataset(s) => s.name.span,
             CdcSource::Query(q) => q.span,
+            CdcSource::Snapshot(s) => s.query.span,
         }
     }
 }

@@ -186,6 +186,12 @@ impl Display for AutoCdc {
             CdcSource::Dataset(s) if s.streaming => write!(f, "STREAM({})", s.name)?,
             CdcSource::Dataset(s) => write!(f, "{}", s.name)?,
             CdcSource::Query(q) => write!(f, "({})", q.node)?,
+            CdcSource::Snapshot(s) => {
+                write!(f, "SNAPSHOT ({})", s.query.node)?;
+                if let Some(v) = &s.version {
+                    write!(f, " WITH VERSION ({})", v.node)?;
+                }
+            }
         }
         write!(f, " KEYS ({})", comma(&self.keys.node))?;
         if let Some(w) = &self.filter {
@@ -203,7 +209,9 @@ impl Display for AutoCdc {
         if let Some(t) = &self.apply_as_truncate {
             write!(f, " APPLY AS TRUNCATE WHEN {}", t.node)?;
         }
-        write!(f, " SEQUENCE BY {}", self.sequence_by.node)?;
+        if self.snapshot().is_none() {
+            write!(f, " SEQUENCE BY {}", self.sequence_by.node)?;
+        }
         if let Some(c) = &self.columns {
             write!(f, " COLUMNS {}", c.node)?;
         }

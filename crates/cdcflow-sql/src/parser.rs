@@ -949,18 +949,89 @@ impl<'a> StatementParser<'a> {
         Ok(CdcSource::Dataset(SourceRef { name, streaming }))
     }
 
+    /// `SNAPSHOT (query) [WITH VERSION (query)]`, after FROM.
+    fn snapshot_source(&mut self) -> Result<SnapshotSource> {
+        let start = self.start();
+        self.expect_words(&["SNAPSHOT"])?;
+        self.expect_token(&Token::LParen)?;
+        let query = self.query()?;
+        self.expect_token(&Token::RParen)
+            .map_err(|e| e.with_help("the query after FROM SNAPSHOT ( ends with )"))?;
+        let query = Spanned::new(query, self.span_from(start));
+        let version_start = self.start();
+        let version = if self.words(&["WITH", "VERSION"]) {
+            self.expect_token(&Token::LParen)?;
+            let version = self.query()?;
+            self.expect_token(&Token::RParen)
+                .map_err(|e| e.with_help("the query after WITH VERSION ( ends with )"))?;
+            Some(Spanned::new(version, self.span_from(version_start)))
+        } else {
+            None
+        };
+        Ok(SnapshotSource { query, version })
+    }
+
+    /// A snapshot flow takes KEYS, TRACK HISTORY and STORED AS: its changes are found
+    /// by comparing snapshots, so it has no operations, sequence or column list.
+    fn snapshot_clauses(&self, cdc: AutoCdc, has_sequence: bool) -> Result<AutoCdc> {
+        let refused = [
+            (
+                cdc.legacy.then_some(cdc.span),
+                "APPLY CHANGES",
+                "write CREATE FLOW name AS AUTO CDC INTO target FROM SNAPSHOT (query) KEYS (…)",
+            ),
+            (
+                cdc.filter.as_ref().map(|c| c.span),
+                "WHERE",
+                "filter the rows in the snapshot query",
+            ),
+            (
+                has_sequence.then_some(cdc.sequence_by.span),
+                "SEQUENCE BY",
+                "snapshots are applied in version order: the version of each is the run's start time, or the row WITH VERSION (query) gives",
+            ),
+            (
+                cdc.apply_as_delete.as_ref().map(|c| c.span),
+                "APPLY AS DELETE WHEN",
+                "a key missing from a snapshot is deleted",
+            ),
+            (
+                cdc.apply_as_truncate.as_ref().map(|c| c.span),
+                "APPLY AS TRUNCATE WHEN",
+                "an empty snapshot deletes every key",
+            ),
+            (
+                cdc.ignore_null_updates.as_ref().map(|c| c.span),
+                "IGNORE NULL UPDATES",
+                "a snapshot row is the key's whole new value; keep old values in the snapshot query (e.g. with COALESCE over the target)",
+            ),
+            (
+                cdc.columns.as_ref().map(|c| c.span),
+                "COLUMNS",
+                "choose the columns in the snapshot query: FROM SNAPSHOT (SELECT a, b FROM …)",
+            ),
+        ];
+        match refused.into_iter().find(|(span, ..)| span.is_some()) {
+            Some((Some(span), clause, help)) => Err(ParseError::new(
+                format!("{clause} is not accepted with FROM SNAPSHOT"),
+                span,
+            )
+            .with_help(help)),
+            _ => Ok(cdc),
+        }
+    }
+
     fn auto_cdc(&mut self, start: Location, once: bool, legacy: bool) -> Result<AutoCdc> {
         let target = self.dataset_name()?;
         self.expect_words(&["FROM"])?;
         // `FROM SNAPSHOT (query)`; a source named `snapshot` has no parenthesis after it.
-        if self.peek_is("SNAPSHOT") && matches!(self.p.peek_nth_token_ref(1).token, Token::LParen) {
-            return Err(self
-                .unsupported("AUTO CDC FROM SNAPSHOT is not supported")
-                .with_help(
-                    "land each snapshot's changes as events and read them with FROM STREAM(source)",
-                ));
-        }
-        let source = self.cdc_source()?;
+        let source = if self.peek_is("SNAPSHOT")
+            && matches!(self.p.peek_nth_token_ref(1).token, Token::LParen)
+        {
+            CdcSource::Snapshot(Box::new(self.snapshot_source()?))
+        } else {
+            self.cdc_source()?
+        };
         let keys_start = self.start();
         if !self.word("KEYS") {
             return Err(self.unexpected("expected KEYS").with_help(
@@ -1052,6 +1123,9 @@ impl<'a> StatementParser<'a> {
             }
         }
         cdc.span = self.span_from(start);
+        if cdc.snapshot().is_some() {
+            return self.snapshot_clauses(cdc, has_sequence);
+        }
         if !has_sequence {
             return Err(ParseError::new("AUTO CDC requires a SEQUENCE BY clause", cdc.span)
                 .with_help("add SEQUENCE BY <column> (or STRUCT(a, b)) giving the order of the changes per key"));
@@ -1099,6 +1173,44 @@ mod tests {
         );
         let again = parse_statements(&text);
         assert!(again.errors.is_empty() && again.statements[0].to_string() == text);
+    }
+
+    #[test]
+    fn snapshot_flows_parse_and_print_again() {
+        let f = parse_statements(
+            "CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT * FROM s)\n KEYS (id) STORED AS SCD TYPE 2 TRACK HISTORY ON (a);\n\
+             CREATE FLOW g AS AUTO CDC INTO u FROM SNAPSHOT (SELECT * FROM s WHERE v = (SELECT version FROM current_snapshot_version()))\n\
+             WITH VERSION (SELECT min(v) AS version FROM s) KEYS (id)",
+        );
+        assert!(f.errors.is_empty(), "{:?}", f.errors);
+        for statement in &f.statements {
+            let text = statement.to_string();
+            assert!(!text.contains("SEQUENCE BY"), "{text}");
+            let again = parse_statements(&text);
+            assert!(again.errors.is_empty() && again.statements[0].to_string() == text);
+        }
+        assert!(
+            f.statements[1]
+                .to_string()
+                .contains(" WITH VERSION (SELECT min(v)")
+        );
+    }
+
+    #[test]
+    fn snapshot_flows_refuse_change_clauses_at_the_clause() {
+        let f = parse_statements(
+            "CREATE FLOW f AS AUTO CDC INTO t FROM SNAPSHOT (SELECT * FROM s) KEYS (id)\n SEQUENCE BY v",
+        );
+        assert_eq!(
+            f.errors[0].message,
+            "SEQUENCE BY is not accepted with FROM SNAPSHOT"
+        );
+        assert_eq!(f.errors[0].span.start, Location::new(2, 2));
+        // A source named `snapshot` is still a source.
+        let f = parse_statements(
+            "CREATE FLOW f AS AUTO CDC INTO t FROM STREAM(snapshot) KEYS (id) SEQUENCE BY v",
+        );
+        assert!(f.errors.is_empty(), "{:?}", f.errors);
     }
 
     #[test]

@@ -253,6 +253,9 @@ impl Resolver<'_> {
             .iter()
             .map(|f| f.name().clone())
             .collect();
+        if let Some(views) = self.snapshot_of(&self.flows[f].name).cloned() {
+            return self.plan_snapshot_cdc(f, &cdc, &views, spec, &source_schema);
+        }
         let df_schema =
             DFSchema::try_from_qualified_schema(bare(&spec.source), &source_schema).ok()?;
         let errors_before = self.diags.iter().filter(|d| d.is_error()).count();

@@ -103,6 +103,12 @@ impl Resolver<'_> {
                     deps[t].push(s);
                 }
             }
+            if let Some(s) = self
+                .planned_after(&f.target)
+                .and_then(|a| self.dataset_index(a))
+            {
+                deps[t].push(s);
+            }
         }
         // Iterative DFS with colours, to find a cycle path to report.
         let mut state = vec![0u8; n]; // 0 new, 1 on stack, 2 done

@@ -31,6 +31,7 @@ use crate::read_files::{FileFormat, ReadFiles};
 use crate::read_postgres::{self, ReadPostgres, TableName};
 use crate::read_query::{self, ReadQuery};
 use crate::relations::{FilesCall, Relation, SourceCall, rewrite_relations};
+use crate::snapshot::SnapshotSpec;
 use crate::suggest;
 use crate::types::{arrow_type, ddl_schema};
 use lookup::Found;
@@ -172,6 +173,7 @@ pub fn load_discovered(
         connections: config.connections.clone(),
         source_columns: columns.clone(),
         watermarks: HashMap::new(),
+        snapshots: HashMap::new(),
     };
     let defaults = Namespace::new(config.catalog.clone(), config.schema.clone());
     r.externals = config
@@ -190,6 +192,7 @@ pub fn load_discovered(
     let storage = root.join(&config.storage);
     r.check_moved_folders(&storage);
     r.check_targets();
+    r.check_snapshot_targets();
     r.check_change_source_readers();
     let order = r.order_datasets();
     r.check_view_depth(&order);
@@ -258,6 +261,8 @@ struct Resolver<'a> {
     source_columns: BTreeMap<String, SchemaRef>,
     /// The WATERMARK clauses of each file (`cdcflow_sql::watermark`), by file.
     watermarks: HashMap<FileId, Vec<cdcflow_sql::watermark::Watermark>>,
+    /// The views of each AUTO CDC FROM SNAPSHOT flow, by lower-cased flow name.
+    snapshots: HashMap<String, snapshot::SnapshotViews>,
 }
 
 /// A flow as parsed, before its references are resolved.
@@ -695,7 +700,11 @@ impl Resolver<'_> {
                     Some(d) => Found::One(d),
                     None => self.find_dataset(&ident_list(&src.parts), &namespace),
                 };
-                let inputs = match found.one() {
+                let snapshot = self.snapshot_of(&name).map(|v| SnapshotSpec {
+                    version_view: v.version_view.clone(),
+                    ..SnapshotSpec::periodic()
+                });
+                let mut inputs = match found.one() {
                     Some(i) if src.qualifier().len() <= 2 => vec![Input::Dataset {
                         name: self.datasets[i].name.clone(),
                         streaming: source.streaming,
@@ -741,7 +750,15 @@ impl Resolver<'_> {
                     scd_type: cdc.scd_type().min(255) as u8,
                     track_history: vec![],
                     ignore_null_updates: vec![],
+                    snapshot,
                 };
+                // A snapshot flow reads its version view too (graphs show it).
+                if let Some(v) = spec.snapshot.as_ref().and_then(|s| s.version_view.clone()) {
+                    inputs.push(Input::Dataset {
+                        name: v,
+                        streaming: false,
+                    });
+                }
                 self.check_cdc_clauses(&cdc, file);
                 self.pending_cdc.push((self.flows.len(), *cdc));
                 self.flows.push(Flow {
@@ -774,6 +791,7 @@ mod lookup;
 mod plan_errors;
 mod references;
 mod schemas;
+mod snapshot;
 mod source_query;
 mod stored_shape;
 mod streams;

@@ -38,6 +38,10 @@ impl Resolver<'_> {
         else {
             return;
         };
+        // A snapshot flow shares its target with no flow (`check_snapshot_targets`).
+        if x.snapshot.is_some() || y.snapshot.is_some() {
+            return;
+        }
         let shape = |s: &SchemaRef| -> Vec<(String, DataType)> {
             s.fields()
                 .iter()
@@ -198,10 +202,13 @@ impl Resolver<'_> {
                 return None;
             }
         }
+        if self.waits_for_version(f) {
+            return None; // its WITH VERSION query did not plan, and said why
+        }
         let plan = match &self.flows[f].kind {
             FlowKind::Query { query, .. } => {
                 let query = query.clone();
-                match self.planner.plan_query(&query) {
+                match self.plan_flow_query(f, &query) {
                     Ok(p) => p,
                     Err(e) => {
                         let file = self.flows[f].file;

@@ -17,11 +17,19 @@ impl Resolver<'_> {
     /// `flow` with a `FROM (query)` source turned into a view it reads (the view and
     /// its query's flow are added here); any other flow unchanged.
     pub(super) fn with_source_view(&mut self, mut flow: PendingFlow) -> PendingFlow {
-        let PendingBody::AutoCdc(cdc) = &mut flow.body else {
+        let PendingBody::AutoCdc(cdc) = &flow.body else {
             return flow;
         };
         let (query, span) = match &cdc.source {
             CdcSource::Query(query) => (query.node.clone(), query.span),
+            CdcSource::Snapshot(snapshot) => {
+                let snapshot = (**snapshot).clone();
+                let source = self.snapshot_views(&flow, snapshot);
+                if let PendingBody::AutoCdc(cdc) = &mut flow.body {
+                    cdc.source = source;
+                }
+                return flow;
+            }
             CdcSource::Dataset(source) => {
                 match self.external_source_query(source, &flow.namespace) {
                     Some(query) => (query, source.name.span),
@@ -29,7 +37,27 @@ impl Resolver<'_> {
                 }
             }
         };
-        let name = self.free_name(&format!("{}__source", flow.name));
+        let (view_name, streaming) = self.private_view(&flow, "source", query, span);
+        let PendingBody::AutoCdc(cdc) = &mut flow.body else {
+            return flow;
+        };
+        cdc.source = CdcSource::Dataset(SourceRef {
+            name: view_name,
+            streaming,
+        });
+        flow
+    }
+
+    /// Adds the private view `<flow>__<suffix>` defined by `query` (written at `span`)
+    /// for `flow` to read; returns its name and whether it reads a stream.
+    pub(super) fn private_view(
+        &mut self,
+        flow: &PendingFlow,
+        suffix: &str,
+        query: Box<Query>,
+        span: Span,
+    ) -> (DatasetName, bool) {
+        let name = self.free_name(&format!("{}__{suffix}", flow.name));
         let view_name = DatasetName {
             parts: vec![Ident::with_span(span, name.clone())],
             span,
@@ -90,11 +118,7 @@ impl Resolver<'_> {
                 Input::Postgres(_) | Input::Mysql(_) | Input::Query(_) | Input::Kafka(_) => true,
             })
         });
-        cdc.source = CdcSource::Dataset(SourceRef {
-            name: view_name,
-            streaming,
-        });
-        flow
+        (view_name, streaming)
     }
 
     /// The AUTO CDC flow whose `FROM (query)` the dataset `name` is, if it is one.

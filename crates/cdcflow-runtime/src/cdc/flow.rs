@@ -99,16 +99,74 @@ pub(crate) async fn run(
     if !has_new && committed.is_some() && public.exists() {
         return Ok(());
     }
-    checkpoint.write_intent(&offsets)?;
-    record_shape(&shape, &shape_file)?;
+    let applied = apply_batch(
+        rc,
+        flow,
+        spec,
+        Batch {
+            target,
+            rules,
+            source_schema: &source_schema,
+            tables: (state, public),
+            checkpoint: &checkpoint,
+            shape: (&shape, &shape_file),
+            number: batch,
+            offsets,
+            read,
+        },
+    )
+    .await?;
+    report.oldest_change_micros = applied.oldest_change;
+    report.warnings.extend(applied.note);
+    report_applied(&applied.metrics, applied.rows_written, report);
+    report.outcome = FlowOutcome::Committed { batch };
+    Ok(())
+}
 
+/// One batch of an AUTO CDC flow, read and ready to apply.
+pub(super) struct Batch<'a> {
+    pub target: &'a Dataset,
+    pub rules: Rules,
+    pub source_schema: &'a SchemaRef,
+    /// The target's (state, published) tables as the run opened them.
+    pub tables: (Table, Table),
+    pub checkpoint: &'a crate::checkpoint::Checkpoint,
+    /// The flow's shape and where it is recorded.
+    pub shape: (&'a Shape, &'a std::path::Path),
+    pub number: i64,
+    pub offsets: Offsets,
+    pub read: BatchSource,
+}
+
+/// Applies `batch` and commits it: its offsets written down first, then the published
+/// table and the state, each commit carrying the flow's transaction id and the batch.
+pub(super) async fn apply_batch(
+    rc: &RunContext,
+    flow: &Flow,
+    spec: &Arc<AutoCdcSpec>,
+    batch: Batch<'_>,
+) -> Result<exec::Applied, RunError> {
+    let Batch {
+        target,
+        rules,
+        source_schema,
+        tables,
+        checkpoint,
+        shape: (shape, shape_file),
+        number,
+        offsets,
+        read,
+    } = batch;
+    checkpoint.write_intent(&offsets)?;
+    record_shape(shape, shape_file)?;
     let operation = Operation::AutoCdc {
         flow: spec.flow.clone(),
-        batch,
+        batch: number,
         scd_type: spec.scd_type,
         keys: spec.keys.clone(),
     };
-    let (public_commit, state_commit) = commits(target, vec![(app, batch)], &offsets);
+    let app = layout::app_id(&flow.name);
+    let (public_commit, state_commit) = commits(target, vec![(app, number)], &offsets);
     let (public_commit, state_commit) = (
         public_commit.doing(operation.clone()),
         state_commit.doing(operation),
@@ -117,42 +175,43 @@ pub(crate) async fn run(
     let target = exec::ApplyTarget::of_opened(
         rules,
         &target.name,
-        (state, public),
+        tables,
         (state_commit, public_commit),
         rc.now_micros,
     );
-    let plan = exec::apply_plan(spec, &source_schema, read, target).await?;
+    let plan = exec::apply_plan(spec, source_schema, read, target).await?;
     let executed = Arc::clone(&plan.plan);
     let applied = exec::run_apply(plan).await?;
-    record_executed(rc, flow, batch, &executed);
-    report.oldest_change_micros = applied.oldest_change;
-    report.warnings.extend(applied.note);
-    report_applied(&applied.metrics, applied.rows_written, report);
-    report.outcome = FlowOutcome::Committed { batch };
-    Ok(())
+    record_executed(rc, flow, number, &executed);
+    Ok(applied)
 }
 
 /// A flow's target, source and the rules it is applied by.
-struct Prepared<'p> {
-    target: &'p Dataset,
-    source: &'p Dataset,
-    source_schema: SchemaRef,
-    rules: Rules,
+pub(super) struct Prepared<'p> {
+    pub target: &'p Dataset,
+    pub source: &'p Dataset,
+    /// The rows the flow's events are made of (a snapshot flow's: its change events).
+    pub source_schema: SchemaRef,
+    pub rules: Rules,
 }
 
-fn prepare<'p>(
+pub(super) fn prepare<'p>(
     rc: &'p RunContext,
     flow: &Flow,
     spec: &AutoCdcSpec,
 ) -> Result<Prepared<'p>, RunError> {
     let target = dataset(&rc.pipeline, &flow.target)?;
     let source = dataset(&rc.pipeline, &spec.source)?;
-    let source_schema = source.schema.clone().ok_or_else(|| {
+    let mut source_schema = source.schema.clone().ok_or_else(|| {
         RunError::input(format!(
             "flow `{}`: the schema of `{}` is not known",
             flow.name, source.name
         ))
     })?;
+    if let Some(snapshot) = &spec.snapshot {
+        source_schema =
+            cdcflow_plan::snapshot::event_schema(&source_schema, &spec.keys, &snapshot.version);
+    }
     let mut rules = rules_for(spec, &source_schema, &target.properties)?;
     if target.def.columns.iter().any(|c| c.generated.is_some()) {
         let planner = Planner::with_state(rc.ctx.state());
@@ -459,7 +518,11 @@ fn planner_table(
 
 /// Fails when the flow's keys, sequencing or SCD type differ from those the target
 /// was built with (`validate` warns of it first).
-fn check_shape(shape: &Shape, path: &std::path::Path, target: &str) -> Result<(), RunError> {
+pub(super) fn check_shape(
+    shape: &Shape,
+    path: &std::path::Path,
+    target: &str,
+) -> Result<(), RunError> {
     let Some(built) = Shape::read(path) else {
         return Ok(());
     };

@@ -29,6 +29,7 @@ mod partitioning;
 pub mod pruning;
 pub(crate) mod read;
 mod rewrite;
+pub(crate) mod scan;
 mod sink;
 
 pub(crate) use cluster::sorted;

@@ -358,7 +358,7 @@ pub(crate) fn plan_where(
 
 impl Run {
     /// The run's live rows in batches of `schema`, file after file.
-    pub(super) fn batches(
+    pub(crate) fn batches(
         &self,
         schema: &SchemaRef,
     ) -> impl Iterator<Item = Result<RecordBatch, RunError>> {
