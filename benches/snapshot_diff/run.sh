@@ -5,8 +5,9 @@
 # deletes, a quarter new keys) replaces it, and the flow's run compares and applies it.
 # The full rewrite is a materialized view over the same table, recomputed on the same
 # second snapshot. Prints each run's wall time and peak RSS (/usr/bin/time), the ratio
-# of the snapshot run to the rewrite, and checks the target against the snapshot (row
-# count, sum of balances, rows of changed city).
+# of the snapshot run to the rewrite, the bytes each added to its storage folder, and
+# checks the target against the snapshot (row count, sum of balances, rows of changed
+# city).
 #
 #   bash benches/snapshot_diff/run.sh CDCFLOW_BIN [--n N] [--changed P] [--work DIR]
 #
@@ -75,8 +76,11 @@ timed load "$BIN" run -p "$WORK/diff" | tee "$WORK/load.line"
 timed rewrite_load "$BIN" run -p "$WORK/rewrite" > /dev/null
 [ "$(count "$WORK/diff")" = "$want" ] || die "after the load: $(count "$WORK/diff"), want $want"
 want=$(snapshot 2)
+size() { du -sb "$1/_storage" | cut -f1; }
+before=$(size "$WORK/diff") rewrite_before=$(size "$WORK/rewrite")
 timed snapshot "$BIN" run -p "$WORK/diff" | tee "$WORK/snapshot.line"
 timed rewrite "$BIN" run -p "$WORK/rewrite" | tee "$WORK/rewrite.line"
+echo "bytes added: snapshot $(( $(size "$WORK/diff") - before )), rewrite $(( $(size "$WORK/rewrite") - rewrite_before )) (loaded table $(du -sb "$WORK/diff/_storage/tables" | cut -f1))"
 [ "$(count "$WORK/diff")" = "$want" ] || die "after the second snapshot: $(count "$WORK/diff"), want $want"
 echo "target equals the snapshot (rows, balance sum, moved rows: $want)"
 grep -h "snapshot " "$WORK/snapshot.out" | sed 's/^ */  /' || true

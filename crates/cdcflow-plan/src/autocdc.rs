@@ -257,6 +257,27 @@ impl UserDefinedLogicalNodeCore for AutoCdcNode {
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let s = &self.spec;
+        if let Some(snapshot) = &s.snapshot {
+            let versions = match &snapshot.version_view {
+                Some(view) => format!(
+                    "{} {} of {view}",
+                    snapshot.version.name(),
+                    snapshot.version.data_type()
+                ),
+                None => format!("the run's start ({})", snapshot.version.data_type()),
+            };
+            write!(
+                f,
+                "AutoCdcFromSnapshot: target={} keys=[{}] scd_type={} version=[{versions}]",
+                s.target,
+                s.keys.join(", "),
+                s.scd_type
+            )?;
+            if s.scd_type == 2 {
+                write!(f, " track_history=[{}]", s.track_history.join(", "))?;
+            }
+            return write!(f, " columns=[{}]", s.columns.join(", "));
+        }
         let seq: Vec<String> = s.sequence.iter().map(|f| f.expr.to_string()).collect();
         write!(
             f,
