@@ -981,6 +981,11 @@ impl<'a> StatementParser<'a> {
                 "write CREATE FLOW name AS AUTO CDC INTO target FROM SNAPSHOT (query) KEYS (…)",
             ),
             (
+                cdc.once.then_some(cdc.span),
+                "AUTO CDC ONCE",
+                "a snapshot flow applies each snapshot once already; for one snapshot only, give WITH VERSION a query that gives one version",
+            ),
+            (
                 cdc.filter.as_ref().map(|c| c.span),
                 "WHERE",
                 "filter the rows in the snapshot query",

@@ -240,18 +240,18 @@ impl Resolver<'_> {
         let d = self.dataset_index(view)?;
         let schema = self.datasets[d].schema.clone()?;
         let field = schema.fields().first()?.as_ref().clone();
-        if !cdc::orderable(field.data_type()) {
+        if !cdc::orderable(field.data_type()) || !exact_version(field.data_type()) {
             let (file, span) = (self.datasets[d].file, self.datasets[d].def.span);
             self.error(
                 file,
                 span,
                 "cdcflow::snapshot_version_type",
                 format!(
-                    "the WITH VERSION query gives a version of type {}, which cannot be ordered",
+                    "the WITH VERSION query gives a version of type {}, which cannot be a snapshot version",
                     field.data_type()
                 ),
                 "version",
-                Some("give a number, timestamp, date, string or a STRUCT of those: snapshots are applied in version order".into()),
+                Some("give an integer, decimal, timestamp, date, string or a STRUCT of those: snapshots are applied in version order, and the last one is kept exactly".into()),
             );
             return None;
         }
@@ -291,6 +291,17 @@ impl Resolver<'_> {
                 );
             }
         }
+    }
+}
+
+/// Whether versions of type `t` compare exactly: no floating point numbers, durations
+/// or intervals (which order ambiguously or not at all).
+fn exact_version(t: &DataType) -> bool {
+    match t {
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => false,
+        DataType::Duration(_) | DataType::Interval(_) => false,
+        DataType::Struct(fields) => fields.iter().all(|f| exact_version(f.data_type())),
+        _ => true,
     }
 }
 

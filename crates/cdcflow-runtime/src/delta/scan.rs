@@ -77,9 +77,11 @@ impl PartitionStream for RunStream {
         let (run, schema) = (Arc::clone(&self.run), Arc::clone(&self.schema));
         builder.spawn_blocking(move || {
             for batch in run.batches(&schema) {
+                let failed = batch.is_err();
                 let batch = batch.map_err(|e| DataFusionError::External(Box::new(e)));
-                if tx.blocking_send(batch).is_err() {
-                    break; // the query stopped reading
+                // Stop when the query stopped reading, or after an error it is told of.
+                if tx.blocking_send(batch).is_err() || failed {
+                    break;
                 }
             }
             Ok(())

@@ -16,7 +16,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, BooleanArray, FixedSizeBinaryArray,
     FixedSizeBinaryBuilder, RecordBatch, new_null_array,
 };
-use datafusion::arrow::compute::{cast, filter_record_batch, is_null};
+use datafusion::arrow::compute::{cast_with_options, filter_record_batch, is_null};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::arrow::util::display::array_value_to_string;
@@ -25,6 +25,7 @@ use twox_hash::{XxHash3_64, XxHash3_128};
 
 use cdcflow_plan::snapshot::{DELETED_COLUMN, VERSION_COLUMN};
 
+use super::STRICT;
 use super::counts::Counts;
 use crate::RunError;
 use crate::delta::DataFile;
@@ -286,7 +287,7 @@ impl Current {
                 })?;
                 match column.data_type() == f.data_type() {
                     true => Ok(Arc::clone(column)),
-                    false => Ok(cast(column, f.data_type())?),
+                    false => Ok(cast_with_options(column, f.data_type(), &STRICT)?),
                 }
             })
             .collect()
@@ -340,7 +341,8 @@ impl Current {
                         .iter()
                         .position(|k| k.name() == field.name())
                     {
-                        return cast(&keys[k], field.data_type()).map_err(RunError::from);
+                        return cast_with_options(&keys[k], field.data_type(), &STRICT)
+                            .map_err(RunError::from);
                     }
                     if field.name() == DELETED_COLUMN {
                         return Ok(Arc::new(BooleanArray::from(vec![true; n])) as ArrayRef);

@@ -22,13 +22,20 @@ use cdcflow_plan::snapshot::{self, DELETED_COLUMN, SnapshotSpec, VERSION_COLUMN}
 use cdcflow_plan::stored_shape::{self, Shape};
 use cdcflow_plan::{Flow, Input};
 use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::{CastOptions, cast_with_options};
 use datafusion::arrow::datatypes::{Field, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::{MemTable, provider_as_source};
 use futures::StreamExt;
 
 pub use counts::{AppliedSnapshot, Counts};
+
+/// Casts that fail rather than give nulls: a snapshot's rows have the types the flow
+/// was planned with, so a value that does not cast is a fault to say, not a null.
+const STRICT: CastOptions<'static> = CastOptions {
+    safe: false,
+    format_options: datafusion::arrow::util::display::FormatOptions::new(),
+};
 use diff::{Columns, Current};
 use version::{OFFSETS_KEY, Version};
 
@@ -88,7 +95,7 @@ pub(crate) async fn run(
                 Some(published_before(&public_dir, &app, committed).await?),
             ),
             false => (
-                next_version(rc, snapshot, last.as_ref(), batch).await?,
+                next_version(rc, flow, snapshot, last.as_ref(), batch, report).await?,
                 None,
             ),
         };
@@ -238,13 +245,30 @@ async fn published_before(
 /// the version query gives with `last_snapshot_version()` bound to `last`.
 async fn next_version(
     rc: &RunContext,
+    flow: &Flow,
     snapshot: &SnapshotSpec,
     last: Option<&Version>,
     batch: i64,
+    report: &mut FlowReport,
 ) -> Result<Option<Version>, RunError> {
     let schema = snapshot.version_schema();
     let Some(view) = &snapshot.version_view else {
-        return Ok(Some(Version::run_start(&schema, rc.now_micros)?));
+        let version = Version::run_start(&schema, rc.now_micros)?;
+        return Ok(Some(match last {
+            // The clock went back (another host, a corrected clock): the snapshot is
+            // applied just after the last one, not refused.
+            Some(last) if version.cmp(last)? != Ordering::Greater => {
+                let after = last.micros_after()?;
+                report.warnings.push(format!(
+                    "the run started at {}, not after the last snapshot ({}): this snapshot is versioned {}",
+                    version.display(),
+                    last.display(),
+                    after.display()
+                ));
+                after
+            }
+            _ => version,
+        }));
     };
     let mut planner = Planner::with_state(rc.ctx.state());
     let last_rows = last.map(|l| l.row.clone()).into_iter().collect();
@@ -252,7 +276,7 @@ async fn next_version(
     let (rows, _) = read_view(rc, view, planner, batch).await?;
     let rows: Vec<RecordBatch> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
     let count: usize = rows.iter().map(|b| b.num_rows()).sum();
-    let flow = view.trim_end_matches("__version");
+    let flow = &flow.name;
     match rows.first() {
         None => Ok(None),
         Some(_) if count > 1 => Err(RunError::input(format!(
@@ -400,7 +424,7 @@ fn upserts(
                     let column = rows.column_by_name(name).ok_or_else(|| {
                         RunError::internal(format!("a snapshot row without `{name}`"))
                     })?;
-                    Ok(cast(column, f.data_type())?)
+                    Ok(cast_with_options(column, f.data_type(), &STRICT)?)
                 }
             }
         })

@@ -1,17 +1,21 @@
 //! A snapshot's version: one value of the flow's version type, held as a one-row batch
 //! (the relation `last_snapshot_version()` and `current_snapshot_version()` give),
-//! compared in the type's order, and kept in the batch's offsets as JSON.
+//! compared in the type's order, and kept in the batch's offsets as that batch in
+//! Arrow's IPC format (hex), so that every type comes back exactly.
 
 use std::cmp::Ordering;
 use std::io::Cursor;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, TimestampMicrosecondArray};
-use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::json::{ArrayWriter, ReaderBuilder};
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray};
+use datafusion::arrow::compute::cast_with_options;
+use datafusion::arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::arrow::util::display::array_value_to_string;
 
+use super::STRICT;
 use crate::RunError;
 
 /// Where a batch's offsets keep the version of the snapshot it applied.
@@ -33,7 +37,7 @@ impl Version {
 
     /// The version whose value is `array`'s one element.
     pub fn of(schema: &SchemaRef, array: &ArrayRef) -> Result<Self, RunError> {
-        let array = datafusion::arrow::compute::cast(array, schema.field(0).data_type())?;
+        let array = cast_with_options(array, schema.field(0).data_type(), &STRICT)?;
         Ok(Self {
             row: RecordBatch::try_new(Arc::clone(schema), vec![array])?,
         })
@@ -44,35 +48,60 @@ impl Version {
         array_value_to_string(self.row.column(0), 0).unwrap_or_else(|_| "?".into())
     }
 
-    /// The value as JSON, for the batch's offsets.
+    /// The value for the batch's offsets: the batch in Arrow IPC (hex), and as shown.
     pub fn to_json(&self) -> Result<serde_json::Value, RunError> {
-        let mut writer = ArrayWriter::new(Vec::new());
+        let mut bytes = Vec::new();
+        let mut writer = StreamWriter::try_new(&mut bytes, &self.row.schema())?;
         writer.write(&self.row)?;
         writer.finish()?;
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&writer.into_inner())
-            .map_err(|e| RunError::internal(format!("a snapshot version as JSON: {e}")))?;
-        rows.into_iter()
-            .next()
-            .ok_or_else(|| RunError::internal("a snapshot version wrote no JSON"))
+        drop(writer);
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(serde_json::json!({ "arrow_ipc": hex, "shown": self.display() }))
     }
 
     /// The version kept as `json` by [`Version::to_json`], of `schema`.
     pub fn from_json(schema: &SchemaRef, json: &serde_json::Value) -> Result<Self, RunError> {
-        let text = serde_json::to_vec(json)
-            .map_err(|e| RunError::internal(format!("a snapshot version as JSON: {e}")))?;
-        let mut reader = ReaderBuilder::new(Arc::clone(schema)).build(Cursor::new(text))?;
-        let row = reader
-            .next()
-            .transpose()?
-            .filter(|b| b.num_rows() == 1)
+        let changed = || {
+            RunError::input(format!(
+                "the last snapshot version recorded, {}, is not a {}",
+                json.get("shown").unwrap_or(json),
+                schema.field(0).data_type()
+            ))
+            .with_help("the version query's type changed since; run `cdcflow run --full-refresh TABLE` to apply the snapshots again")
+        };
+        let hex = json
+            .get("arrow_ipc")
+            .and_then(|h| h.as_str())
+            .ok_or_else(changed)?;
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|b| u8::from_str_radix(b, 16).ok())
+            })
+            .collect::<Option<Vec<u8>>>()
+            .ok_or_else(changed)?;
+        let mut reader = StreamReader::try_new(Cursor::new(bytes), None)?;
+        let row = reader.next().transpose()?.ok_or_else(changed)?;
+        if row.num_rows() != 1 || row.schema().field(0).data_type() != schema.field(0).data_type() {
+            return Err(changed());
+        }
+        Ok(Self {
+            row: RecordBatch::try_new(Arc::clone(schema), row.columns().to_vec())?,
+        })
+    }
+
+    /// A periodic version one microsecond after this one.
+    pub fn micros_after(&self) -> Result<Self, RunError> {
+        let micros = self
+            .row
+            .column(0)
+            .as_primitive_opt::<TimestampMicrosecondType>()
+            .map(|a| a.value(0))
             .ok_or_else(|| {
-                RunError::input(format!(
-                    "the last snapshot version recorded, {json}, is not a {}",
-                    schema.field(0).data_type()
-                ))
-                .with_help("the version query's type changed since; run `cdcflow run --full-refresh TABLE` to apply the snapshots again")
+                RunError::internal("a periodic snapshot version that is no timestamp")
             })?;
-        Ok(Self { row })
+        Self::run_start(&self.row.schema(), micros + 1)
     }
 
     /// How `self` orders against `other`, in the version type's order.
@@ -82,5 +111,79 @@ impl Version {
         let a = converter.convert_columns(&[Arc::clone(self.row.column(0))])?;
         let b = converter.convert_columns(&[Arc::clone(other.row.column(0))])?;
         Ok(a.row(0).cmp(&b.row(0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Decimal128Array, Int32Array, StringArray, StructArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema};
+
+    use super::*;
+
+    fn schema(t: DataType) -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("version", t, false)]))
+    }
+
+    #[test]
+    fn every_version_type_comes_back_from_the_offsets_exactly_and_in_order() {
+        let fields = Fields::from(vec![
+            Field::new("day", DataType::Int32, false),
+            Field::new("path", DataType::Utf8, false),
+        ]);
+        let structs = |day: i32, path: &str| -> ArrayRef {
+            Arc::new(StructArray::new(
+                fields.clone(),
+                vec![
+                    Arc::new(Int32Array::from(vec![day])),
+                    Arc::new(StringArray::from(vec![path])),
+                ],
+                None,
+            ))
+        };
+        let decimal = |v: i128| -> ArrayRef {
+            Arc::new(
+                Decimal128Array::from(vec![v])
+                    .with_precision_and_scale(38, 6)
+                    .expect("decimal"),
+            )
+        };
+        let cases: Vec<(DataType, ArrayRef, ArrayRef)> = vec![
+            (
+                DataType::Struct(fields.clone()),
+                structs(2, "b.csv"),
+                structs(10, "a.csv"),
+            ),
+            (
+                DataType::Decimal128(38, 6),
+                decimal(12_345_678_901_234_567_890_123),
+                decimal(12_345_678_901_234_567_890_124),
+            ),
+        ];
+        for (t, earlier, later) in cases {
+            let s = schema(t.clone());
+            let (a, b) = (
+                Version::of(&s, &earlier).expect("a"),
+                Version::of(&s, &later).expect("b"),
+            );
+            let back = Version::from_json(&s, &a.to_json().expect("json")).expect("back");
+            assert_eq!(back.row, a.row, "{t}");
+            assert_eq!(back.cmp(&b).expect("cmp"), Ordering::Less, "{t}");
+        }
+        let s = schema(DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Microsecond,
+            Some("UTC".into()),
+        ));
+        let t = Version::run_start(&s, 1_704_067_200_000_000).expect("ts");
+        let back = Version::from_json(&s, &t.to_json().expect("json")).expect("back");
+        assert_eq!(back.display(), "2024-01-01T00:00:00Z");
+        assert_eq!(
+            t.micros_after().expect("after").cmp(&t).expect("cmp"),
+            Ordering::Greater
+        );
+        // A version of another type than the flow's now is refused, naming the fix.
+        let err = Version::from_json(&schema(DataType::Int64), &t.to_json().expect("json"))
+            .expect_err("type changed");
+        assert!(err.to_string().contains("is not a Int64"), "{err}");
     }
 }
