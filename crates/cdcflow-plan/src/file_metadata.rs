@@ -39,6 +39,16 @@ pub fn fields() -> Fields {
     ])
 }
 
+/// The `file://` URL of `path`, made absolute: `_metadata.file_path` and
+/// `list_files`' `path`, so that one can be compared with the other.
+pub fn file_url(path: &std::path::Path) -> String {
+    // Fully qualified, as Spark gives it, whatever folder the run started in.
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    url::Url::from_file_path(&absolute)
+        .map(|u| u.to_string())
+        .unwrap_or_else(|()| path.display().to_string())
+}
+
 /// `schema` with the `_metadata` column after its own.
 pub fn with_column(schema: &Schema) -> SchemaRef {
     let mut columns: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();

@@ -158,26 +158,7 @@ impl ReadFiles {
     /// The data files under `path`, sorted by path, and the symbolic links `links`
     /// refused to follow.
     pub fn list(&self, links: Links) -> std::io::Result<Listing> {
-        if self.path.is_file() {
-            return Ok(Listing {
-                files: vec![self.path.clone()],
-                refused_links: vec![],
-            });
-        }
-        if !self.path.exists() {
-            return Ok(Listing::default());
-        }
-        let root = self.path.canonicalize()?;
-        let mut walk = Walk {
-            root: &root,
-            links,
-            visited: Default::default(),
-            pending: Default::default(),
-            found: vec![],
-            refused: vec![],
-        };
-        walk.all(&self.path, &root)?;
-        Ok(walk.finish())
+        list_folder(&self.path, links)
     }
 
     /// The declared schema, or one inferred from the files present; `Ok(None)` when
@@ -293,7 +274,34 @@ impl ReadFiles {
     }
 }
 
-fn skipped(name: &str) -> bool {
+/// The data files under `path` (or the file `path`), sorted by path, and the symbolic
+/// links `links` refused to follow; nothing when `path` does not exist.
+pub fn list_folder(path: &Path, links: Links) -> std::io::Result<Listing> {
+    if path.is_file() {
+        return Ok(Listing {
+            files: vec![path.to_path_buf()],
+            refused_links: vec![],
+        });
+    }
+    if !path.exists() {
+        return Ok(Listing::default());
+    }
+    let root = path.canonicalize()?;
+    let mut walk = Walk {
+        root: &root,
+        links,
+        visited: Default::default(),
+        pending: Default::default(),
+        found: vec![],
+        refused: vec![],
+    };
+    walk.all(path, &root)?;
+    Ok(walk.finish())
+}
+
+/// Entries a listing leaves out: hidden and `_`-prefixed names (engine metadata) and
+/// `.tmp`/`.crc` files (files still being written, checksums).
+pub(crate) fn skipped(name: &str) -> bool {
     name.starts_with('.')
         || name.starts_with('_')
         || name.ends_with(".tmp")

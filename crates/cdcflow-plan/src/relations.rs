@@ -31,6 +31,9 @@ pub enum Relation {
     Query(SourceCall),
     /// A `read_kafka(…)` call.
     Kafka(SourceCall),
+    /// A `list_files(…)` call (`crate::list_files`): the resolver gives its absolute
+    /// path, and the call stays, its arguments made positional literals.
+    ListFiles(FilesCall),
 }
 
 /// The arguments of a source function that takes named literals only
@@ -157,6 +160,11 @@ fn literal_text(expr: &Expr) -> Option<String> {
     }
 }
 
+/// A positional literal argument at `span`.
+fn literal_arg(value: Value, span: Span) -> FunctionArg {
+    FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value.with_span(span))))
+}
+
 fn files_call(args: &[FunctionArg], streaming: bool, span: Span) -> FilesCall {
     let mut call = FilesCall {
         path: None,
@@ -244,7 +252,8 @@ impl Rewriter<'_> {
             | Relation::Postgres(_)
             | Relation::Mysql(_)
             | Relation::Query(_)
-            | Relation::Kafka(_) => None,
+            | Relation::Kafka(_)
+            | Relation::ListFiles(_) => None,
         };
         if let Some(new_name) = (self.resolve)(relation)
             && let TableFactor::Table {
@@ -374,6 +383,21 @@ impl VisitorMut for Rewriter<'_> {
             Some(targs) if is_named(name, "read_kafka") => {
                 Relation::Kafka(source_call(&targs.args, false, span))
             }
+            Some(targs) if is_named(name, crate::list_files::NAME) => {
+                let call = files_call(&targs.args, false, span);
+                let recursive = call
+                    .options
+                    .iter()
+                    .find(|o| o.0 == "recursive")
+                    .is_none_or(|o| !o.1.eq_ignore_ascii_case("false"));
+                if let Some(path) = (self.resolve)(Relation::ListFiles(call)) {
+                    targs.args = vec![
+                        literal_arg(Value::SingleQuotedString(path), span),
+                        literal_arg(Value::Boolean(recursive), span),
+                    ];
+                }
+                return ControlFlow::Continue(());
+            }
             Some(_) => return ControlFlow::Continue(()),
             None => {
                 let parts: Vec<String> = idents(name).iter().map(|i| i.value.clone()).collect();
@@ -394,6 +418,7 @@ impl VisitorMut for Rewriter<'_> {
             | Relation::Mysql(c)
             | Relation::Query(c)
             | Relation::Kafka(c) => c.span,
+            Relation::ListFiles(c) => c.span,
         };
         self.replace(factor, relation, keep);
         ControlFlow::Continue(())

@@ -1,6 +1,7 @@
 //! Table functions in FROM. Spark's `range(end)`, `range(start, end[, step])` is
 //! DataFusion's `range` (the same numbers, `end` excluded) with its column named `id`,
-//! as Spark names it; any other table function is DataFusion's own (`generate_series`).
+//! as Spark names it; `list_files` is Databricks' (`crate::list_files`); any other table
+//! function is DataFusion's own (`generate_series`).
 
 use std::sync::Arc;
 
@@ -21,6 +22,9 @@ pub(crate) fn source(
     args: Vec<Expr>,
 ) -> Result<Arc<dyn TableSource>> {
     let lowered = name.to_ascii_lowercase();
+    if lowered == crate::list_files::NAME {
+        return crate::list_files::source(&args);
+    }
     let datafusion_own = datafusion_function(state, &lowered, args)?;
     if lowered != "range" {
         return Ok(datafusion_own);

@@ -40,6 +40,7 @@ impl RunContext {
             ctx: &self.ctx,
             sources: self.sources.as_ref(),
             tables_as_streams: false,
+            lazy_files: false,
         }
     }
 

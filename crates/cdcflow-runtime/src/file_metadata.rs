@@ -22,11 +22,7 @@ pub fn attach(
     stamp: &Stamp,
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, RunError> {
-    // Fully qualified, as Spark gives it, whatever folder the run started in.
-    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let url = url::Url::from_file_path(&absolute)
-        .map(|u| u.to_string())
-        .unwrap_or_else(|()| path.display().to_string());
+    let url = file_metadata::file_url(path);
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -25,6 +25,8 @@ use crate::landing::{self, FileName, ReadRecord, Readiness, Stamp};
 use crate::sources::{Acknowledge, PartitionLag, Sources};
 use crate::{RunError, cascade, file_metadata, files, layout, quarantine};
 
+mod files_table;
+
 /// The inputs of one batch.
 pub struct BatchInputs {
     pub offsets: Offsets,
@@ -94,6 +96,30 @@ impl BatchInputs {
         }
     }
 
+    /// A snapshot missing some of its files fails rather than be applied: the rows of a
+    /// file left for a later run (still being written, of new columns, a link not followed)
+    /// or of a folder that is not there would be taken for deleted.
+    pub fn unread(&self) -> Option<RunError> {
+        let (what, files) = if !self.missing.is_empty() {
+            ("does not exist", &self.missing)
+        } else if !self.incomplete.is_empty() {
+            ("is still being written", &self.incomplete)
+        } else if !self.new_columns.is_empty() {
+            ("has columns the schema lacks", &self.new_columns)
+        } else if !self.refused_links.is_empty() {
+            ("is a link out of the landing folder", &self.refused_links)
+        } else {
+            return None;
+        };
+        Some(
+            RunError::input(format!(
+                "a snapshot could not be read whole: {} {what}; nothing was applied",
+                files.join(", ")
+            ))
+            .with_help("a snapshot is applied whole, and a row it lacks is deleted: run again once the files are complete (a new column: declare it in the read's schema =>, or run --full-refresh)"),
+        )
+    }
+
     /// What the user should hear about the landing files of this batch.
     pub fn landing_warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -156,6 +182,10 @@ pub struct InputReader<'a> {
     /// Tables read whole are read as the query runs (`delta::scan`), not first into
     /// memory.
     pub tables_as_streams: bool,
+    /// A `read_files` whose query reads `_metadata` is read as the query runs, only the
+    /// files the query's filters on `_metadata` keep (`crate::files_table`): a snapshot
+    /// picks its files from a folder of many.
+    pub lazy_files: bool,
 }
 
 impl InputReader<'_> {
@@ -485,73 +515,19 @@ impl InputReader<'_> {
             }
             new.push((path, name));
         }
-        let paths: Vec<PathBuf> = new.iter().map(|(p, _)| p.clone()).collect();
-        let readiness = landing::settle(&paths, settle_period(config)).await;
-        let mut rows = Vec::new();
-        let mut records = Vec::new();
-        for ((path, name), ready) in new.into_iter().zip(readiness) {
-            let shown = name.shown_under(rf);
-            let stamp = match ready {
-                Readiness::Settled(stamp) => stamp,
-                // Nothing is recorded, so it is read once it has content.
-                Readiness::Empty | Readiness::Gone => continue,
-                Readiness::Changing => {
-                    batch.incomplete.push(shown);
-                    continue;
-                }
+        if self.lazy_files && rf.metadata && !rf.streaming {
+            let table = files_table::FilesTable {
+                read: rf.clone(),
+                schema,
+                read_schema: Arc::clone(&read_schema),
+                files: new,
+                settle: settle_period(config),
             };
-            if !rf.streaming {
-                batch.fingerprint.push(format!("{name}:{}", stamp.size));
-            }
-            let read = files::read_file(rf, &schema, &path)?;
-            // Written to while it was read: what was read may be half of it.
-            if read.incomplete || Stamp::of(&path).ok() != Some(stamp) {
-                batch.incomplete.push(shown);
-                continue;
-            }
-            if !read.new_columns.is_empty() {
-                let columns = read.new_columns.join("`, `");
-                // Logged too: a continuous run shows no summary for a batch that
-                // committed nothing, and the file waits until the run is restarted.
-                tracing::warn!(file = %shown, columns = %columns, "landing file has columns the inferred schema lacks; left for the next run");
-                batch.new_columns.push(format!("{shown} (`{columns}`)"));
-                if !rf.streaming {
-                    // So that the run that reads it recomputes what read the folder.
-                    batch.fingerprint.push(format!("{name}:waiting"));
-                }
-                continue;
-            }
-            if rf.streaming
-                && let Some(at) = stamp.modified_micros
-            {
-                batch.oldest_arrival_micros =
-                    Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
-            }
-            match rf.metadata {
-                true => rows.extend(file_metadata::attach(
-                    read.batches,
-                    &path,
-                    &stamp,
-                    &read_schema,
-                )?),
-                false => rows.extend(read.batches),
-            }
-            if rf.streaming {
-                batch.landing.push(shown.clone());
-            }
-            let source = quarantine::Source {
-                bytes: name.bytes_under(rf),
-                shown,
-            };
-            batch
-                .quarantine
-                .extend(read.bad.into_iter().map(|b| (source.clone(), b)));
-            records.push(ReadRecord {
-                name,
-                stamp: Some(stamp),
-                fingerprint: read.fingerprint,
-            });
+            planner.register(&rf.table, provider_as_source(Arc::new(table)));
+            return Ok(());
         }
+        let (rows, records) =
+            read_listed(rf, &schema, &read_schema, new, settle_period(config), batch).await?;
         batch.files += records.len() as u64;
         batch.rows += rows.iter().map(|b| b.num_rows() as u64).sum::<u64>();
         if rf.streaming {
@@ -629,6 +605,88 @@ fn read_whole(input: &Input) -> Input {
         Input::Query(rq) => Input::Query(rq.clone()),
         Input::Kafka(rk) => Input::Kafka(rk.clone()),
     }
+}
+
+/// Reads the landing files `new` of `rf` (of `schema`; rows of `read_schema`, with
+/// `_metadata` when the query reads it), each once it has settled for `settle`: their
+/// rows and records. Files left for later, malformed records and the fingerprint go to
+/// `batch`.
+pub(crate) async fn read_listed(
+    rf: &ReadFiles,
+    schema: &SchemaRef,
+    read_schema: &SchemaRef,
+    new: Vec<(PathBuf, FileName)>,
+    settle: Duration,
+    batch: &mut BatchInputs,
+) -> Result<(Vec<RecordBatch>, Vec<ReadRecord>), RunError> {
+    let paths: Vec<PathBuf> = new.iter().map(|(p, _)| p.clone()).collect();
+    let readiness = landing::settle(&paths, settle).await;
+    let mut rows = Vec::new();
+    let mut records = Vec::new();
+    for ((path, name), ready) in new.into_iter().zip(readiness) {
+        let shown = name.shown_under(rf);
+        let stamp = match ready {
+            Readiness::Settled(stamp) => stamp,
+            // Nothing is recorded, so it is read once it has content.
+            Readiness::Empty | Readiness::Gone => continue,
+            Readiness::Changing => {
+                batch.incomplete.push(shown);
+                continue;
+            }
+        };
+        if !rf.streaming {
+            batch.fingerprint.push(format!("{name}:{}", stamp.size));
+        }
+        let read = files::read_file(rf, schema, &path)?;
+        // Written to while it was read: what was read may be half of it.
+        if read.incomplete || Stamp::of(&path).ok() != Some(stamp) {
+            batch.incomplete.push(shown);
+            continue;
+        }
+        if !read.new_columns.is_empty() {
+            let columns = read.new_columns.join("`, `");
+            // Logged too: a continuous run shows no summary for a batch that
+            // committed nothing, and the file waits until the run is restarted.
+            tracing::warn!(file = %shown, columns = %columns, "landing file has columns the inferred schema lacks; left for the next run");
+            batch.new_columns.push(format!("{shown} (`{columns}`)"));
+            if !rf.streaming {
+                // So that the run that reads it recomputes what read the folder.
+                batch.fingerprint.push(format!("{name}:waiting"));
+            }
+            continue;
+        }
+        if rf.streaming
+            && let Some(at) = stamp.modified_micros
+        {
+            batch.oldest_arrival_micros =
+                Some(batch.oldest_arrival_micros.map_or(at, |o| o.min(at)));
+        }
+        match rf.metadata {
+            true => rows.extend(file_metadata::attach(
+                read.batches,
+                &path,
+                &stamp,
+                read_schema,
+            )?),
+            false => rows.extend(read.batches),
+        }
+        if rf.streaming {
+            batch.landing.push(shown.clone());
+        }
+        let source = quarantine::Source {
+            bytes: name.bytes_under(rf),
+            shown,
+        };
+        batch
+            .quarantine
+            .extend(read.bad.into_iter().map(|b| (source.clone(), b)));
+        records.push(ReadRecord {
+            name,
+            stamp: Some(stamp),
+            fingerprint: read.fingerprint,
+        });
+    }
+    Ok((rows, records))
 }
 
 fn register_rows(

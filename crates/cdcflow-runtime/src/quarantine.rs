@@ -87,3 +87,22 @@ pub(crate) async fn write(
     delta::append_once(&dir, &schema(), vec![rows], app, batch, &commit).await?;
     Ok(name)
 }
+
+/// The failure for malformed records under `bad_records: fail` (and wherever they cannot
+/// be quarantined): the first one named by file and line.
+pub(crate) fn malformed(bad: &[(Source, BadRecord)]) -> RunError {
+    let (file, first) = &bad[0];
+    let file = &file.shown;
+    let at = first
+        .line
+        .map_or_else(|| file.clone(), |l| format!("{file}:{l}"));
+    let more = match bad.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    RunError::input(format!(
+        "malformed record at {at}: {}{more}; nothing was committed",
+        first.error
+    ))
+    .with_help("fix the file and land the fixed copy as a new file, or set `bad_records: quarantine` in pipeline.yaml to keep such records apart")
+}

@@ -12,7 +12,6 @@ use futures::StreamExt;
 
 use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table, conform};
-use crate::files::BadRecord;
 use crate::inputs::BatchInputs;
 use crate::quarantine;
 use crate::report::{FlowOutcome, FlowReport};
@@ -92,7 +91,7 @@ impl QueryBatch {
     ) -> Result<(), RunError> {
         let bad = std::mem::take(&mut self.inputs.quarantine);
         if !bad.is_empty() && rc.pipeline.config.bad_records == BadRecords::Fail {
-            return Err(malformed(&bad));
+            return Err(quarantine::malformed(&bad));
         }
         self.checkpoint.write_intent(&self.inputs.offsets)?;
         let batch = self.inputs.offsets.batch;
@@ -330,23 +329,4 @@ async fn execute(
         .map(|b| conform(b, &stored))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((stored, batches))
-}
-
-/// The failure for malformed records under `bad_records: fail` (and wherever they cannot
-/// be quarantined): the first one named by file and line.
-pub(crate) fn malformed(bad: &[(quarantine::Source, BadRecord)]) -> RunError {
-    let (file, first) = &bad[0];
-    let file = &file.shown;
-    let at = first
-        .line
-        .map_or_else(|| file.clone(), |l| format!("{file}:{l}"));
-    let more = match bad.len() {
-        1 => String::new(),
-        n => format!(" (and {} more)", n - 1),
-    };
-    RunError::input(format!(
-        "malformed record at {at}: {}{more}; nothing was committed",
-        first.error
-    ))
-    .with_help("fix the file and land the fixed copy as a new file, or set `bad_records: quarantine` in pipeline.yaml to keep such records apart")
 }

@@ -26,6 +26,7 @@ mod raw_row;
 mod regex_fns;
 mod secret;
 pub mod service;
+mod struct_names;
 pub mod syntax;
 pub mod time_window;
 mod to_timestamp;

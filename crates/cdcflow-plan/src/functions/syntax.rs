@@ -14,7 +14,9 @@
 //! or a LATERAL VIEW: `unnest(generate_series(0, cardinality(a) - 1))` and `a[pos + 1]`.
 //! Other forms (a map's key and value) are left to DataFusion, which says it does not
 //! implement them. Struct fields in a SELECT list take Spark's names too
-//! ([`super::field_names`]). Rewritten before planning, by the [`Planner`](crate::planner::Planner) and by
+//! ([`super::field_names`]), and so do the fields of `struct(…)`
+//! ([`super::struct_names`]). Rewritten before planning, by the
+//! [`Planner`](crate::planner::Planner) and by
 //! `cdcflow query`, so validate, run and query read the same SQL.
 
 use std::ops::ControlFlow;
@@ -44,6 +46,11 @@ impl VisitorMut for Generators {
 
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         rewrite_body(&mut query.body);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        super::struct_names::name_struct(expr);
         ControlFlow::Continue(())
     }
 }

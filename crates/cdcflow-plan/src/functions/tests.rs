@@ -201,3 +201,26 @@ async fn our_functions_compute_what_spark_computes() {
         assert_eq!(values(sql).await, expected, "{sql}");
     }
 }
+
+/// `struct(…)` names its fields as Spark does: a column its name, a struct field its
+/// field's, any other value `col<n>`; and structs compare field by field, as
+/// Databricks' snapshot example compares `struct(modification_time, path)`.
+#[tokio::test]
+async fn struct_fields_take_spark_names_and_structs_compare() {
+    assert_eq!(
+        values("SELECT struct(n, s, n + 1) FROM t").await,
+        ["{n: 7, s: 2024-03-05 10:30:00, col3: 8}"]
+    );
+    assert_eq!(
+        values("SELECT v.n FROM (SELECT struct(d, n) AS v FROM t)").await,
+        ["7"]
+    );
+    assert_eq!(values("SELECT struct(n AS id) FROM t").await, ["{id: 7}"]);
+    assert_eq!(
+        values(
+            "SELECT struct(n, s) < struct(n + 1 AS n, s) AND NOT struct(n, s) > struct(n, s) FROM t"
+        )
+        .await,
+        ["true"]
+    );
+}

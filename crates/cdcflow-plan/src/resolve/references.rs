@@ -24,6 +24,8 @@ enum Resolved {
     Query(String),
     /// A `read_kafka` call and the table name that stands for it.
     Kafka(String),
+    /// A `list_files` call: a table function, not an input.
+    ListFiles,
 }
 
 impl Resolver<'_> {
@@ -100,6 +102,11 @@ impl Resolver<'_> {
                 found.push((rel, Resolved::Kafka(table.clone())));
                 Some(table)
             }
+            Relation::ListFiles(call) => {
+                let path = call.path.as_ref().map(|p| this.root.join(p));
+                found.push((rel, Resolved::ListFiles));
+                path.map(|p| p.display().to_string())
+            }
         });
         let mut inputs = Vec::new();
         for (rel, resolved) in found {
@@ -159,10 +166,55 @@ impl Resolver<'_> {
                         inputs.push(Input::Kafka(rk));
                     }
                 }
+                (Relation::ListFiles(call), Resolved::ListFiles) => self.list_files(&call, file),
                 _ => {}
             }
         }
         inputs
+    }
+
+    /// The diagnostics of a `list_files(path [, recursive => bool])` call.
+    fn list_files(&mut self, call: &FilesCall, file: FileId) {
+        const FUNCTION: &str = "cdcflow::list_files";
+        for span in &call.invalid {
+            self.error(
+                file,
+                *span,
+                FUNCTION,
+                "list_files takes literal arguments".into(),
+                "not a literal",
+                Some("list_files('landing/customers', recursive => false)".into()),
+            );
+        }
+        let Some(path_text) = &call.path else {
+            self.error(
+                file,
+                call.span,
+                FUNCTION,
+                "list_files needs a path".into(),
+                "no path",
+                Some("list_files('landing/customers')".into()),
+            );
+            return;
+        };
+        for (key, value, span) in &call.options {
+            match key.as_str() {
+                "recursive" if ["true", "false"].contains(&value.to_ascii_lowercase().as_str()) => {}
+                "recursive" => self.error(file, *span, FUNCTION, format!("recursive => {value} is not a boolean"), "not true or false", Some("recursive => true lists every file under the folder; false its own files and folders".into())),
+                "connection" => self.error(file, *span, FUNCTION, "list_files lists folders of this machine: connection => is not supported".into(), "not supported", Some("list a local folder, relative to the pipeline folder".into())),
+                _ => self.error(file, *span, FUNCTION, format!("list_files has no option `{key}`"), "unknown option", Some("list_files(path [, recursive => true|false])".into())),
+            }
+        }
+        let path = self.root.join(path_text);
+        if !path.exists() {
+            let d = Diagnostic::warning(
+                FUNCTION,
+                format!("`{path_text}` does not exist: list_files fails until it is created"),
+            )
+            .at(self.locate(file, call.span, "no such file or folder"))
+            .help("correct the path (relative paths start at the pipeline folder), or create the folder");
+            self.diags.push(d);
+        }
     }
 
     pub(super) fn read_files(

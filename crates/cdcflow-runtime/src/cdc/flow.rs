@@ -473,7 +473,7 @@ async fn read_source(
             // here (it belongs to a streaming table): the batch fails naming them rather
             // than losing them.
             if !inputs.quarantine.is_empty() {
-                return Err(crate::query_flow::malformed(&inputs.quarantine).with_help(
+                return Err(crate::quarantine::malformed(&inputs.quarantine).with_help(
                     "fix the file and land the fixed copy as a new file; to keep malformed records apart instead, read the landing files into a streaming table (bronze) and the view from it: a streaming table quarantines them",
                 ));
             }

@@ -90,14 +90,17 @@ impl EventChecks {
             .enumerate()
             .map(|(i, (_, t))| cast(batch.column(n_cols + i), t))
             .collect::<Result<_, _>>()?;
-        let seq: ArrayRef = match (&rules.sequence_type, seq_arrays.first()) {
+        // Several sequence columns are compared as a struct of them; one column is
+        // itself, a struct too (`SEQUENCE BY struct(a, b)`, a struct snapshot version).
+        let seq: ArrayRef = match (&rules.sequence_type, seq_arrays.as_slice()) {
+            (_, [one]) => Arc::clone(one),
+            (_, []) => return Err(RunError::internal("an AUTO CDC flow without a sequence")),
             (DataType::Struct(fields), _) => Arc::new(StructArray::try_new(
                 fields.clone(),
                 seq_arrays.clone(),
                 None,
             )?),
-            (_, Some(one)) => Arc::clone(one),
-            (_, None) => return Err(RunError::internal("an AUTO CDC flow without a sequence")),
+            (_, _) => return Err(RunError::internal("several sequence columns of no struct")),
         };
         let ops = batch.column(n_cols + n_seq).as_primitive::<Int8Type>();
         let origins = batch

@@ -10,6 +10,7 @@
 
 pub(crate) mod counts;
 mod diff;
+mod fold;
 mod version;
 
 use std::cmp::Ordering;
@@ -24,6 +25,7 @@ use cdcflow_plan::{Flow, Input};
 use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
 use datafusion::arrow::datatypes::{Field, SchemaRef};
+use datafusion::catalog::view::ViewTable;
 use datafusion::common::ScalarValue;
 use datafusion::datasource::{MemTable, provider_as_source};
 use futures::StreamExt;
@@ -338,21 +340,34 @@ async fn view_stream(
     // A snapshot is compared as it is read: a table it reads whole is not held.
     let reader = crate::inputs::InputReader {
         tables_as_streams: true,
+        lazy_files: true,
         ..rc.reader()
     };
     reader
         .register(&input, &Processed::default(), planner, &mut inputs)
         .await?;
     if !inputs.quarantine.is_empty() {
-        return Err(crate::query_flow::malformed(&inputs.quarantine).with_help(
+        return Err(crate::quarantine::malformed(&inputs.quarantine).with_help(
             "fix the file and land the fixed copy as a new file; a snapshot is read whole, so its malformed records cannot be set apart",
         ));
+    }
+    if let Some(error) = inputs.unread() {
+        return Err(error);
     }
     let source = planner
         .table(view)
         .ok_or_else(|| RunError::internal(format!("view `{view}` could not be registered")))?;
     let provider = datafusion::datasource::source_as_provider(&source)?;
-    let stream = rc.ctx.read_table(provider)?.execute_stream().await?;
+    let plan = match provider.downcast_ref::<ViewTable>() {
+        Some(view) => fold::scalar_subqueries(&rc.ctx, view.logical_plan().clone()).await?,
+        None => rc.ctx.read_table(provider)?.into_unoptimized_plan(),
+    };
+    let stream = rc
+        .ctx
+        .execute_logical_plan(plan)
+        .await?
+        .execute_stream()
+        .await?;
     Ok((stream, inputs.landing_warnings()))
 }
 
