@@ -4,10 +4,14 @@
 //! is an insert, one whose digest differs an update; the keys no row matched are the
 //! deletes. Only those rows are kept, as the change events of the batch.
 //!
-//! Keys are compared by their bytes (arrow's row format, which orders and equates as
-//! the values do), so two keys are never confused; values by an XXH3-128 digest of
-//! their row bytes, so a changed row is taken for unchanged only if two different rows
-//! share a 128-bit digest (about 2^-128 per changed row).
+//! Keys are compared by 95 bits of the XXH3-128 hash of their bytes (arrow's row
+//! format, which equates as the values do): two different keys are taken for one only
+//! if they share those bits, for n keys a chance of about n²/2^96 (10^-15 at 10^7
+//! keys), and the index so holds 32 bytes a key, looked up with one or two cache
+//! misses (comparing the keys' bytes cost three more, and the bytes themselves). Values
+//! are compared by an XXH3-128 digest of their row bytes, so a changed row is taken for
+//! unchanged only if two different rows share a 128-bit digest (about 2^-128 per
+//! changed row). The keys' bytes are kept apart, read only to write the deletes.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,8 +24,8 @@ use datafusion::arrow::compute::{cast_with_options, filter_record_batch, is_null
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::arrow::util::display::array_value_to_string;
-use datafusion::common::{HashMap, ScalarValue};
-use twox_hash::{XxHash3_64, XxHash3_128};
+use datafusion::common::ScalarValue;
+use twox_hash::XxHash3_128;
 
 use cdcflow_plan::snapshot::{DELETED_COLUMN, VERSION_COLUMN};
 
@@ -60,20 +64,51 @@ impl Columns {
     }
 }
 
+/// A key as the index holds it: 96 bits of its XXH3-128 hash (`lo` and the high bits
+/// of `hi`), whether the snapshot had it (the lowest bit of `hi`), its number (where
+/// its bytes are, for a delete) and the XXH3-128 digest of its row's other values.
+/// 32 bytes a key.
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    lo: u64,
+    hi: u32,
+    at: u32,
+    digest: [u64; 2],
+}
+
+/// The bit of [`Entry::hi`] that says the snapshot had the key.
+const SEEN: u32 = 1;
+
+/// A key's hash: its low 64 bits, and 31 more (the lowest bit left for [`SEEN`]).
+fn key_hash(key: &[u8]) -> (u64, u32) {
+    let h = XxHash3_128::oneshot(key);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the hash's parts, taken apart"
+    )]
+    (h as u64, ((h >> 64) as u32) & !SEEN)
+}
+
 /// The target's current keys with their digests, and which of them the snapshot had.
 pub(super) struct Current {
     columns: Columns,
     keys: RowConverter,
     values: Option<RowConverter>,
-    /// Key bytes and digests, in chunks; a key's index runs over all chunks in order.
-    chunks: Vec<(BinaryArray, Option<FixedSizeBinaryArray>)>,
-    /// The index of each chunk's first key.
+    /// Key bytes, in chunks; a key's number runs over all chunks in order. Read only
+    /// for the deletes.
+    chunks: Vec<BinaryArray>,
+    /// The number of each chunk's first key.
     starts: Vec<u32>,
-    seen: Vec<bool>,
-    /// Keys by the 64-bit hash of their bytes; a second key of the same hash goes to
-    /// `collided`.
-    index: HashMap<u64, u32>,
-    collided: std::collections::HashMap<Vec<u8>, u32>,
+    /// The keys, bucketed by the top bits of their hash: bucket `b` holds
+    /// `entries[directory[b]..directory[b + 1]]`, about four keys. A lookup reads one
+    /// directory slot and one or two cache lines of entries: the index is sized
+    /// exactly (no hash table's spare capacity), and a probe costs few cache misses.
+    directory: Vec<u32>,
+    entries: Vec<Entry>,
+    /// 64 less the bits of a bucket number.
+    shift: u32,
+    /// The keys new in this snapshot, to find one given twice.
+    fresh: HashSet<(u64, u32)>,
     pub counts: Counts,
 }
 
@@ -100,9 +135,10 @@ impl Current {
             values,
             chunks: Vec::new(),
             starts: Vec::new(),
-            seen: Vec::new(),
-            index: HashMap::new(),
-            collided: std::collections::HashMap::new(),
+            directory: vec![0; 3],
+            entries: Vec::new(),
+            shift: 63,
+            fresh: HashSet::new(),
             counts: Counts::default(),
         })
     }
@@ -128,88 +164,84 @@ impl Current {
         Ok(RecordBatch::try_new(schema, columns)?)
     }
 
+    /// Indexes the target's keys and digests (batches of [`Current::compact`]): counts
+    /// the keys of each bucket, then places each key in its bucket.
     fn add_compact(&mut self, compact: Vec<RecordBatch>) -> Result<(), RunError> {
         let rows: usize = compact.iter().map(|b| b.num_rows()).sum();
-        self.index.reserve(rows);
-        self.seen.reserve(rows);
-        for batch in compact {
-            let keys = batch.column(0).as_binary::<i32>().clone();
-            let digests = batch
-                .columns()
-                .get(1)
-                .map(|d| d.as_fixed_size_binary().clone());
-            self.push_chunk(keys, digests, false)?;
-        }
-        Ok(())
-    }
-
-    /// Adds a chunk of keys, each seen already or not, to the index.
-    fn push_chunk(
-        &mut self,
-        keys: BinaryArray,
-        digests: Option<FixedSizeBinaryArray>,
-        seen: bool,
-    ) -> Result<(), RunError> {
-        let start = index(self.seen.len())?;
-        index(self.seen.len() + keys.len())?;
-        for (at, key) in (start..).zip(keys.iter()) {
-            let key = key.unwrap_or_default();
-            let hash = XxHash3_64::oneshot(key);
-            match self.index.get(&hash).copied() {
-                None => {
-                    self.index.insert(hash, at);
-                }
-                Some(other) => {
-                    if self.key_bytes_in(&keys, start, other) == key
-                        || self.collided.contains_key(key)
-                    {
-                        return Err(RunError::internal(
-                            "the target holds a key twice among its current rows",
-                        ));
-                    }
-                    self.collided.insert(key.to_vec(), at);
-                }
+        index(rows)?;
+        // About four keys a bucket; at least two buckets.
+        let bits = (rows / 4)
+            .max(2)
+            .next_power_of_two()
+            .trailing_zeros()
+            .min(32);
+        self.shift = 64 - bits;
+        let buckets = 1usize << bits;
+        let mut directory = vec![0u32; buckets + 1];
+        for batch in &compact {
+            for key in batch.column(0).as_binary::<i32>().iter() {
+                let (lo, _) = key_hash(key.unwrap_or_default());
+                directory[self.bucket(lo) + 1] += 1;
             }
         }
-        self.seen.resize(self.seen.len() + keys.len(), seen);
-        self.starts.push(start);
-        self.chunks.push((keys, digests));
+        for b in 0..buckets {
+            directory[b + 1] += directory[b];
+        }
+        let mut next = directory.clone();
+        let mut entries = vec![Entry::default(); rows];
+        let mut at = 0u32;
+        for batch in compact {
+            let keys = batch.column(0).as_binary::<i32>().clone();
+            let digests = batch.columns().get(1).map(|d| d.as_fixed_size_binary());
+            self.starts.push(at);
+            for (i, key) in keys.iter().enumerate() {
+                let (lo, hi) = key_hash(key.unwrap_or_default());
+                let slot = &mut next[self.bucket(lo)];
+                entries[*slot as usize] = Entry {
+                    lo,
+                    hi,
+                    at,
+                    digest: digests.map_or([0, 0], |d| digest_words(d.value(i))),
+                };
+                *slot += 1;
+                at += 1;
+            }
+            self.chunks.push(keys);
+        }
+        // A key twice among the target's current rows is a fault of the table.
+        for b in 0..buckets {
+            let bucket = &mut entries[directory[b] as usize..directory[b + 1] as usize];
+            bucket.sort_unstable_by_key(|e| (e.lo, e.hi));
+            if bucket
+                .windows(2)
+                .any(|w| (w[0].lo, w[0].hi) == (w[1].lo, w[1].hi))
+            {
+                return Err(RunError::internal(
+                    "the target holds a key twice among its current rows",
+                ));
+            }
+        }
+        self.directory = directory;
+        self.entries = entries;
         Ok(())
     }
 
-    /// The bytes of key `at`, which is in the chunks or in `pending` (starting at
-    /// `pending_start`, not yet pushed).
-    fn key_bytes_in<'a>(
-        &'a self,
-        pending: &'a BinaryArray,
-        pending_start: u32,
-        at: u32,
-    ) -> &'a [u8] {
-        if at >= pending_start {
-            return pending.value((at - pending_start) as usize);
-        }
-        let (chunk, i) = self.locate(at);
-        self.chunks[chunk].0.value(i)
+    fn bucket(&self, lo: u64) -> usize {
+        usize::try_from(lo >> self.shift).unwrap_or(0)
+    }
+
+    /// The entry of the key of hash `(lo, hi)`, when the target has it.
+    fn entry(&mut self, lo: u64, hi: u32) -> Option<&mut Entry> {
+        let b = self.bucket(lo);
+        let range = self.directory[b] as usize..self.directory[b + 1] as usize;
+        self.entries[range]
+            .iter_mut()
+            .find(|e| e.lo == lo && e.hi & !SEEN == hi)
     }
 
     fn locate(&self, at: u32) -> (usize, usize) {
         let chunk = self.starts.partition_point(|&s| s <= at) - 1;
         (chunk, (at - self.starts[chunk]) as usize)
-    }
-
-    /// The index of `key`, when the target (or an earlier part of the snapshot) has it.
-    fn find(&self, key: &[u8]) -> Option<u32> {
-        let at = *self.index.get(&XxHash3_64::oneshot(key))?;
-        let (chunk, i) = self.locate(at);
-        if self.chunks[chunk].0.value(i) == key {
-            return Some(at);
-        }
-        self.collided.get(key).copied()
-    }
-
-    fn digest(&self, at: u32) -> Option<&[u8]> {
-        let (chunk, i) = self.locate(at);
-        self.chunks[chunk].1.as_ref().map(|d| d.value(i))
     }
 
     /// Compares one batch of the snapshot (of the snapshot's schema) with the target:
@@ -230,44 +262,39 @@ impl Current {
         let digests = match &self.values {
             Some(v) => {
                 let values = self.columns_of(batch, &self.columns.values, snapshot)?;
-                Some(digests(&v.convert_columns(&values)?)?)
+                Some(v.convert_columns(&values)?)
             }
             None => None,
         };
         let mut write = Vec::with_capacity(batch.num_rows());
-        let mut fresh: Vec<usize> = Vec::new();
-        let mut fresh_keys: HashSet<&[u8]> = HashSet::new();
         for i in 0..batch.num_rows() {
-            let key = key_rows.row(i).data();
-            match self.find(key) {
-                Some(at) => {
-                    if std::mem::replace(&mut self.seen[at as usize], true) {
-                        return Err(self.repeated(&key_columns, i, snapshot));
-                    }
-                    let changed = match (&digests, self.digest(at)) {
-                        (Some(new), Some(old)) => new.value(i) != old,
-                        _ => false,
-                    };
+            let (lo, hi) = key_hash(key_rows.row(i).data());
+            let digest = digests.as_ref().map_or([0, 0], |d| {
+                digest_words(&XxHash3_128::oneshot(d.row(i).data()).to_le_bytes())
+            });
+            let found = self.entry(lo, hi).map(|e| {
+                let again = e.hi & SEEN != 0;
+                e.hi |= SEEN;
+                (again, e.digest != digest)
+            });
+            let changed = match found {
+                Some((true, _)) => return Err(self.repeated(&key_columns, i, snapshot)),
+                Some((false, changed)) => {
                     match changed {
                         true => self.counts.updated += 1,
                         false => self.counts.unchanged += 1,
                     }
-                    write.push(changed);
+                    changed
                 }
                 None => {
-                    if !fresh_keys.insert(key) {
+                    if !self.fresh.insert((lo, hi)) {
                         return Err(self.repeated(&key_columns, i, snapshot));
                     }
-                    fresh.push(i);
                     self.counts.inserted += 1;
-                    write.push(true);
+                    true
                 }
-            }
-        }
-        drop(fresh_keys);
-        if !fresh.is_empty() {
-            let keys = BinaryArray::from_iter_values(fresh.iter().map(|&i| key_rows.row(i)));
-            self.push_chunk(keys, None, true)?;
+            };
+            write.push(changed);
         }
         Ok(filter_record_batch(batch, &BooleanArray::from(write))?)
     }
@@ -318,16 +345,20 @@ impl Current {
         schema: &SchemaRef,
         version: &ScalarValue,
     ) -> Result<Vec<RecordBatch>, RunError> {
-        let gone: Vec<u32> = (0..index(self.seen.len())?)
-            .filter(|&i| !self.seen[i as usize])
+        let mut gone: Vec<u32> = self
+            .entries
+            .iter()
+            .filter(|e| e.hi & SEEN == 0)
+            .map(|e| e.at)
             .collect();
+        gone.sort_unstable();
         self.counts.deleted += gone.len() as u64;
         let parser = self.keys.parser();
         let mut out = Vec::new();
         for part in gone.chunks(DELETE_ROWS) {
             let rows = part.iter().map(|&at| {
                 let (chunk, i) = self.locate(at);
-                parser.parse(self.chunks[chunk].0.value(i))
+                parser.parse(self.chunks[chunk].value(i))
             });
             let keys = self.keys.convert_rows(rows)?;
             let n = part.len();
@@ -376,6 +407,15 @@ fn digests(rows: &Rows) -> Result<FixedSizeBinaryArray, RunError> {
         out.append_value(XxHash3_128::oneshot(row.as_ref()).to_le_bytes())?;
     }
     Ok(out.finish())
+}
+
+/// A 16-byte digest as two words.
+fn digest_words(bytes: &[u8]) -> [u64; 2] {
+    let word = |part: Option<&[u8]>| {
+        part.and_then(|p| <[u8; 8]>::try_from(p).ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    [word(bytes.get(..8)), word(bytes.get(8..16))]
 }
 
 fn compact_schema(with_digests: bool) -> SchemaRef {
@@ -471,6 +511,65 @@ mod tests {
                 unchanged: 1
             }
         );
+    }
+
+    #[test]
+    fn many_keys_over_many_buckets_give_exact_counts_and_deletes() {
+        let target: Vec<i32> = (0..20_000).collect();
+        let cities: Vec<Option<String>> = target.iter().map(|i| Some(format!("c{i}"))).collect();
+        let city_refs: Vec<Option<&str>> = cities.iter().map(|c| c.as_deref()).collect();
+        let mut c = current(&target, &city_refs);
+        // Every 10th key gone, every 7th (not gone) changed, 100 new; in batches of 999.
+        let kept: Vec<i32> = target.iter().copied().filter(|i| i % 10 != 0).collect();
+        let snapshot: Vec<(i32, String)> = kept
+            .iter()
+            .map(|&i| {
+                (
+                    i,
+                    if i % 7 == 0 {
+                        format!("x{i}")
+                    } else {
+                        format!("c{i}")
+                    },
+                )
+            })
+            .chain((20_000..20_100).map(|i| (i, format!("c{i}"))))
+            .collect();
+        let mut written = Vec::new();
+        for part in snapshot.chunks(999) {
+            let part_ids: Vec<i32> = part.iter().map(|(i, _)| *i).collect();
+            let part_cities: Vec<Option<&str>> =
+                part.iter().map(|(_, c)| Some(c.as_str())).collect();
+            written.extend(ids(&c
+                .probe(&rows(&part_ids, &part_cities), "s")
+                .expect("probe")));
+        }
+        let changed = kept.iter().filter(|i| *i % 7 == 0).count();
+        assert_eq!(written.len(), changed + 100);
+        let deletes = c
+            .deletes(&events(), &ScalarValue::Int64(Some(1)))
+            .expect("deletes");
+        let deleted: Vec<i32> = deletes.iter().flat_map(ids).collect();
+        assert_eq!(deleted, (0..20_000).step_by(10).collect::<Vec<i32>>());
+        assert_eq!(
+            c.counts,
+            Counts {
+                inserted: 100,
+                updated: changed as u64,
+                deleted: 2_000,
+                unchanged: (kept.len() - changed) as u64
+            }
+        );
+    }
+
+    #[test]
+    fn a_key_twice_in_the_target_is_a_fault_of_the_table() {
+        let mut c = Current::new(columns(false)).expect("current");
+        let compact = c
+            .compact(rows(&[1, 2, 1], &[Some("a"), Some("b"), Some("c")]))
+            .expect("compact");
+        let err = c.add_compact(vec![compact]).expect_err("a key twice");
+        assert!(err.to_string().contains("holds a key twice"), "{err}");
     }
 
     #[test]
