@@ -4,7 +4,7 @@
 # target; then a second snapshot with P % of its rows changed (half updates, a quarter
 # deletes, a quarter new keys) replaces it, and the flow's run compares and applies it.
 # The full rewrite is a materialized view over the same table, recomputed on the same
-# second snapshot. Prints each run's wall time and peak RSS (/usr/bin/time), the ratio
+# second snapshot. Prints each run's wall time, peak RSS and CPU time (/usr/bin/time), the ratio
 # of the snapshot run to the rewrite, the bytes each added to its storage folder, and
 # checks the target against the snapshot (row count, sum of balances, rows of changed
 # city).
@@ -57,12 +57,12 @@ FROM SNAPSHOT (SELECT * FROM crm.export)
 KEYS (customer_id);"
 pipeline "$WORK/rewrite" "CREATE OR REFRESH MATERIALIZED VIEW customers AS SELECT * FROM crm.export;"
 
-timed() { # label, command...: prints "label seconds rss_mib"
+timed() { # label, command...: prints "label seconds rss_mib cpu_seconds"
   local label=$1; shift
-  /usr/bin/time -f "%e %M" -o "$WORK/time" "$@" > "$WORK/$label.out" 2> "$WORK/$label.err" \
+  /usr/bin/time -f "%e %M %U %S" -o "$WORK/time" "$@" > "$WORK/$label.out" 2> "$WORK/$label.err" \
     || { cat "$WORK/$label.out" "$WORK/$label.err" >&2; die "$label failed"; }
-  read -r secs kib < "$WORK/time"
-  echo "$label $secs $((kib / 1024))"
+  read -r secs kib user sys < "$WORK/time"
+  echo "$label $secs $((kib / 1024)) $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')"
 }
 
 count() { # dir: the target's row count, sum of balances and rows in city 'Moved'

@@ -25,14 +25,15 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::arrow::util::display::array_value_to_string;
 use datafusion::common::ScalarValue;
+use rayon::prelude::*;
 use twox_hash::XxHash3_128;
 
 use cdcflow_plan::snapshot::{DELETED_COLUMN, VERSION_COLUMN};
 
 use super::STRICT;
 use super::counts::Counts;
-use crate::RunError;
 use crate::delta::DataFile;
+use crate::{RunError, par};
 
 /// Rows per batch of deletes.
 const DELETE_ROWS: usize = 64 * 1024;
@@ -76,6 +77,11 @@ struct Entry {
     digest: [u64; 2],
 }
 
+/// The parts the index is built in: a power of two, enough for each to fit a core's
+/// cache at 10^7 keys (about 1.2 MB each), few enough for their write streams to stay
+/// in cache.
+const PARTS: usize = 256;
+
 /// The bit of [`Entry::hi`] that says the snapshot had the key.
 const SEEN: u32 = 1;
 
@@ -91,9 +97,7 @@ fn key_hash(key: &[u8]) -> (u64, u32) {
 
 /// The target's current keys with their digests, and which of them the snapshot had.
 pub(super) struct Current {
-    columns: Columns,
-    keys: RowConverter,
-    values: Option<RowConverter>,
+    hasher: Arc<Hasher>,
     /// Key bytes, in chunks; a key's number runs over all chunks in order. Read only
     /// for the deletes.
     chunks: Vec<BinaryArray>,
@@ -118,8 +122,8 @@ impl Current {
         let mut current = Self::new(columns)?;
         let compact = crate::delta::read::read_files_where(
             files,
-            &current.columns.read_schema(),
-            |batch: RecordBatch| current.compact(batch).map(Some),
+            &current.hasher.columns.read_schema(),
+            |batch: RecordBatch| current.hasher.compact(batch).map(Some),
         )?;
         current.add_compact(compact)?;
         Ok(current)
@@ -130,9 +134,11 @@ impl Current {
             .ok_or_else(|| RunError::internal("a snapshot flow without keys"))?;
         let values = Columns::converter(&columns.values)?;
         Ok(Self {
-            columns,
-            keys,
-            values,
+            hasher: Arc::new(Hasher {
+                columns,
+                keys,
+                values,
+            }),
             chunks: Vec::new(),
             starts: Vec::new(),
             directory: vec![0; 3],
@@ -143,6 +149,312 @@ impl Current {
         })
     }
 
+    /// Indexes the target's keys and digests (batches of [`Hasher::compact`]) in two
+    /// radix passes, so that no key is written to a random place in memory: each core
+    /// takes a share of the batches and writes their entries, in order, into the
+    /// [`PARTS`] parts of the index by the top bits of their hash (a few hundred write
+    /// streams, which the caches hold); then each part, small enough for a core's own
+    /// cache, is placed into its buckets, sorted within them and checked for a key
+    /// twice, the parts on every core.
+    fn add_compact(&mut self, compact: Vec<RecordBatch>) -> Result<(), RunError> {
+        let rows: usize = compact.iter().map(|b| b.num_rows()).sum();
+        index(rows)?;
+        // About four keys a bucket; at least as many buckets as parts.
+        let bits = (rows / 4)
+            .max(PARTS)
+            .next_power_of_two()
+            .trailing_zeros()
+            .min(32);
+        self.shift = 64 - bits;
+        let buckets = 1usize << bits;
+        let per_part = buckets / PARTS;
+        let shift = self.shift;
+        let bucket_of = move |lo: u64| usize::try_from(lo >> shift).unwrap_or(0);
+        let keys_of = |b: &RecordBatch| b.column(0).as_binary::<i32>().clone();
+        let mut firsts = Vec::with_capacity(compact.len());
+        let mut at = 0u32;
+        for batch in &compact {
+            firsts.push(at);
+            at += index(batch.num_rows())?;
+        }
+        // Each core's share of the batches, and how many of its keys fall in each part.
+        let shares: Vec<std::ops::Range<usize>> = {
+            let n = compact.len();
+            let cores = par::cores().clamp(1, n.max(1));
+            (0..cores)
+                .map(|c| c * n / cores..(c + 1) * n / cores)
+                .collect()
+        };
+        let counts: Vec<Vec<u32>> = shares
+            .par_iter()
+            .map(|share| {
+                let mut counts = vec![0u32; PARTS];
+                for batch in &compact[share.clone()] {
+                    for key in keys_of(batch).iter() {
+                        let (lo, _) = key_hash(key.unwrap_or_default());
+                        counts[bucket_of(lo) / per_part] += 1;
+                    }
+                }
+                counts
+            })
+            .collect();
+        // Where each part starts; in each part, a run of places for each share, in
+        // order, given to that share as its own slices.
+        let mut part_starts = vec![0usize; PARTS + 1];
+        let mut entries = vec![Entry::default(); rows];
+        let mut runs: Vec<Vec<&mut [Entry]>> = (0..shares.len())
+            .map(|_| Vec::with_capacity(PARTS))
+            .collect();
+        let mut rest = entries.as_mut_slice();
+        let mut offset = 0usize;
+        for part in 0..PARTS {
+            part_starts[part] = offset;
+            for (share, share_counts) in counts.iter().enumerate() {
+                let len = share_counts[part] as usize;
+                let (head, tail) = rest.split_at_mut(len);
+                runs[share].push(head);
+                rest = tail;
+                offset += len;
+            }
+        }
+        part_starts[PARTS] = offset;
+        shares
+            .par_iter()
+            .zip(runs)
+            .try_for_each(|(share, mut runs)| -> Result<(), RunError> {
+                let mut filled = vec![0usize; PARTS];
+                for b in share.clone() {
+                    let (batch, first) = (&compact[b], firsts[b]);
+                    let digests = batch.columns().get(1).map(|d| d.as_fixed_size_binary());
+                    for (i, key) in keys_of(batch).iter().enumerate() {
+                        let (lo, hi) = key_hash(key.unwrap_or_default());
+                        let part = bucket_of(lo) / per_part;
+                        runs[part][filled[part]] = Entry {
+                            lo,
+                            hi,
+                            at: first + index(i)?,
+                            digest: digests.map_or([0, 0], |d| digest_words(d.value(i))),
+                        };
+                        filled[part] += 1;
+                    }
+                }
+                Ok(())
+            })?;
+        // Each part into its buckets.
+        let mut parts = Vec::with_capacity(PARTS);
+        let mut rest = entries.as_mut_slice();
+        for part in 0..PARTS {
+            let (head, tail) = rest.split_at_mut(part_starts[part + 1] - part_starts[part]);
+            parts.push(head);
+            rest = tail;
+        }
+        let local: Vec<Vec<u32>> = parts
+            .into_par_iter()
+            .enumerate()
+            .map(|(part, slice)| -> Result<Vec<u32>, RunError> {
+                let first_bucket = part * per_part;
+                let mut starts = vec![0u32; per_part + 1];
+                for e in slice.iter() {
+                    starts[bucket_of(e.lo) - first_bucket + 1] += 1;
+                }
+                for b in 0..per_part {
+                    starts[b + 1] += starts[b];
+                }
+                let taken = slice.to_vec();
+                let mut next = starts.clone();
+                for e in taken {
+                    let slot = &mut next[bucket_of(e.lo) - first_bucket];
+                    slice[*slot as usize] = e;
+                    *slot += 1;
+                }
+                // A key twice among the target's current rows is a fault of the table.
+                for b in 0..per_part {
+                    let bucket = &mut slice[starts[b] as usize..starts[b + 1] as usize];
+                    bucket.sort_unstable_by_key(|e| (e.lo, e.hi));
+                    if bucket
+                        .windows(2)
+                        .any(|w| (w[0].lo, w[0].hi) == (w[1].lo, w[1].hi))
+                    {
+                        return Err(RunError::internal(
+                            "the target holds a key twice among its current rows",
+                        ));
+                    }
+                }
+                Ok(starts)
+            })
+            .collect::<Result<_, _>>()?;
+        let mut directory = Vec::with_capacity(buckets + 1);
+        for (part, starts) in local.iter().enumerate() {
+            let base = index(part_starts[part])?;
+            directory.extend(starts[..per_part].iter().map(|s| base + s));
+        }
+        directory.push(index(rows)?);
+        self.starts = firsts;
+        self.chunks = compact.into_iter().map(|b| keys_of(&b)).collect();
+        self.directory = directory;
+        self.entries = entries;
+        Ok(())
+    }
+
+    fn bucket(&self, lo: u64) -> usize {
+        usize::try_from(lo >> self.shift).unwrap_or(0)
+    }
+
+    fn locate(&self, at: u32) -> (usize, usize) {
+        let chunk = self.starts.partition_point(|&s| s <= at) - 1;
+        (chunk, (at - self.starts[chunk]) as usize)
+    }
+
+    /// What hashes the snapshot's batches: shared with the threads that hash them while
+    /// the index is looked up.
+    pub fn hasher(&self) -> Arc<Hasher> {
+        Arc::clone(&self.hasher)
+    }
+
+    /// Compares one batch of the snapshot (of the snapshot's schema) with the target:
+    /// the rows to write, new or changed. Fails on a null or repeated key, naming
+    /// `snapshot` (which snapshot this is).
+    #[cfg(test)]
+    pub fn probe(&mut self, batch: &RecordBatch, snapshot: &str) -> Result<RecordBatch, RunError> {
+        let hashed = self.hasher.hash(batch.clone(), snapshot)?;
+        self.probe_hashed(hashed, snapshot)
+    }
+
+    /// [`Current::probe`] of a batch [`Hasher::hash`] hashed.
+    pub fn probe_hashed(
+        &mut self,
+        hashed: Hashed,
+        snapshot: &str,
+    ) -> Result<RecordBatch, RunError> {
+        let Hashed {
+            batch,
+            key_columns,
+            keys,
+            digests,
+        } = hashed;
+        // Each row's bucket, then its entries, each read in a loop of independent
+        // loads that the processor overlaps: the lookups below then find them in
+        // cache rather than waiting on memory one row at a time.
+        let places: Vec<(usize, usize)> = keys
+            .iter()
+            .map(|&(lo, _)| {
+                let b = self.bucket(lo);
+                (self.directory[b] as usize, self.directory[b + 1] as usize)
+            })
+            .collect();
+        let touched = places
+            .iter()
+            .filter(|(start, end)| start < end)
+            .fold(0u64, |t, &(start, end)| {
+                t ^ self.entries[start].lo ^ self.entries[end - 1].lo
+            });
+        std::hint::black_box(touched);
+        let mut write = Vec::with_capacity(batch.num_rows());
+        for (i, ((&(lo, hi), digest), &(start, end))) in
+            keys.iter().zip(&digests).zip(&places).enumerate()
+        {
+            let found = self.entries[start..end]
+                .iter_mut()
+                .find(|e| e.lo == lo && e.hi & !SEEN == hi)
+                .map(|e| {
+                    let again = e.hi & SEEN != 0;
+                    e.hi |= SEEN;
+                    (again, e.digest != *digest)
+                });
+            let changed = match found {
+                Some((true, _)) => {
+                    return Err(self.hasher.repeated(&key_columns, i, snapshot));
+                }
+                Some((false, changed)) => {
+                    match changed {
+                        true => self.counts.updated += 1,
+                        false => self.counts.unchanged += 1,
+                    }
+                    changed
+                }
+                None => {
+                    if !self.fresh.insert((lo, hi)) {
+                        return Err(self.hasher.repeated(&key_columns, i, snapshot));
+                    }
+                    self.counts.inserted += 1;
+                    true
+                }
+            };
+            write.push(changed);
+        }
+        Ok(filter_record_batch(&batch, &BooleanArray::from(write))?)
+    }
+
+    /// The keys no snapshot row matched, as delete events of `schema` (the flow's
+    /// events: other columns null) sequenced by `version`.
+    pub fn deletes(
+        &mut self,
+        schema: &SchemaRef,
+        version: &ScalarValue,
+    ) -> Result<Vec<RecordBatch>, RunError> {
+        let mut gone: Vec<u32> = self
+            .entries
+            .iter()
+            .filter(|e| e.hi & SEEN == 0)
+            .map(|e| e.at)
+            .collect();
+        gone.sort_unstable();
+        self.counts.deleted += gone.len() as u64;
+        let parser = self.hasher.keys.parser();
+        let mut out = Vec::new();
+        for part in gone.chunks(DELETE_ROWS) {
+            let rows = part.iter().map(|&at| {
+                let (chunk, i) = self.locate(at);
+                parser.parse(self.chunks[chunk].value(i))
+            });
+            let keys = self.hasher.keys.convert_rows(rows)?;
+            let n = part.len();
+            let columns = schema
+                .fields()
+                .iter()
+                .map(|field| {
+                    if let Some(k) = self
+                        .hasher
+                        .columns
+                        .keys
+                        .iter()
+                        .position(|k| k.name() == field.name())
+                    {
+                        return cast_with_options(&keys[k], field.data_type(), &STRICT)
+                            .map_err(RunError::from);
+                    }
+                    if field.name() == DELETED_COLUMN {
+                        return Ok(Arc::new(BooleanArray::from(vec![true; n])) as ArrayRef);
+                    }
+                    if field.name() == VERSION_COLUMN {
+                        return Ok(version.to_array_of_size(n)?);
+                    }
+                    Ok(new_null_array(field.data_type(), n))
+                })
+                .collect::<Result<Vec<_>, RunError>>()?;
+            out.push(RecordBatch::try_new(Arc::clone(schema), columns)?);
+        }
+        Ok(out)
+    }
+}
+
+/// The comparison's columns and how their rows are hashed, shared by the threads that
+/// hash the target's and the snapshot's batches.
+pub(super) struct Hasher {
+    columns: Columns,
+    keys: RowConverter,
+    values: Option<RowConverter>,
+}
+
+/// A snapshot batch with each row's key hash and values digest.
+pub(super) struct Hashed {
+    batch: RecordBatch,
+    key_columns: Vec<ArrayRef>,
+    keys: Vec<(u64, u32)>,
+    digests: Vec<[u64; 2]>,
+}
+
+impl Hasher {
     /// A batch of the target's rows (of the read schema) as its current rows' keys and
     /// digests.
     fn compact(&self, batch: RecordBatch) -> Result<RecordBatch, RunError> {
@@ -164,91 +476,9 @@ impl Current {
         Ok(RecordBatch::try_new(schema, columns)?)
     }
 
-    /// Indexes the target's keys and digests (batches of [`Current::compact`]): counts
-    /// the keys of each bucket, then places each key in its bucket.
-    fn add_compact(&mut self, compact: Vec<RecordBatch>) -> Result<(), RunError> {
-        let rows: usize = compact.iter().map(|b| b.num_rows()).sum();
-        index(rows)?;
-        // About four keys a bucket; at least two buckets.
-        let bits = (rows / 4)
-            .max(2)
-            .next_power_of_two()
-            .trailing_zeros()
-            .min(32);
-        self.shift = 64 - bits;
-        let buckets = 1usize << bits;
-        let mut directory = vec![0u32; buckets + 1];
-        for batch in &compact {
-            for key in batch.column(0).as_binary::<i32>().iter() {
-                let (lo, _) = key_hash(key.unwrap_or_default());
-                directory[self.bucket(lo) + 1] += 1;
-            }
-        }
-        for b in 0..buckets {
-            directory[b + 1] += directory[b];
-        }
-        let mut next = directory.clone();
-        let mut entries = vec![Entry::default(); rows];
-        let mut at = 0u32;
-        for batch in compact {
-            let keys = batch.column(0).as_binary::<i32>().clone();
-            let digests = batch.columns().get(1).map(|d| d.as_fixed_size_binary());
-            self.starts.push(at);
-            for (i, key) in keys.iter().enumerate() {
-                let (lo, hi) = key_hash(key.unwrap_or_default());
-                let slot = &mut next[self.bucket(lo)];
-                entries[*slot as usize] = Entry {
-                    lo,
-                    hi,
-                    at,
-                    digest: digests.map_or([0, 0], |d| digest_words(d.value(i))),
-                };
-                *slot += 1;
-                at += 1;
-            }
-            self.chunks.push(keys);
-        }
-        // A key twice among the target's current rows is a fault of the table.
-        for b in 0..buckets {
-            let bucket = &mut entries[directory[b] as usize..directory[b + 1] as usize];
-            bucket.sort_unstable_by_key(|e| (e.lo, e.hi));
-            if bucket
-                .windows(2)
-                .any(|w| (w[0].lo, w[0].hi) == (w[1].lo, w[1].hi))
-            {
-                return Err(RunError::internal(
-                    "the target holds a key twice among its current rows",
-                ));
-            }
-        }
-        self.directory = directory;
-        self.entries = entries;
-        Ok(())
-    }
-
-    fn bucket(&self, lo: u64) -> usize {
-        usize::try_from(lo >> self.shift).unwrap_or(0)
-    }
-
-    /// The entry of the key of hash `(lo, hi)`, when the target has it.
-    fn entry(&mut self, lo: u64, hi: u32) -> Option<&mut Entry> {
-        let b = self.bucket(lo);
-        let range = self.directory[b] as usize..self.directory[b + 1] as usize;
-        self.entries[range]
-            .iter_mut()
-            .find(|e| e.lo == lo && e.hi & !SEEN == hi)
-    }
-
-    fn locate(&self, at: u32) -> (usize, usize) {
-        let chunk = self.starts.partition_point(|&s| s <= at) - 1;
-        (chunk, (at - self.starts[chunk]) as usize)
-    }
-
-    /// Compares one batch of the snapshot (of the snapshot's schema) with the target:
-    /// the rows to write, new or changed. Fails on a null or repeated key, naming
-    /// `snapshot` (which snapshot this is).
-    pub fn probe(&mut self, batch: &RecordBatch, snapshot: &str) -> Result<RecordBatch, RunError> {
-        let key_columns = self.columns_of(batch, &self.columns.keys, snapshot)?;
+    /// The key hashes and value digests of a snapshot batch. Fails on a null key.
+    pub fn hash(&self, batch: RecordBatch, snapshot: &str) -> Result<Hashed, RunError> {
+        let key_columns = self.columns_of(&batch, &self.columns.keys, snapshot)?;
         for (field, column) in self.columns.keys.iter().zip(&key_columns) {
             if column.null_count() > 0 {
                 return Err(RunError::input(format!(
@@ -259,44 +489,23 @@ impl Current {
             }
         }
         let key_rows = self.keys.convert_columns(&key_columns)?;
+        let keys = key_rows.iter().map(|r| key_hash(r.data())).collect();
         let digests = match &self.values {
             Some(v) => {
-                let values = self.columns_of(batch, &self.columns.values, snapshot)?;
-                Some(v.convert_columns(&values)?)
+                let values = self.columns_of(&batch, &self.columns.values, snapshot)?;
+                v.convert_columns(&values)?
+                    .iter()
+                    .map(|r| digest_words(&XxHash3_128::oneshot(r.data()).to_le_bytes()))
+                    .collect()
             }
-            None => None,
+            None => vec![[0, 0]; batch.num_rows()],
         };
-        let mut write = Vec::with_capacity(batch.num_rows());
-        for i in 0..batch.num_rows() {
-            let (lo, hi) = key_hash(key_rows.row(i).data());
-            let digest = digests.as_ref().map_or([0, 0], |d| {
-                digest_words(&XxHash3_128::oneshot(d.row(i).data()).to_le_bytes())
-            });
-            let found = self.entry(lo, hi).map(|e| {
-                let again = e.hi & SEEN != 0;
-                e.hi |= SEEN;
-                (again, e.digest != digest)
-            });
-            let changed = match found {
-                Some((true, _)) => return Err(self.repeated(&key_columns, i, snapshot)),
-                Some((false, changed)) => {
-                    match changed {
-                        true => self.counts.updated += 1,
-                        false => self.counts.unchanged += 1,
-                    }
-                    changed
-                }
-                None => {
-                    if !self.fresh.insert((lo, hi)) {
-                        return Err(self.repeated(&key_columns, i, snapshot));
-                    }
-                    self.counts.inserted += 1;
-                    true
-                }
-            };
-            write.push(changed);
-        }
-        Ok(filter_record_batch(batch, &BooleanArray::from(write))?)
+        Ok(Hashed {
+            batch,
+            key_columns,
+            keys,
+            digests,
+        })
     }
 
     /// `batch`'s columns of `fields`, as the comparison types them.
@@ -336,57 +545,6 @@ impl Current {
             values.join(", ")
         ))
         .with_help("a snapshot holds each key once: deduplicate it in the snapshot query (e.g. QUALIFY row_number() OVER (PARTITION BY key ORDER BY …) = 1), or choose KEYS that identify a row")
-    }
-
-    /// The keys no snapshot row matched, as delete events of `schema` (the flow's
-    /// events: other columns null) sequenced by `version`.
-    pub fn deletes(
-        &mut self,
-        schema: &SchemaRef,
-        version: &ScalarValue,
-    ) -> Result<Vec<RecordBatch>, RunError> {
-        let mut gone: Vec<u32> = self
-            .entries
-            .iter()
-            .filter(|e| e.hi & SEEN == 0)
-            .map(|e| e.at)
-            .collect();
-        gone.sort_unstable();
-        self.counts.deleted += gone.len() as u64;
-        let parser = self.keys.parser();
-        let mut out = Vec::new();
-        for part in gone.chunks(DELETE_ROWS) {
-            let rows = part.iter().map(|&at| {
-                let (chunk, i) = self.locate(at);
-                parser.parse(self.chunks[chunk].value(i))
-            });
-            let keys = self.keys.convert_rows(rows)?;
-            let n = part.len();
-            let columns = schema
-                .fields()
-                .iter()
-                .map(|field| {
-                    if let Some(k) = self
-                        .columns
-                        .keys
-                        .iter()
-                        .position(|k| k.name() == field.name())
-                    {
-                        return cast_with_options(&keys[k], field.data_type(), &STRICT)
-                            .map_err(RunError::from);
-                    }
-                    if field.name() == DELETED_COLUMN {
-                        return Ok(Arc::new(BooleanArray::from(vec![true; n])) as ArrayRef);
-                    }
-                    if field.name() == VERSION_COLUMN {
-                        return Ok(version.to_array_of_size(n)?);
-                    }
-                    Ok(new_null_array(field.data_type(), n))
-                })
-                .collect::<Result<Vec<_>, RunError>>()?;
-            out.push(RecordBatch::try_new(Arc::clone(schema), columns)?);
-        }
-        Ok(out)
     }
 }
 
@@ -458,7 +616,7 @@ mod tests {
     /// A comparison against a target holding `ids`/`cities` now.
     fn current(ids: &[i32], cities: &[Option<&str>]) -> Current {
         let mut current = Current::new(columns(false)).expect("current");
-        let compact = current.compact(rows(ids, cities)).expect("compact");
+        let compact = current.hasher.compact(rows(ids, cities)).expect("compact");
         current.add_compact(vec![compact]).expect("add");
         current
     }
@@ -566,6 +724,7 @@ mod tests {
     fn a_key_twice_in_the_target_is_a_fault_of_the_table() {
         let mut c = Current::new(columns(false)).expect("current");
         let compact = c
+            .hasher
             .compact(rows(&[1, 2, 1], &[Some("a"), Some("b"), Some("c")]))
             .expect("compact");
         let err = c.add_compact(vec![compact]).expect_err("a key twice");
@@ -650,7 +809,7 @@ mod tests {
             ],
         )
         .expect("batch");
-        let compact = c.compact(target).expect("compact");
+        let compact = c.hasher.compact(target).expect("compact");
         c.add_compact(vec![compact]).expect("add");
         let written = c
             .probe(&rows(&[1, 2], &[Some("b"), Some("c")]), "s")

@@ -32,6 +32,9 @@ use futures::StreamExt;
 
 pub use counts::{AppliedSnapshot, Counts};
 
+/// Snapshot batches hashed ahead of the one being looked up.
+const HASHED_AHEAD: usize = 2;
+
 /// Casts that fail rather than give nulls: a snapshot's rows have the types the flow
 /// was planned with, so a value that does not cast is a fault to say, not a null.
 const STRICT: CastOptions<'static> = CastOptions {
@@ -406,11 +409,24 @@ async fn compare(
             relation(&snapshot.version_schema(), vec![version.row.clone()])?,
         );
     }
-    let (mut stream, warnings) = view_stream(rc, view, &mut planner, batch).await?;
+    let (stream, warnings) = view_stream(rc, view, &mut planner, batch).await?;
     let value = ScalarValue::try_from_array(version.row.column(0), 0)?;
     let mut out = Vec::new();
-    while let Some(rows) = stream.next().await {
-        let changed = current.probe(&rows?, label)?;
+    // The next batches are hashed on other threads while this one is looked up.
+    let hasher = current.hasher();
+    let mut hashed = stream
+        .map(|rows| {
+            let (hasher, label) = (Arc::clone(&hasher), label.to_string());
+            async move {
+                let rows = rows?;
+                tokio::task::spawn_blocking(move || hasher.hash(rows, &label))
+                    .await
+                    .map_err(|e| RunError::internal(format!("a snapshot's hashing stopped: {e}")))?
+            }
+        })
+        .buffered(HASHED_AHEAD);
+    while let Some(rows) = hashed.next().await {
+        let changed = current.probe_hashed(rows?, label)?;
         if changed.num_rows() > 0 {
             out.push((label.to_string(), upserts(events, &changed, &value)?));
         }
