@@ -47,7 +47,9 @@ pub(super) struct Columns {
 }
 
 impl Columns {
-    fn read_schema(&self) -> SchemaRef {
+    /// The target's columns the comparison reads: keys, values and (SCD type 2)
+    /// `__END_AT`.
+    pub fn read_schema(&self) -> SchemaRef {
         let mut fields: Vec<Field> = self.keys.iter().chain(&self.values).cloned().collect();
         fields.extend(self.end_at.clone());
         Arc::new(Schema::new(fields))

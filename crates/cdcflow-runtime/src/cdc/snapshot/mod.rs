@@ -113,10 +113,17 @@ pub(crate) async fn run(
             return Err(out_of_order(flow, &version, last));
         }
         let label = format!("snapshot {} of flow `{}`", version.display(), flow.name);
+        // A batch applied again is compared with what the published table took of it,
+        // not with its snapshot read again: a periodic snapshot's source may have
+        // changed since, and the state must take what the published table took.
+        let snapshot_rows = match base.is_some() {
+            true => SnapshotRows::Published(&public),
+            false => SnapshotRows::Query(&source.name),
+        };
         let (events, counts, warnings) = compare(
             rc,
             spec,
-            &source.name,
+            snapshot_rows,
             snapshot,
             &version,
             base.as_ref().unwrap_or(&public),
@@ -374,13 +381,22 @@ async fn view_stream(
     Ok((stream, inputs.landing_warnings()))
 }
 
-/// Reads snapshot `version` and compares it with `base`, the target's published table:
-/// the change events (of `events` schema), what they do, and warnings.
+/// Where a snapshot's rows come from.
+enum SnapshotRows<'a> {
+    /// The snapshot's private view (its query).
+    Query(&'a str),
+    /// The published table's current rows (SCD type 2: its open versions), which took
+    /// the snapshot's batch before a crash.
+    Published(&'a Table),
+}
+
+/// Reads snapshot `version` (its `rows`) and compares it with `base`, the target's
+/// published table: the change events (of `events` schema), what they do, and warnings.
 #[allow(clippy::too_many_arguments)]
 async fn compare(
     rc: &RunContext,
     spec: &AutoCdcSpec,
-    view: &str,
+    rows: SnapshotRows<'_>,
     snapshot: &SnapshotSpec,
     version: &Version,
     base: &Table,
@@ -401,6 +417,7 @@ async fn compare(
         end_at: (spec.scd_type == 2)
             .then(|| Field::new(END_AT, snapshot.version.data_type().clone(), true)),
     };
+    let read_schema = columns.read_schema();
     let mut current = Current::read(&base.files()?, columns)?;
     let mut planner = Planner::with_state(rc.ctx.state());
     if snapshot.version_view.is_some() {
@@ -409,7 +426,12 @@ async fn compare(
             relation(&snapshot.version_schema(), vec![version.row.clone()])?,
         );
     }
-    let (stream, warnings) = view_stream(rc, view, &mut planner, batch).await?;
+    let (stream, warnings) = match rows {
+        SnapshotRows::Query(view) => view_stream(rc, view, &mut planner, batch).await?,
+        SnapshotRows::Published(table) => {
+            (published_rows(rc, table, &read_schema, spec).await?, vec![])
+        }
+    };
     let value = ScalarValue::try_from_array(version.row.column(0), 0)?;
     let mut out = Vec::new();
     // The next batches are hashed on other threads while this one is looked up.
@@ -435,6 +457,23 @@ async fn compare(
         out.push((label.to_string(), deletes));
     }
     Ok((out, current.counts, warnings))
+}
+
+/// The current rows of the published `table` (SCD type 2: its open versions) in the
+/// columns of `schema`, streamed.
+async fn published_rows(
+    rc: &RunContext,
+    table: &Table,
+    schema: &SchemaRef,
+    spec: &AutoCdcSpec,
+) -> Result<datafusion::physical_plan::SendableRecordBatchStream, RunError> {
+    let (provider, _) = crate::delta::scan::whole(table, schema)?;
+    let rows = rc.ctx.read_table(provider)?;
+    let rows = match spec.scd_type == 2 {
+        true => rows.filter(datafusion::prelude::ident(END_AT).is_null())?,
+        false => rows,
+    };
+    Ok(rows.execute_stream().await?)
 }
 
 /// Snapshot rows to write, as upsert events of `schema` sequenced by `version`.
