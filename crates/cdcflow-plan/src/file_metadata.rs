@@ -49,6 +49,15 @@ pub fn file_url(path: &std::path::Path) -> String {
         .unwrap_or_else(|()| path.display().to_string())
 }
 
+/// A file's last modification as microseconds since the epoch (`_metadata` and
+/// `list_files` give it as a UTC TIMESTAMP); `None` when unknown.
+pub fn modified_micros(meta: &std::fs::Metadata) -> Option<i64> {
+    meta.modified()
+        .ok()
+        .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_micros()).ok())
+}
+
 /// `schema` with the `_metadata` column after its own.
 pub fn with_column(schema: &Schema) -> SchemaRef {
     let mut columns: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();

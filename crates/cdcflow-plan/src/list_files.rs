@@ -27,7 +27,7 @@ use datafusion::error::Result;
 use datafusion::logical_expr::{Expr, TableSource, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::file_metadata::file_url;
+use crate::file_metadata::{file_url, modified_micros};
 use crate::read_files::{Links, list_folder, skipped};
 
 /// The function's name.
@@ -148,11 +148,7 @@ pub fn listing(path: &Path, recursive: bool) -> std::io::Result<Vec<Entry>> {
 
 fn entry(path: &Path, folder: bool) -> std::io::Result<Entry> {
     let meta = std::fs::metadata(path)?;
-    let modified = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .and_then(|d| i64::try_from(d.as_micros()).ok());
+    let modified = modified_micros(&meta);
     let mut url = file_url(path);
     if folder && !url.ends_with('/') {
         url.push('/');
@@ -181,26 +177,26 @@ mod tests {
 
     #[test]
     fn a_folder_lists_its_files_recursively_or_its_own_entries_with_folders() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("a temporary folder");
         let root = dir.path();
-        std::fs::create_dir_all(root.join("v2")).unwrap();
-        std::fs::create_dir_all(root.join("v1")).unwrap();
-        std::fs::write(root.join("v1/a.csv"), "id\n1\n").unwrap();
-        std::fs::write(root.join("v2/a.csv"), "id\n").unwrap();
-        std::fs::write(root.join("top.csv"), "id\n1\n2\n").unwrap();
-        std::fs::write(root.join(".hidden.csv"), "x").unwrap();
-        std::fs::write(root.join("v1/b.csv.tmp"), "x").unwrap();
+        std::fs::create_dir_all(root.join("v2")).expect("a test file");
+        std::fs::create_dir_all(root.join("v1")).expect("a test file");
+        std::fs::write(root.join("v1/a.csv"), "id\n1\n").expect("a test file");
+        std::fs::write(root.join("v2/a.csv"), "id\n").expect("a test file");
+        std::fs::write(root.join("top.csv"), "id\n1\n2\n").expect("a test file");
+        std::fs::write(root.join(".hidden.csv"), "x").expect("a test file");
+        std::fs::write(root.join("v1/b.csv.tmp"), "x").expect("a test file");
 
-        let all = listing(root, true).unwrap();
+        let all = listing(root, true).expect("a listing");
         assert_eq!(names(&all, root), ["/top.csv", "/v1/a.csv", "/v2/a.csv"]);
         assert_eq!(all[0].size, 7);
         assert!(all[0].modified.is_some());
 
-        let own = listing(root, false).unwrap();
+        let own = listing(root, false).expect("a listing");
         assert_eq!(names(&own, root), ["/top.csv", "/v1/", "/v2/"]);
         assert_eq!(own[1].size, 0);
 
-        let one = listing(&root.join("top.csv"), false).unwrap();
+        let one = listing(&root.join("top.csv"), false).expect("a listing");
         assert_eq!(one.len(), 1);
         assert!(listing(&root.join("missing"), true).is_err());
     }

@@ -112,14 +112,9 @@ impl Stamp {
     /// The file at `path` now (following a symbolic link, as reading does).
     pub fn of(path: &Path) -> std::io::Result<Self> {
         let meta = std::fs::metadata(path)?;
-        let modified_micros = meta
-            .modified()
-            .ok()
-            .and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
-            .and_then(|d| i64::try_from(d.as_micros()).ok());
         Ok(Self {
             size: meta.len(),
-            modified_micros,
+            modified_micros: cdcflow_plan::file_metadata::modified_micros(&meta),
         })
     }
 

@@ -187,6 +187,9 @@ impl Current {
                 .map(|c| c * n / cores..(c + 1) * n / cores)
                 .collect()
         };
+        // Keys are hashed again when placed rather than their hashes kept between the
+        // passes: hashing a key costs less than the 12 bytes a row would add to the
+        // build's peak memory.
         let counts: Vec<Vec<u32>> = shares
             .par_iter()
             .map(|share| {
