@@ -81,3 +81,48 @@ fn a_commands_error_is_printed_as_a_diagnostic_with_its_code_and_help() {
         "{err}"
     );
 }
+
+#[test]
+fn list_files_in_a_query_lists_a_folder_of_the_pipeline_and_says_what_is_wrong_with_a_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&repo().join("pipelines/orders"), dir.path());
+    let p = dir.path().to_str().expect("utf-8");
+    let url = |rel: &str| format!("file://{}/{rel}", dir.path().display());
+    let out = cdcflow(&[
+        "query",
+        "-p",
+        p,
+        "SELECT path, size > 0 AS written FROM list_files('landing') ORDER BY path",
+        "--format",
+        "csv",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        crate::stdout(&out),
+        format!(
+            "path,written\n{},true\n{},true\n",
+            url("landing/orders/0001.json"),
+            url("landing/orders/0002.json")
+        )
+    );
+    let out = cdcflow(&[
+        "query",
+        "-p",
+        p,
+        "SELECT path, size FROM list_files('landing', recursive => false)",
+        "--format",
+        "csv",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        crate::stdout(&out),
+        format!("path,size\n{},0\n", url("landing/orders/"))
+    );
+    let err = query_error(p, "SELECT * FROM list_files('landing', recursive => 'yes')");
+    assert!(
+        err.contains("list_files: recursive => yes is not a boolean"),
+        "{err}"
+    );
+    let err = query_error(p, "SELECT * FROM list_files('landing', depth => 2)");
+    assert!(err.contains("list_files has no option `depth`"), "{err}");
+}

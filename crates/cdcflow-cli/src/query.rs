@@ -42,6 +42,10 @@ pub fn query(args: &PipelineArgs, sql: &str, format: OutputFormat) -> ExitCode {
             ]);
         }
         let (ctx, unreadable) = cdcflow_runtime::catalog::open(&pipeline).await?;
+        ctx.register_udtf(
+            cdcflow_plan::list_files::NAME,
+            std::sync::Arc::new(cdcflow_plan::list_files::Function),
+        );
         let df = crate::read_only::sql(&ctx, &pipeline, sql)
             .await
             .map_err(|e| match e {

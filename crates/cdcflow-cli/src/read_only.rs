@@ -23,6 +23,10 @@ pub async fn sql(
     if let datafusion::sql::parser::Statement::Statement(s) = &mut statement {
         cdcflow_plan::functions::service::refuse_calls(s)?;
         cdcflow_plan::functions::syntax::rewrite_statement(s);
+        if let datafusion::sql::sqlparser::ast::Statement::Query(query) = &mut **s {
+            cdcflow_plan::list_files::rewrite_calls(query, &pipeline.root)
+                .map_err(RunError::input)?;
+        }
     }
     let plan = ctx.state().statement_to_plan(statement).await?;
     if let Some(kind) = writing_statement(&plan) {

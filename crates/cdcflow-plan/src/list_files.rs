@@ -13,22 +13,26 @@
 //!
 //! The relation rewrite (`crate::relations`) makes the path absolute (relative to the
 //! pipeline folder) and the arguments positional: `list_files('/abs/path', true)`.
+//! `cdcflow query` rewrites its statement the same way (`rewrite_calls`) and has the
+//! function registered in its session (`Function`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::catalog::{Session, TableProvider};
+use datafusion::catalog::{Session, TableFunctionImpl, TableProvider};
 use datafusion::common::{ScalarValue, exec_datafusion_err, plan_err};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::provider_as_source;
 use datafusion::error::Result;
 use datafusion::logical_expr::{Expr, TableSource, TableType};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::sql::sqlparser::ast::Query;
 
 use crate::file_metadata::{file_url, modified_micros};
 use crate::read_files::{Links, list_folder, skipped};
+use crate::relations::{FilesCall, Relation};
 
 /// The function's name.
 pub const NAME: &str = "list_files";
@@ -48,6 +52,10 @@ pub fn schema() -> SchemaRef {
 
 /// The source of `list_files(path, recursive)` as the relation rewrite leaves it.
 pub(crate) fn source(args: &[Expr]) -> Result<Arc<dyn TableSource>> {
+    Ok(provider_as_source(provider(args)?))
+}
+
+fn provider(args: &[Expr]) -> Result<Arc<dyn TableProvider>> {
     let (path, recursive) = match args {
         [
             Expr::Literal(ScalarValue::Utf8(Some(path)), _),
@@ -55,7 +63,63 @@ pub(crate) fn source(args: &[Expr]) -> Result<Arc<dyn TableSource>> {
         ] => (PathBuf::from(path), *recursive),
         _ => return plan_err!("list_files takes a literal path and recursive => true|false"),
     };
-    Ok(provider_as_source(Arc::new(ListFiles { path, recursive })))
+    Ok(Arc::new(ListFiles { path, recursive }))
+}
+
+/// `list_files` as a DataFusion table function, for a session planning SQL itself
+/// (`cdcflow query`) once `rewrite_calls` has made its calls positional.
+#[derive(Debug)]
+pub struct Function;
+
+impl TableFunctionImpl for Function {
+    fn call(&self, args: &[Expr]) -> Result<Arc<dyn TableProvider>> {
+        provider(args)
+    }
+}
+
+/// Makes every `list_files` call of `query` positional with its path absolute
+/// (relative paths start at `root`), as a flow's query is rewritten; the first mistake
+/// in a call, as text, if there is one.
+pub fn rewrite_calls(query: &mut Query, root: &Path) -> std::result::Result<(), String> {
+    let mut mistake = None;
+    crate::relations::rewrite_relations(query, &mut |relation| match relation {
+        Relation::ListFiles(call) => {
+            let fault = call_fault(&call);
+            let path = call.path.as_ref().map(|p| root.join(p));
+            match (fault, path) {
+                (None, Some(path)) => Some(path.display().to_string()),
+                (fault, _) => {
+                    mistake = mistake.take().or(fault);
+                    None
+                }
+            }
+        }
+        _ => None,
+    });
+    mistake.map_or(Ok(()), Err)
+}
+
+/// What is wrong with `call`, as the pipeline's diagnostics say it
+/// (`resolve/references.rs`).
+fn call_fault(call: &FilesCall) -> Option<String> {
+    if !call.invalid.is_empty() {
+        return Some("list_files takes literal arguments".into());
+    }
+    if call.path.is_none() {
+        return Some("list_files needs a path: list_files('landing/customers')".into());
+    }
+    call.options
+        .iter()
+        .find_map(|(key, value, _)| match key.as_str() {
+            "recursive" if ["true", "false"].contains(&value.to_ascii_lowercase().as_str()) => None,
+            "recursive" => Some(format!("list_files: recursive => {value} is not a boolean")),
+            "connection" => Some(
+                "list_files lists folders of this machine: connection => is not supported".into(),
+            ),
+            _ => Some(format!(
+                "list_files has no option `{key}`: list_files(path [, recursive => true|false])"
+            )),
+        })
 }
 
 /// A folder, listed when scanned.

@@ -77,28 +77,13 @@ impl FilesTable {
         let schema = DFSchema::try_from(metadata.schema())?;
         let mut keep = BooleanArray::from(vec![true; metadata.num_rows()]);
         for filter in filters {
-            let unqualified = (*filter)
-                .clone()
-                .transform(|e| match e {
-                    Expr::Column(c) => Ok(Transformed::yes(Expr::Column(Column::new_unqualified(
-                        c.name,
-                    )))),
-                    e => Ok(Transformed::no(e)),
-                })?
-                .data;
-            let expr = create_physical_expr(
-                &unqualified,
-                &schema,
-                &ExecutionProps::new(),
-                &PhysicalPlanningContext::default(),
-            )?;
-            let value = expr.evaluate(&metadata)?.into_array(metadata.num_rows())?;
-            let value = value
-                .as_any()
-                .downcast_ref::<BooleanArray>()
-                .ok_or_else(|| DataFusionError::Internal("a filter that is not boolean".into()))?
-                .clone();
-            keep = and_kleene(&keep, &value)?;
+            // The filter is inexact: the rows are filtered again after the scan. A filter
+            // that cannot be evaluated on `_metadata` alone therefore keeps every file
+            // rather than failing the read.
+            match kept_by(filter, &metadata, &schema) {
+                Ok(value) => keep = and_kleene(&keep, &value)?,
+                Err(e) => tracing::debug!("read_files: filter {filter} keeps every file: {e}"),
+            }
         }
         Ok(self
             .files
@@ -127,6 +112,31 @@ impl FilesTable {
         }
         Ok(concat_batches(&schema, &rows)?)
     }
+}
+
+/// Which of `metadata`'s files (one row each) `filter` keeps.
+fn kept_by(filter: &Expr, metadata: &RecordBatch, schema: &DFSchema) -> Result<BooleanArray> {
+    let unqualified = filter
+        .clone()
+        .transform(|e| match e {
+            Expr::Column(c) => Ok(Transformed::yes(Expr::Column(Column::new_unqualified(
+                c.name,
+            )))),
+            e => Ok(Transformed::no(e)),
+        })?
+        .data;
+    let expr = create_physical_expr(
+        &unqualified,
+        schema,
+        &ExecutionProps::new(),
+        &PhysicalPlanningContext::default(),
+    )?;
+    let value = expr.evaluate(metadata)?.into_array(metadata.num_rows())?;
+    Ok(value
+        .as_any()
+        .downcast_ref::<BooleanArray>()
+        .ok_or_else(|| DataFusionError::Internal("a filter that is not boolean".into()))?
+        .clone())
 }
 
 #[async_trait::async_trait]
@@ -182,5 +192,94 @@ impl TableProvider for FilesTable {
             Arc::clone(&self.read_schema),
             projection.cloned(),
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use cdcflow_plan::read_files::FileFormat;
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::functions::core::expr_fn::get_field;
+    use datafusion::prelude::{cast, col, lit};
+
+    use super::*;
+
+    fn table(dir: &std::path::Path, names: &[&str]) -> FilesTable {
+        let read = ReadFiles {
+            table: "files".into(),
+            path_text: dir.display().to_string(),
+            path: dir.to_path_buf(),
+            format: FileFormat::Csv,
+            declared_schema: None,
+            options: BTreeMap::new(),
+            streaming: false,
+            auto_loader: false,
+            schema_hints: None,
+            inferred_schema: None,
+            metadata: true,
+            span: datafusion::sql::sqlparser::tokenizer::Span::empty(),
+        };
+        let files = names
+            .iter()
+            .map(|name| {
+                let path = dir.join(name);
+                std::fs::write(&path, "id\n1\n").expect("a test file");
+                let name = FileName::of(&read, &path);
+                (path, name)
+            })
+            .collect();
+        let schema = Arc::new(Schema::new(vec![datafusion::arrow::datatypes::Field::new(
+            "id",
+            DataType::Int64,
+            true,
+        )]));
+        FilesTable {
+            read,
+            read_schema: file_metadata::with_column(&schema),
+            schema,
+            files,
+            settle: Duration::ZERO,
+        }
+    }
+
+    fn names(files: &[(PathBuf, FileName)]) -> Vec<String> {
+        files
+            .iter()
+            .filter_map(|(p, _)| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn filters_on_metadata_keep_their_files_and_one_that_fails_keeps_every_file() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let table = table(dir.path(), &["a.csv", "b.csv"]);
+        let name = || get_field(col(file_metadata::COLUMN), "file_name");
+        let one = name().eq(lit("b.csv"));
+        assert_eq!(
+            names(&table.kept(std::slice::from_ref(&one)).expect("kept")),
+            ["b.csv"]
+        );
+        // `a.csv` is no number: the cast fails on the listing, so this filter keeps
+        // every file and only the other one prunes.
+        let failing = cast(name(), DataType::Int64).gt(lit(0_i64));
+        assert!(
+            kept_by(
+                &failing,
+                &table.metadata().expect("metadata"),
+                &DFSchema::empty()
+            )
+            .is_err()
+        );
+        assert_eq!(
+            names(&table.kept(std::slice::from_ref(&failing)).expect("kept")),
+            ["a.csv", "b.csv"]
+        );
+        assert_eq!(
+            names(&table.kept(&[failing, one]).expect("kept")),
+            ["b.csv"]
+        );
     }
 }
