@@ -18,7 +18,9 @@ macro_rules! errln {
     };
 }
 
+mod ci_diagnostics;
 mod explain;
+mod graph;
 mod json_logs;
 mod optimize;
 mod output;
@@ -147,6 +149,21 @@ enum DiagnosticFormat {
     Text,
     /// One JSON object per diagnostic (stdout).
     Json,
+    /// GitHub Actions workflow commands (`::error file=…,line=…,col=…::message`, stdout):
+    /// annotations on the pull request's files.
+    Github,
+    /// One SARIF 2.1.0 log (stdout), for code-scanning views.
+    Sarif,
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum GraphFormat {
+    /// A Mermaid flowchart, for Markdown (GitHub renders it).
+    Mermaid,
+    /// Graphviz DOT.
+    Dot,
+    /// The nodes and edges as one JSON object.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -156,12 +173,20 @@ enum Command {
         #[command(flatten)]
         pipeline: PipelineArgs,
         /// `text`: rendered with source snippets on stderr; `json`: one object per
-        /// diagnostic on stdout (file, line, column, severity, code, message, help).
+        /// diagnostic on stdout (file, line, column, severity, code, message, help);
+        /// `github`: GitHub Actions annotations; `sarif`: a SARIF 2.1.0 log.
         #[arg(long, value_enum, default_value = "text")]
         format: DiagnosticFormat,
         /// The same as --format json.
         #[arg(long)]
         json: bool,
+    },
+    /// Print the pipeline's graph (sources, tables, views, flows and what reads what).
+    Graph {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        #[arg(long, value_enum, default_value = "mermaid")]
+        format: GraphFormat,
     },
     /// Print the DataFusion plan of each flow (or of one).
     Explain {
@@ -316,6 +341,7 @@ fn main() -> ExitCode {
             &pipeline,
             if json { DiagnosticFormat::Json } else { format },
         ),
+        Command::Graph { pipeline, format } => graph::run(&pipeline, format),
         Command::Explain {
             pipeline,
             flow,

@@ -75,6 +75,12 @@ pub fn run(args: &PipelineArgs, format: DiagnosticFormat) -> ExitCode {
     match format {
         DiagnosticFormat::Text => print_text(&loaded.diagnostics),
         DiagnosticFormat::Json => print_json(&loaded.diagnostics),
+        DiagnosticFormat::Github => {
+            for line in crate::ci_diagnostics::github(&loaded.diagnostics) {
+                outln!("{line}");
+            }
+        }
+        DiagnosticFormat::Sarif => outln!("{}", crate::ci_diagnostics::sarif(&loaded.diagnostics)),
     }
     if loaded.has_errors() {
         if let DiagnosticFormat::Text = format {

@@ -19,6 +19,7 @@ pub mod diagnostic;
 pub mod file_metadata;
 pub mod functions;
 pub mod ident_case;
+pub mod lineage;
 pub mod list_files;
 pub mod names;
 pub mod namespace;
