@@ -27,6 +27,7 @@ mod log_format;
 mod machine_output;
 mod metrics_endpoint;
 mod mysql;
+mod object_store;
 mod optimize;
 mod partitioning;
 mod postgres;

@@ -21,6 +21,7 @@ pub mod functions;
 pub mod ident_case;
 pub mod lineage;
 pub mod list_files;
+pub mod location;
 pub mod names;
 pub mod namespace;
 pub mod pipeline;

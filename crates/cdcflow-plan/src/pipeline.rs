@@ -119,8 +119,10 @@ pub struct ExternalDelta {
     pub table: String,
     /// Its name as pipeline.yaml declares it.
     pub name: String,
-    /// Absolute: a relative path is taken from the pipeline folder.
-    pub path: PathBuf,
+    /// A local folder (absolute: a relative path is taken from the pipeline folder) or
+    /// an object-store URL.
+    pub location: crate::location::Location,
+    /// Declared, or read from the local table's log.
     pub schema: SchemaRef,
     /// `STREAM(name)`: each batch reads the rows of the commits after the last read.
     pub streaming: bool,

@@ -305,16 +305,20 @@ impl InputReader<'_> {
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
-        let table = Table::open(&d.path).await?;
+        let table = Table::open_location(&d.location).await?;
         if !table.exists() {
             return Err(RunError::input(format!(
                 "external table `{}`: no Delta table at {}",
-                d.name,
-                d.path.display()
+                d.name, d.location
             ))
             .with_help(
-                "`path:` in pipeline.yaml's external_tables names the folder holding _delta_log",
+                "`path:` in pipeline.yaml's external_tables names the folder (or s3:// prefix) holding _delta_log",
             ));
+        }
+        if d.location.is_remote() {
+            // Its columns were declared, not read from the table: a declared column
+            // the table lacks would be read as nulls.
+            check_declared(d, &table)?;
         }
         let rows = match d.streaming {
             true => {
@@ -342,6 +346,7 @@ impl InputReader<'_> {
                     d.offset_key(),
                     table.data_version().await?.unwrap_or(-1)
                 ));
+                table.fetch_current().await?;
                 if self.tables_as_streams {
                     let (scan, rows) = delta::scan::whole(&table, &d.schema)?;
                     batch.rows += rows;
@@ -605,6 +610,27 @@ fn read_whole(input: &Input) -> Input {
         Input::Query(rq) => Input::Query(rq.clone()),
         Input::Kafka(rk) => Input::Kafka(rk.clone()),
     }
+}
+
+/// Fails unless remote external table `d`'s Delta table has every column its
+/// declaration names.
+fn check_declared(d: &ExternalDelta, table: &Table) -> Result<(), RunError> {
+    let Some(actual) = table.arrow_schema() else {
+        return Ok(());
+    };
+    for field in d.schema.fields() {
+        if actual.field_with_name(field.name()).is_err() {
+            let has: Vec<&str> = actual.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(RunError::input(format!(
+                "external table `{}`: the Delta table at {} has no column `{}` of its declared `schema:`",
+                d.name,
+                d.location,
+                field.name()
+            ))
+            .with_help(format!("the table's columns are: {}", has.join(", "))));
+        }
+    }
+    Ok(())
 }
 
 /// Reads the landing files `new` of `rf` (of `schema`; rows of `read_schema`, with

@@ -10,6 +10,7 @@ use cdcflow_sql::sqlparser::parser::Parser;
 
 use super::*;
 use crate::config::{ExternalFormat, ExternalTableConfig};
+use crate::location::Location;
 use crate::namespace::Identity;
 use crate::pipeline::ExternalDelta;
 
@@ -135,10 +136,28 @@ impl Resolver<'_> {
                     "remove `options:`; they are read_files options for CSV and JSON files",
                 );
             }
-            let path = self.root.join(&config.path);
-            let schema = match &config.schema {
-                Some(ddl) => ddl_schema(ddl).map_err(|e| format!("invalid `schema:`: {e}")),
-                None => crate::delta_schema::read(&path),
+            let location = match Location::parse(self.root, &config.path) {
+                Ok(location) => location,
+                Err(why) => {
+                    return fail(
+                        self,
+                        format!("external table `{name}`: {why}"),
+                        "`path:` is a folder (relative to the pipeline folder) or an s3:// URL; credentials come from the environment",
+                    );
+                }
+            };
+            let schema = match (&config.schema, &location) {
+                (Some(ddl), _) => ddl_schema(ddl).map_err(|e| format!("invalid `schema:`: {e}")),
+                (None, Location::Local(path)) => crate::delta_schema::read(path),
+                (None, Location::Remote(url)) => {
+                    return fail(
+                        self,
+                        format!(
+                            "external table `{name}` at {url} declares no `schema:`: validate does not read object storage"
+                        ),
+                        "declare its columns, `schema: \"id BIGINT, name STRING\"`; each run checks them against the table",
+                    );
+                }
             };
             let schema = match schema {
                 Ok(s) => Arc::new(s),
@@ -154,10 +173,20 @@ impl Resolver<'_> {
             return Some(Input::Delta(ExternalDelta {
                 table,
                 name,
-                path,
+                location,
                 schema,
                 streaming,
             }));
+        }
+        if Location::parse(self.root, &config.path).is_ok_and(|l| l.is_remote()) {
+            return fail(
+                self,
+                format!(
+                    "external table `{name}` ({}) is on object storage: only Delta tables are read from there",
+                    config.format.name()
+                ),
+                "copy the files to a folder of this machine, or read them as a Delta table",
+            );
         }
         if declared && config.schema.is_none() && config.format != ExternalFormat::Parquet {
             return fail(

@@ -14,11 +14,14 @@ use super::pruning::KeyStats;
 /// One data file of a table version.
 #[derive(Debug, Clone)]
 pub struct DataFile {
+    /// On the local disk; for a remote table's file, its URL (for messages).
     pub path: PathBuf,
     /// The row positions its deletion vector removes.
     pub deleted: Option<Arc<RoaringTreemap>>,
     /// Its `add` action in the log; none for a file outside a table.
     pub(crate) add: Option<Add>,
+    /// A remote table's file: read from what was fetched, not from `path`.
+    pub(crate) remote: Option<super::remote::RemoteFile>,
 }
 
 impl DataFile {
@@ -28,6 +31,7 @@ impl DataFile {
             path,
             deleted: None,
             add: None,
+            remote: None,
         }
     }
 
@@ -68,6 +72,7 @@ mod tests {
                 stats: Some(stats.to_string()),
                 ..Add::default()
             }),
+            remote: None,
         }
     }
 

@@ -13,13 +13,14 @@
 //! back with deltalake's own scan.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::io::{Cursor, Read, Seek, SeekFrom, Write};
+use std::path::Path;
 
 use crc::{CRC_32_ISO_HDLC, Crc};
 use deltalake::kernel::{DeletionVectorDescriptor, StorageType};
 use roaring::RoaringTreemap;
 
+use super::remote::Fetched;
 use crate::RunError;
 
 /// The magic of a portable 64-bit Roaring bitmap, the only one Delta accepts.
@@ -35,6 +36,39 @@ pub(crate) fn load(
     table_dir: &Path,
     descriptor: &DeletionVectorDescriptor,
 ) -> Result<RoaringTreemap, RunError> {
+    load_with(table_dir, descriptor, |path| {
+        File::open(path).map_err(|e| RunError::io(path, e))
+    })
+}
+
+/// As [`load`], for a remote table (`url`) whose vector files were fetched.
+pub(crate) fn load_fetched(
+    url: &Path,
+    fetched: &Fetched,
+    descriptor: &DeletionVectorDescriptor,
+) -> Result<RoaringTreemap, RunError> {
+    load_with(url, descriptor, |path| {
+        let relative = path
+            .strip_prefix(url)
+            .map_err(|_| damaged(path, "a vector file outside the table"))?;
+        Ok(Cursor::new(fetched.bytes(&relative.to_string_lossy())?))
+    })
+}
+
+/// The vector file a `u` descriptor names, relative to its table; none for an inline
+/// vector. An error says what is wrong with the descriptor.
+pub(crate) fn stored_file(descriptor: &DeletionVectorDescriptor) -> Result<Option<String>, String> {
+    match descriptor.storage_type {
+        StorageType::UuidRelativePath => relative_name(&descriptor.path_or_inline_dv).map(Some),
+        StorageType::Inline | StorageType::AbsolutePath => Ok(None),
+    }
+}
+
+fn load_with<R: Read + Seek>(
+    table_dir: &Path,
+    descriptor: &DeletionVectorDescriptor,
+    open: impl FnOnce(&Path) -> Result<R, RunError>,
+) -> Result<RoaringTreemap, RunError> {
     let bitmap = match descriptor.storage_type {
         StorageType::Inline => {
             let bytes = z85::decode(&descriptor.path_or_inline_dv)
@@ -46,9 +80,11 @@ pub(crate) fn load(
             deserialize(table_dir, bitmap)?
         }
         StorageType::UuidRelativePath => {
-            let path = relative_path(table_dir, &descriptor.path_or_inline_dv)?;
+            let name = relative_name(&descriptor.path_or_inline_dv)
+                .map_err(|why| damaged(table_dir, &why))?;
+            let path = table_dir.join(name);
             let offset = descriptor.offset.unwrap_or(1);
-            read_stored(&path, offset, descriptor.size_in_bytes)?
+            read_stored(&path, open(&path)?, offset, descriptor.size_in_bytes)?
         }
         StorageType::AbsolutePath => {
             return Err(RunError::File {
@@ -73,29 +109,27 @@ pub(crate) fn load(
     Ok(bitmap)
 }
 
-/// The file a `u` descriptor's path names: a plain folder prefix (never one that leaves
-/// the table) and the uuid.
-fn relative_path(table_dir: &Path, encoded: &str) -> Result<PathBuf, RunError> {
+/// The file a `u` descriptor's path names, relative to the table: a plain folder
+/// prefix (never one that leaves the table) and the uuid.
+fn relative_name(encoded: &str) -> Result<String, String> {
     let Some(split) = encoded.len().checked_sub(ENCODED_UUID_LEN) else {
-        return Err(damaged(table_dir, "a deletion vector path is too short"));
+        return Err("a deletion vector path is too short".into());
     };
     let (prefix, uuid) = encoded
         .split_at_checked(split)
-        .ok_or_else(|| damaged(table_dir, "a deletion vector path is not ASCII"))?;
+        .ok_or("a deletion vector path is not ASCII")?;
     if !prefix.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return Err(damaged(
-            table_dir,
-            &format!("a deletion vector folder prefix `{prefix}` is not a plain folder name"),
+        return Err(format!(
+            "a deletion vector folder prefix `{prefix}` is not a plain folder name"
         ));
     }
-    let bytes =
-        z85::decode(uuid).map_err(|_| damaged(table_dir, "a deletion vector uuid is not Z85"))?;
-    let uuid = uuid::Uuid::from_slice(&bytes)
-        .map_err(|_| damaged(table_dir, "a deletion vector uuid is not 16 bytes"))?;
+    let bytes = z85::decode(uuid).map_err(|_| "a deletion vector uuid is not Z85")?;
+    let uuid =
+        uuid::Uuid::from_slice(&bytes).map_err(|_| "a deletion vector uuid is not 16 bytes")?;
     let name = file_name(&uuid);
     Ok(match prefix.is_empty() {
-        true => table_dir.join(name),
-        false => table_dir.join(prefix).join(name),
+        true => name,
+        false => format!("{prefix}/{name}"),
     })
 }
 
@@ -105,9 +139,13 @@ fn file_name(uuid: &uuid::Uuid) -> String {
 
 /// One vector of a deletion vector file: its size at `offset`, then magic, bitmap and
 /// checksum.
-fn read_stored(path: &Path, offset: i32, size: i32) -> Result<RoaringTreemap, RunError> {
+fn read_stored(
+    path: &Path,
+    mut file: impl Read + Seek,
+    offset: i32,
+    size: i32,
+) -> Result<RoaringTreemap, RunError> {
     let io = |e| RunError::io(path, e);
-    let mut file = File::open(path).map_err(io)?;
     let offset = u64::try_from(offset).map_err(|_| damaged(path, "negative offset"))?;
     file.seek(SeekFrom::Start(offset)).map_err(io)?;
     let mut word = [0u8; 4];

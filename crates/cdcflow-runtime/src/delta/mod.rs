@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cdcflow_plan::location::Location;
 use datafusion::arrow::array::{RecordBatch, new_null_array};
 use datafusion::arrow::compute::{CastOptions, cast_with_options, concat_batches};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -28,6 +29,7 @@ mod parallel;
 mod partitioning;
 pub mod pruning;
 pub(crate) mod read;
+pub(crate) mod remote;
 mod rewrite;
 pub(crate) mod scan;
 mod sink;
@@ -44,8 +46,11 @@ pub use sink::Sink;
 /// A Delta table location and, when it exists, the table.
 #[derive(Debug)]
 pub struct Table {
+    /// Its folder; for a remote table, its URL (for messages).
     pub dir: PathBuf,
     pub table: Option<DeltaTable>,
+    /// A table at an object-store URL: the files fetched for reads (`remote.rs`).
+    pub(crate) remote: Option<Arc<remote::Fetched>>,
 }
 
 fn url_of(dir: &Path) -> Result<Url, RunError> {
@@ -60,10 +65,7 @@ impl Table {
     /// Opens the table at `dir`; a missing table is not an error.
     pub async fn open(dir: &Path) -> Result<Self, RunError> {
         if !dir.join("_delta_log").is_dir() {
-            return Ok(Self {
-                dir: dir.to_path_buf(),
-                table: None,
-            });
+            return Ok(Self::missing(dir));
         }
         let table = match deltalake::open_table(url_of(dir)?).await {
             Ok(table) => table,
@@ -72,7 +74,77 @@ impl Table {
         Ok(Self {
             dir: dir.to_path_buf(),
             table: Some(table),
+            remote: None,
         })
+    }
+
+    /// No table (yet) at `dir`.
+    pub(crate) fn missing(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            table: None,
+            remote: None,
+        }
+    }
+
+    /// Opens the table at `location`, a folder or an object-store URL (read only).
+    pub async fn open_location(location: &Location) -> Result<Self, RunError> {
+        let url = match location {
+            Location::Local(dir) => return Self::open(dir).await,
+            Location::Remote(url) => url,
+        };
+        remote::register_stores();
+        let shown = PathBuf::from(url.as_str());
+        let mut table = DeltaTable::try_from_url(url.clone())
+            .await
+            .map_err(|e| RunError::delta(&shown, e))?;
+        if !table
+            .verify_deltatable_existence()
+            .await
+            .map_err(|e| RunError::delta(&shown, e))?
+        {
+            return Ok(Self::missing(&shown));
+        }
+        table.load().await.map_err(|e| RunError::delta(&shown, e))?;
+        let store = table.log_store().object_store(None);
+        Ok(Self {
+            remote: Some(Arc::new(remote::Fetched::new(store, url.to_string()))),
+            dir: shown,
+            table: Some(table),
+        })
+    }
+
+    /// For a remote table, fetches what reading `files` needs (their data and deletion
+    /// vector files); nothing for a local one.
+    pub(crate) async fn fetch(&self, relative: Vec<String>) -> Result<(), RunError> {
+        match &self.remote {
+            Some(fetched) => fetched.fetch(relative).await,
+            None => Ok(()),
+        }
+    }
+
+    /// For a remote table, fetches every file of its current version, so that
+    /// [`Table::files`] and the reads of them can run.
+    pub async fn fetch_current(&self) -> Result<(), RunError> {
+        let (Some(t), Some(_)) = (&self.table, &self.remote) else {
+            return Ok(());
+        };
+        let snapshot = t.snapshot().map_err(|e| self.err(e))?;
+        let mut wanted = Vec::new();
+        for view in snapshot.snapshot().log_data().iter() {
+            wanted.push(view.path().to_string());
+            if let Some(d) = view.deletion_vector_descriptor() {
+                wanted.extend(deletion_vectors::stored_file(&d).map_err(|why| self.damaged(&why))?);
+            }
+        }
+        self.fetch(wanted).await
+    }
+
+    fn damaged(&self, why: &str) -> RunError {
+        RunError::File {
+            path: self.dir.clone(),
+            message: why.to_string(),
+        }
     }
 
     /// The table at `dir` as it was at `version` (time travel).
@@ -85,6 +157,7 @@ impl Table {
         Ok(Self {
             dir: dir.to_path_buf(),
             table: Some(table),
+            remote: None,
         })
     }
 
@@ -232,7 +305,10 @@ impl Table {
             .snapshot()
             .log_data()
             .iter()
-            .map(|view| data_file(&self.dir, local_file_of(&self.dir, &view)?, &view))
+            .map(|view| match &self.remote {
+                Some(fetched) => remote_data_file(&self.dir, fetched, &view),
+                None => data_file(&self.dir, local_file_of(&self.dir, &view)?, &view),
+            })
             .collect()
     }
 
@@ -287,6 +363,7 @@ impl Table {
         let Some(after) = after else {
             // A first read takes the current snapshot, as Delta streaming sources do:
             // older versions may hold rows a full refresh removed since.
+            self.fetch_current().await?;
             let files = self.files()?;
             let wanted: Vec<String> = files
                 .iter()
@@ -328,12 +405,22 @@ impl Table {
             for action in actions {
                 match action {
                     Action::Add(add) if add.data_change => {
-                        let path = data_file_path(&self.dir, &add.path)?;
+                        let (path, remote) = match &self.remote {
+                            Some(fetched) => (
+                                self.dir.join(&add.path),
+                                Some(remote::RemoteFile {
+                                    fetched: Arc::clone(fetched),
+                                    relative: add.path.clone(),
+                                }),
+                            ),
+                            None => (data_file_path(&self.dir, &add.path)?, None),
+                        };
                         let origin = landing.clone().unwrap_or_else(|| add.path.clone());
                         let file = DataFile {
                             path,
                             deleted: None,
                             add: Some(add),
+                            remote,
                         };
                         out.push((origin, file));
                     }
@@ -350,6 +437,12 @@ impl Table {
                 }
             }
         }
+        self.fetch(
+            out.iter()
+                .filter_map(|(_, f)| f.remote.as_ref().map(|r| r.relative.clone()))
+                .collect(),
+        )
+        .await?;
         Ok((out, current))
     }
 }
@@ -386,6 +479,32 @@ pub(crate) fn data_file(
         path,
         deleted: deleted.map(Arc::new),
         add: Some(add),
+        remote: None,
+    })
+}
+
+/// The data file of a remote table from its log entry `view`, with its deletion vector
+/// read from the fetched files.
+fn remote_data_file(
+    url: &Path,
+    fetched: &Arc<remote::Fetched>,
+    view: &deltalake::kernel::LogicalFileView,
+) -> Result<DataFile, RunError> {
+    let relative = view.path().to_string();
+    let deleted = view
+        .deletion_vector_descriptor()
+        .map(|d| deletion_vectors::load_fetched(url, fetched, &d))
+        .transpose()?;
+    #[allow(deprecated)]
+    let add = view.add_action();
+    Ok(DataFile {
+        path: url.join(&relative),
+        deleted: deleted.map(Arc::new),
+        add: Some(add),
+        remote: Some(remote::RemoteFile {
+            fetched: Arc::clone(fetched),
+            relative,
+        }),
     })
 }
 

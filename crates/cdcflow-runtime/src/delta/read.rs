@@ -18,6 +18,7 @@ use datafusion::parquet::arrow::arrow_reader::{
 use datafusion::parquet::file::metadata::RowGroupMetaData;
 use roaring::RoaringTreemap;
 
+use super::remote::Source;
 use super::{DataFile, conform, partitioning};
 use crate::{RunError, par};
 
@@ -112,7 +113,8 @@ pub(crate) fn memory_size(files: &[DataFile], schema: &SchemaRef) -> Result<(u64
     let (path, meta) = (&files[first.file].path, &metadata[first.file]);
     let roots = named_roots(meta, schema);
     let parquet_schema = meta.metadata().file_metadata().schema_descr();
-    let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(open(path)?, meta.clone())
+    let source = open(&files[first.file])?;
+    let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(source, meta.clone())
         .with_row_groups(vec![first.index])
         .with_projection(ProjectionMask::roots(parquet_schema, roots))
         .with_batch_size(BATCH_ROWS)
@@ -267,7 +269,7 @@ fn load(files: &[DataFile]) -> Result<(Vec<ArrowReaderMetadata>, Vec<Group>), Ru
     let mut groups = Vec::new();
     for (file, data_file) in files.iter().enumerate() {
         let path = &data_file.path;
-        let meta = ArrowReaderMetadata::load(&open(path)?, ArrowReaderOptions::default())
+        let meta = ArrowReaderMetadata::load(&open(data_file)?, ArrowReaderOptions::default())
             .map_err(|e| file_error(path, e))?;
         let mut first_row = 0u64;
         for (index, g) in meta.metadata().row_groups().iter().enumerate() {
@@ -373,7 +375,7 @@ impl Run {
     ) -> impl Iterator<Item = Result<Located, RunError>> {
         self.files.iter().flat_map(move |f| {
             let path = &f.file.path;
-            let reader = open(path).and_then(|file| {
+            let reader = open(&f.file).and_then(|file| {
                 let roots = named_roots(&f.meta, schema);
                 let parquet_schema = f.meta.metadata().file_metadata().schema_descr();
                 ParquetRecordBatchReaderBuilder::new_with_metadata(file, f.meta.clone())
@@ -430,14 +432,14 @@ pub(crate) fn fetch(
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, RunError> {
     let path = &file.path;
-    let meta = ArrowReaderMetadata::load(&open(path)?, ArrowReaderOptions::default())
+    let meta = ArrowReaderMetadata::load(&open(file)?, ArrowReaderOptions::default())
         .map_err(|e| file_error(path, e))?;
     let total = usize::try_from(meta.metadata().file_metadata().num_rows()).unwrap_or(0);
     let at = |p: u64| usize::try_from(p).unwrap_or(usize::MAX);
     let ranges = positions.iter().map(|&p| at(p)..at(p).saturating_add(1));
     let roots = named_roots(&meta, schema);
     let parquet_schema = meta.metadata().file_metadata().schema_descr();
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(open(path)?, meta.clone())
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(open(file)?, meta.clone())
         .with_projection(ProjectionMask::roots(parquet_schema, roots))
         .with_row_selection(RowSelection::from_consecutive_ranges(ranges, total))
         .with_batch_size(BATCH_ROWS)
@@ -488,12 +490,12 @@ fn read_run(
     for file_groups in run.chunk_by(|a, b| a.file == b.file) {
         let file = file_groups[0].file;
         let path = &files[file].path;
+        let source = open(&files[file])?;
         let indexes: Vec<usize> = file_groups.iter().map(|g| g.index).collect();
         let meta = &metadata[file];
-        let mut builder =
-            ParquetRecordBatchReaderBuilder::new_with_metadata(open(path)?, meta.clone())
-                .with_row_groups(indexes)
-                .with_batch_size(BATCH_ROWS);
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(source, meta.clone())
+            .with_row_groups(indexes)
+            .with_batch_size(BATCH_ROWS);
         if let Some(roots) = columns {
             let schema = meta.metadata().file_metadata().schema_descr();
             builder = builder.with_projection(ProjectionMask::roots(schema, roots.iter().copied()));
@@ -506,8 +508,14 @@ fn read_run(
     Ok(out)
 }
 
-fn open(path: &Path) -> Result<File, RunError> {
-    File::open(path).map_err(|e| RunError::io(path, e))
+/// The Parquet file of `file`: from the disk, or a remote table's fetched bytes.
+fn open(file: &DataFile) -> Result<Source, RunError> {
+    match &file.remote {
+        Some(remote) => Ok(Source::Bytes(remote.fetched.bytes(&remote.relative)?)),
+        None => File::open(&file.path)
+            .map(Source::File)
+            .map_err(|e| RunError::io(&file.path, e)),
+    }
 }
 
 fn file_error(path: &Path, e: impl std::fmt::Display) -> RunError {

@@ -109,6 +109,7 @@ impl FileWire {
             path: self.path,
             deleted,
             add: self.add,
+            remote: None,
         };
         Ok((self.origin, file))
     }

@@ -247,10 +247,7 @@ async fn published_before(
             return Ok(table);
         }
     }
-    Ok(Table {
-        dir: dir.to_path_buf(),
-        table: None,
-    })
+    Ok(Table::missing(dir))
 }
 
 /// The next snapshot's version: the run's start for a periodic flow, else the one row

@@ -1,0 +1,259 @@
+//! Tables on object storage, against an S3-compatible server (moto, `.ci/s3`) that each
+//! test starts on a free loopback port: external Delta tables at `s3://` URLs, written
+//! by delta-rs' Python package or copied from a cdcflow table with deletion vectors,
+//! are read whole, as a stream and as snapshots; credentials come from the
+//! environment. Without moto the tests fail saying how to get it.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::run_examples::python_with_deltalake;
+use crate::{copy_dir, repo, stderr, stdout};
+
+/// An S3-compatible server on loopback, stopped when dropped.
+struct Moto {
+    child: Child,
+    endpoint: String,
+}
+
+impl Moto {
+    fn start() -> Self {
+        let server = moto_server();
+        assert!(
+            Path::new(&server).exists(),
+            "no S3-compatible server at {server}: run `bash .ci/s3` once (or set CDCFLOW_MOTO to moto_server)"
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(&server)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server starts");
+        let moto = Self {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not listen");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        moto
+    }
+
+    /// The environment a process reads the server's credentials and endpoint from.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+    }
+
+    /// Runs `script` with delta-rs' Python, `STORE` its storage options for this server.
+    fn python(&self, script: &str) {
+        let options = format!(
+            "STORE = {{'AWS_ENDPOINT_URL': '{}', 'AWS_ACCESS_KEY_ID': 'test', 'AWS_SECRET_ACCESS_KEY': 'test', 'AWS_REGION': 'us-east-1', 'AWS_ALLOW_HTTP': 'true', 'aws_conditional_put': 'etag'}}\n",
+            self.endpoint
+        );
+        let out = Command::new(python_with_deltalake())
+            .args(["-c", &format!("{options}{script}")])
+            .output()
+            .expect("python");
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+
+    fn create_bucket(&self, bucket: &str) {
+        self.python(&format!(
+            "import urllib.request\nurllib.request.urlopen(urllib.request.Request(STORE['AWS_ENDPOINT_URL'] + '/{bucket}', method='PUT'))"
+        ));
+    }
+
+    /// Copies the local folder `dir` to `s3://bucket/prefix/`, file by file.
+    fn upload(&self, dir: &Path, bucket: &str, prefix: &str) {
+        let python = PathBuf::from(std::env::var("CDCFLOW_MOTO").unwrap_or_else(|_| {
+            let home = std::env::var("HOME").unwrap_or_default();
+            format!("{home}/.cache/cdcflow/s3venv/bin/moto_server")
+        }))
+        .with_file_name("python");
+        let script = format!(
+            "import boto3, os, sys\ns3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='test', aws_secret_access_key='test', region_name='us-east-1')\nroot = sys.argv[1]\nfor d, _, files in os.walk(root):\n    for f in files:\n        path = os.path.join(d, f)\n        s3.upload_file(path, '{bucket}', '{prefix}/' + os.path.relpath(path, root))",
+            self.endpoint
+        );
+        let out = Command::new(python)
+            .args(["-c", &script, dir.to_str().expect("utf-8")])
+            .output()
+            .expect("boto3");
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+
+    fn cdcflow(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(args)
+            .envs(self.env())
+            .output()
+            .expect("run cdcflow")
+    }
+
+    fn query(&self, dir: &Path, sql: &str) -> String {
+        let out = self.cdcflow(&["query", "-p", path(dir), sql, "--format", "csv"]);
+        assert!(out.status.success(), "{sql}: {}", stderr(&out));
+        stdout(&out)
+    }
+
+    fn run(&self, dir: &Path) -> String {
+        let out = self.cdcflow(&["run", "-p", path(dir)]);
+        assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+        stdout(&out)
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `CDCFLOW_MOTO`, else where `.ci/s3` installs it.
+fn moto_server() -> String {
+    std::env::var("CDCFLOW_MOTO").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        format!("{home}/.cache/cdcflow/s3venv/bin/moto_server")
+    })
+}
+
+fn path(dir: &Path) -> &str {
+    dir.to_str().expect("utf-8")
+}
+
+fn pipeline(dir: &Path, yaml: &str, sql: &str) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    std::fs::write(dir.join("pipeline.yaml"), yaml).expect("pipeline.yaml");
+    std::fs::write(dir.join("flows.sql"), sql).expect("flows.sql");
+}
+
+#[test]
+fn external_delta_tables_in_a_bucket_are_read_whole_as_streams_and_as_snapshots() {
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    moto.python(
+        "import pyarrow as pa\nfrom deltalake import write_deltalake\n\
+         write_deltalake('s3://lake/crm/customers', pa.table({'id': [1, 2, 3], 'name': ['Ada', 'Alan', 'Grace'], 'balance': [10, 20, 30]}), storage_options=STORE)\n\
+         write_deltalake('s3://lake/crm/events', pa.table({'id': [1, 2], 'kind': ['open', 'open']}), storage_options=STORE)",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path();
+    pipeline(
+        p,
+        "name: lake\nexternal_tables:\n  crm.customers:\n    format: delta\n    path: s3://lake/crm/customers\n    schema: \"id BIGINT, name STRING, balance BIGINT\"\n  crm.events:\n    format: delta\n    path: s3://lake/crm/events\n    schema: \"id BIGINT, kind STRING\"\n",
+        "CREATE OR REFRESH MATERIALIZED VIEW totals AS SELECT count(*) AS customers, sum(balance) AS balance FROM crm.customers;\n\
+         CREATE OR REFRESH STREAMING TABLE events AS SELECT * FROM STREAM(crm.events);\n\
+         CREATE OR REFRESH STREAMING TABLE customers;\n\
+         CREATE FLOW customers_snapshots AS AUTO CDC INTO customers FROM SNAPSHOT (SELECT * FROM crm.customers) KEYS (id) STORED AS SCD TYPE 2;\n",
+    );
+    let validated = moto.cdcflow(&["validate", "-p", path(p)]);
+    assert!(validated.status.success(), "{}", stderr(&validated));
+    moto.run(p);
+    assert_eq!(
+        moto.query(p, "SELECT * FROM totals"),
+        "customers,balance\n3,60\n"
+    );
+    assert_eq!(moto.query(p, "SELECT count(*) AS n FROM events"), "n\n2\n");
+    assert_eq!(
+        moto.query(p, "SELECT id, name FROM customers ORDER BY id"),
+        "id,name\n1,Ada\n2,Alan\n3,Grace\n"
+    );
+
+    // The export is replaced (2 changed, 3 gone, 4 new) and two events are appended.
+    moto.python(
+        "import pyarrow as pa\nfrom deltalake import write_deltalake\n\
+         write_deltalake('s3://lake/crm/customers', pa.table({'id': [1, 2, 4], 'name': ['Ada', 'Alan M. Turing', 'Edsger'], 'balance': [10, 25, 40]}), mode='overwrite', storage_options=STORE)\n\
+         write_deltalake('s3://lake/crm/events', pa.table({'id': [3, 4], 'kind': ['close', 'open']}), mode='append', storage_options=STORE)",
+    );
+    moto.run(p);
+    assert_eq!(
+        moto.query(p, "SELECT * FROM totals"),
+        "customers,balance\n3,75\n"
+    );
+    assert_eq!(
+        moto.query(p, "SELECT id, kind FROM events ORDER BY id"),
+        "id,kind\n1,open\n2,open\n3,close\n4,open\n"
+    );
+    assert_eq!(
+        moto.query(
+            p,
+            "SELECT id, name, __END_AT IS NULL AS open FROM customers ORDER BY id, __START_AT"
+        ),
+        "id,name,open\n1,Ada,true\n2,Alan,false\n2,Alan M. Turing,true\n3,Grace,false\n4,Edsger,true\n"
+    );
+
+    // A declared column the table does not have fails the run, naming it.
+    let yaml = std::fs::read_to_string(p.join("pipeline.yaml")).expect("yaml");
+    std::fs::write(
+        p.join("pipeline.yaml"),
+        yaml.replace("balance BIGINT\"", "balance BIGINT, email STRING\""),
+    )
+    .expect("yaml");
+    let out = moto.cdcflow(&["run", "-p", path(p), "--flow", "totals"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("has no column `email` of its declared `schema:`"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_table_with_deletion_vectors_read_from_a_bucket_gives_its_live_rows() {
+    // A cdcflow target whose second batch deletes rows by deletion vectors.
+    let local = tempfile::tempdir().expect("tempdir");
+    copy_dir(&repo().join("pipelines/customers"), local.path());
+    let changes = local
+        .path()
+        .join("landing/customers/2024-06-02_changes.csv");
+    let aside = local.path().join("changes.csv");
+    std::fs::rename(&changes, &aside).expect("set aside");
+    let moto = Moto::start();
+    moto.run(local.path());
+    std::fs::rename(&aside, &changes).expect("put back");
+    moto.run(local.path());
+    let table = local.path().join("_storage/tables/silver_customers");
+    let vectors = std::fs::read_dir(&table)
+        .expect("table folder")
+        .filter(|e| {
+            e.as_ref().is_ok_and(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("deletion_vector_")
+            })
+        })
+        .count();
+    assert!(vectors > 0, "the second batch wrote no deletion vector");
+    moto.create_bucket("lake");
+    moto.upload(&table, "lake", "silver/customers");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path();
+    pipeline(
+        p,
+        "name: reader\nexternal_tables:\n  silver.customers:\n    format: delta\n    path: s3://lake/silver/customers\n    schema: \"customer_id BIGINT, name STRING, email STRING, city STRING, updated_at TIMESTAMP\"\n",
+        "CREATE OR REFRESH MATERIALIZED VIEW customers AS SELECT customer_id, name, email, city FROM silver.customers;\n",
+    );
+    moto.run(p);
+    let sql = "SELECT customer_id, name, email, city FROM customers ORDER BY customer_id";
+    let want = moto.query(
+        local.path(),
+        "SELECT customer_id, name, email, city FROM silver_customers ORDER BY customer_id",
+    );
+    assert_eq!(moto.query(p, sql), want);
+    assert!(!want.contains("Edsger"), "customer 4 was deleted: {want}");
+}
