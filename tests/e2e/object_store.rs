@@ -257,3 +257,30 @@ fn a_table_with_deletion_vectors_read_from_a_bucket_gives_its_live_rows() {
     assert_eq!(moto.query(p, sql), want);
     assert!(!want.contains("Edsger"), "customer 4 was deleted: {want}");
 }
+
+#[test]
+fn a_landing_folder_given_as_a_url_fails_the_run_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path();
+    pipeline(
+        p,
+        "name: landing_url\n",
+        "CREATE OR REFRESH STREAMING TABLE orders AS SELECT * FROM STREAM read_files('s3://lake/landing/orders', format => 'json', schema => 'id BIGINT');\n",
+    );
+    // Validate warns (a Databricks pipeline reading a bucket still validates) ...
+    let validated = crate::cdcflow(&["validate", "-p", path(p)]);
+    assert!(validated.status.success(), "{}", stderr(&validated));
+    assert!(
+        stderr(&validated).contains("is a URL: cdcflow reads files from folders of this machine"),
+        "{}",
+        stderr(&validated)
+    );
+    // ... and the run fails rather than read a folder that is not there as empty.
+    let out = crate::cdcflow(&["run", "-p", path(p)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("`s3://lake/landing/orders` is a URL"),
+        "{said}"
+    );
+}

@@ -468,6 +468,14 @@ impl InputReader<'_> {
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
+        if rf.path_text.contains("://") {
+            // Taken for a local folder, it would not exist and be read as empty.
+            return Err(RunError::input(format!(
+                "`{}` is a URL: cdcflow reads files from folders of this machine",
+                rf.path_text
+            ))
+            .with_help("give a folder path; Delta tables at s3:// URLs can be read as external_tables (docs/storage.md)"));
+        }
         let schema = rf
             .schema()
             .map_err(|e| RunError::input(format!("{}: {e}", rf.path_text)))?

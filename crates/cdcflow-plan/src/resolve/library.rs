@@ -123,7 +123,22 @@ impl Resolver<'_> {
     }
 
     pub(super) fn config_error(&mut self, text: &Arc<str>, needle: &str, message: String) {
+        self.config_error_labelled(text, needle, message, "this glob", None);
+    }
+
+    /// A `cdcflow::config` error at the first line of pipeline.yaml holding `needle`.
+    pub(super) fn config_error_labelled(
+        &mut self,
+        text: &Arc<str>,
+        needle: &str,
+        message: String,
+        label: &str,
+        help: Option<&str>,
+    ) {
         let mut d = Diagnostic::error("cdcflow::config", message);
+        if let Some(help) = help {
+            d = d.help(help.to_string());
+        }
         if let Some((line_idx, line)) = text.lines().enumerate().find(|(_, l)| l.contains(needle)) {
             let col = line[..line.find(needle).unwrap_or(0)].chars().count() as u64 + 1;
             let line_no = line_idx as u64 + 1;
@@ -134,10 +149,25 @@ impl Resolver<'_> {
                     Location::new(line_no, col),
                     Location::new(line_no, col + needle.chars().count() as u64),
                 ),
-                label: "this glob".into(),
+                label: label.into(),
             });
         }
         self.diags.push(d);
+    }
+
+    /// `storage:` is a folder of this machine: an object-store URL there would be taken
+    /// for a local folder named `s3:` and the tables written where nobody looks.
+    pub(super) fn check_storage_location(&mut self, config: &PipelineConfig, text: &Arc<str>) {
+        if !config.storage.contains("://") {
+            return;
+        }
+        self.config_error_labelled(
+            text,
+            &config.storage,
+            "`storage:` is an object-store URL: the pipeline's storage is a folder of this machine; object storage is not supported there yet".to_string(),
+            "not a local folder",
+            Some("keep `storage:` a local path; Delta tables at s3:// URLs can be read as external_tables (docs/storage.md)"),
+        );
     }
 }
 

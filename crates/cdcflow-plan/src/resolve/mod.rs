@@ -185,6 +185,7 @@ pub fn load_discovered(
             config: config.clone(),
         })
         .collect();
+    r.check_storage_location(&config, &config_text);
     let used = r.read_libraries(&config, &config_text, &conf);
     let syncs = r.expand_syncs(&config, &config_text, discovered);
     r.check_overrides(&config, overrides, &used);

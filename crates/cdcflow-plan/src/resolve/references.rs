@@ -205,6 +205,10 @@ impl Resolver<'_> {
                 _ => self.error(file, *span, FUNCTION, format!("list_files has no option `{key}`"), "unknown option", Some("list_files(path [, recursive => true|false])".into())),
             }
         }
+        if path_text.contains("://") {
+            self.warn_if_url(path_text, call.span, file, FUNCTION);
+            return;
+        }
         let path = self.root.join(path_text);
         if !path.exists() {
             let d = Diagnostic::warning(
@@ -215,6 +219,22 @@ impl Resolver<'_> {
             .help("correct the path (relative paths start at the pipeline folder), or create the folder");
             self.diags.push(d);
         }
+    }
+
+    /// A warning at `span` when `path_text` is a URL: files are read from folders of this
+    /// machine, and a run fails on it (`inputs.rs`). Not an error, so that a Databricks
+    /// pipeline reading a bucket still validates everything else.
+    fn warn_if_url(&mut self, path_text: &str, span: Span, file: FileId, code: &'static str) {
+        if !path_text.contains("://") {
+            return;
+        }
+        let d = Diagnostic::warning(
+            code,
+            format!("`{path_text}` is a URL: cdcflow reads files from folders of this machine, so a run fails on it"),
+        )
+        .at(self.locate(file, span, "not a local folder"))
+        .help("give a folder path, or a `${key}` that --conf sets to one (relative paths start at the pipeline folder); Delta tables at s3:// URLs can be read as external_tables (docs/storage.md)");
+        self.diags.push(d);
     }
 
     pub(super) fn read_files(
@@ -237,8 +257,9 @@ impl Resolver<'_> {
             );
             return None;
         };
+        self.warn_if_url(&path_text, call.span, file, "cdcflow::read_files");
         let path = self.root.join(&path_text);
-        if !path.exists() {
+        if !path.exists() && !path_text.contains("://") {
             self.missing_landing(call, file, &path_text, &path);
         }
         let options: BTreeMap<String, String> = call
