@@ -34,14 +34,21 @@ pub fn github(diagnostics: &[Diagnostic]) -> Vec<String> {
                 properties.push(format!("endColumn={end_column}"));
             }
             properties.push(format!("title={}", property(d.code)));
-            let mut message = d.message.clone();
-            if let Some(help) = &d.help {
-                message.push_str("\nhelp: ");
-                message.push_str(help);
-            }
-            format!("::{command} {}::{}", properties.join(","), data(&message))
+            format!(
+                "::{command} {}::{}",
+                properties.join(","),
+                data(&with_help(d))
+            )
         })
         .collect()
+}
+
+/// The diagnostic's message, and its help on the next line.
+fn with_help(d: &Diagnostic) -> String {
+    match &d.help {
+        Some(help) => format!("{}\nhelp: {help}", d.message),
+        None => d.message.clone(),
+    }
 }
 
 /// A workflow command's message, escaped as the Actions toolkit escapes it.
@@ -76,11 +83,7 @@ pub fn sarif(diagnostics: &[Diagnostic]) -> String {
     let results: Vec<Value> = diagnostics
         .iter()
         .map(|d| {
-            let mut text = d.message.clone();
-            if let Some(help) = &d.help {
-                text.push_str("\nhelp: ");
-                text.push_str(help);
-            }
+            let text = with_help(d);
             let mut result = json!({
                 "ruleId": d.code,
                 "ruleIndex": codes.binary_search(&d.code).unwrap_or_default(),

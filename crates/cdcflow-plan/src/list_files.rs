@@ -99,8 +99,7 @@ pub fn rewrite_calls(query: &mut Query, root: &Path) -> std::result::Result<(), 
     mistake.map_or(Ok(()), Err)
 }
 
-/// What is wrong with `call`, as the pipeline's diagnostics say it
-/// (`resolve/references.rs`).
+/// What is wrong with `call`, its first fault as the pipeline's diagnostics say it.
 fn call_fault(call: &FilesCall) -> Option<String> {
     if !call.invalid.is_empty() {
         return Some("list_files takes literal arguments".into());
@@ -110,16 +109,49 @@ fn call_fault(call: &FilesCall) -> Option<String> {
     }
     call.options
         .iter()
-        .find_map(|(key, value, _)| match key.as_str() {
-            "recursive" if ["true", "false"].contains(&value.to_ascii_lowercase().as_str()) => None,
-            "recursive" => Some(format!("list_files: recursive => {value} is not a boolean")),
-            "connection" => Some(
-                "list_files lists folders of this machine: connection => is not supported".into(),
-            ),
-            _ => Some(format!(
-                "list_files has no option `{key}`: list_files(path [, recursive => true|false])"
-            )),
+        .find_map(|(key, value, _)| option_fault(key, value))
+        .map(|f| match f.message.starts_with(NAME) {
+            true => f.message,
+            false => format!("{NAME}: {}", f.message),
         })
+}
+
+/// A `list_files` option that cannot be taken: what to say, the label at the option,
+/// and the help.
+pub(crate) struct OptionFault {
+    pub message: String,
+    pub label: &'static str,
+    pub help: &'static str,
+}
+
+/// What is wrong with option `key => value` of a `list_files` call, if anything: one
+/// rule for flows (`resolve/references.rs`) and `cdcflow query` ([`rewrite_calls`]).
+pub(crate) fn option_fault(key: &str, value: &str) -> Option<OptionFault> {
+    let fault = |message: String, label, help| {
+        Some(OptionFault {
+            message,
+            label,
+            help,
+        })
+    };
+    match key {
+        "recursive" if ["true", "false"].contains(&value.to_ascii_lowercase().as_str()) => None,
+        "recursive" => fault(
+            format!("recursive => {value} is not a boolean"),
+            "not true or false",
+            "recursive => true lists every file under the folder; false its own files and folders",
+        ),
+        "connection" => fault(
+            "list_files lists folders of this machine: connection => is not supported".into(),
+            "not supported",
+            "list a local folder, relative to the pipeline folder",
+        ),
+        _ => fault(
+            format!("list_files has no option `{key}`"),
+            "unknown option",
+            "list_files(path [, recursive => true|false])",
+        ),
+    }
 }
 
 /// A folder, listed when scanned.

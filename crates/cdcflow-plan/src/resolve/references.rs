@@ -198,11 +198,15 @@ impl Resolver<'_> {
             return;
         };
         for (key, value, span) in &call.options {
-            match key.as_str() {
-                "recursive" if ["true", "false"].contains(&value.to_ascii_lowercase().as_str()) => {}
-                "recursive" => self.error(file, *span, FUNCTION, format!("recursive => {value} is not a boolean"), "not true or false", Some("recursive => true lists every file under the folder; false its own files and folders".into())),
-                "connection" => self.error(file, *span, FUNCTION, "list_files lists folders of this machine: connection => is not supported".into(), "not supported", Some("list a local folder, relative to the pipeline folder".into())),
-                _ => self.error(file, *span, FUNCTION, format!("list_files has no option `{key}`"), "unknown option", Some("list_files(path [, recursive => true|false])".into())),
+            if let Some(fault) = crate::list_files::option_fault(key, value) {
+                self.error(
+                    file,
+                    *span,
+                    FUNCTION,
+                    fault.message,
+                    fault.label,
+                    Some(fault.help.into()),
+                );
             }
         }
         if path_text.contains("://") {

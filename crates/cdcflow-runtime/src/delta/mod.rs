@@ -468,19 +468,7 @@ pub(crate) fn data_file(
     path: PathBuf,
     view: &deltalake::kernel::LogicalFileView,
 ) -> Result<DataFile, RunError> {
-    let deleted = view
-        .deletion_vector_descriptor()
-        .map(|d| deletion_vectors::load(dir, &d))
-        .transpose()?;
-    // The add action is what a merge-on-write re-adds with a larger vector.
-    #[allow(deprecated)]
-    let add = view.add_action();
-    Ok(DataFile {
-        path,
-        deleted: deleted.map(Arc::new),
-        add: Some(add),
-        remote: None,
-    })
+    file_of(path, view, None, |d| deletion_vectors::load(dir, d))
 }
 
 /// The data file of a remote table from its log entry `view`, with its deletion vector
@@ -491,20 +479,37 @@ fn remote_data_file(
     view: &deltalake::kernel::LogicalFileView,
 ) -> Result<DataFile, RunError> {
     let relative = view.path().to_string();
+    let path = url.join(&relative);
+    let remote = remote::RemoteFile {
+        fetched: Arc::clone(fetched),
+        relative,
+    };
+    file_of(path, view, Some(remote), |d| {
+        deletion_vectors::load_fetched(url, fetched, d)
+    })
+}
+
+/// A data file from its log entry `view`, its deletion vector read by `load`.
+fn file_of(
+    path: PathBuf,
+    view: &deltalake::kernel::LogicalFileView,
+    remote: Option<remote::RemoteFile>,
+    load: impl FnOnce(
+        &deltalake::kernel::DeletionVectorDescriptor,
+    ) -> Result<roaring::RoaringTreemap, RunError>,
+) -> Result<DataFile, RunError> {
     let deleted = view
         .deletion_vector_descriptor()
-        .map(|d| deletion_vectors::load_fetched(url, fetched, &d))
+        .map(|d| load(&d))
         .transpose()?;
+    // The add action is what a merge-on-write re-adds with a larger vector.
     #[allow(deprecated)]
     let add = view.add_action();
     Ok(DataFile {
-        path: url.join(&relative),
+        path,
         deleted: deleted.map(Arc::new),
         add: Some(add),
-        remote: Some(remote::RemoteFile {
-            fetched: Arc::clone(fetched),
-            relative,
-        }),
+        remote,
     })
 }
 
