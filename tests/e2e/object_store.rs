@@ -71,6 +71,13 @@ impl Moto {
         assert!(out.status.success(), "{}", stderr(&out));
     }
 
+    /// The same settings as object_store options, for a store opened in this process.
+    fn options(&self) -> Vec<(&'static str, String)> {
+        let mut options = self.env();
+        options.push(("aws_conditional_put", "etag".to_string()));
+        options
+    }
+
     fn create_bucket(&self, bucket: &str) {
         self.python(&format!(
             "import urllib.request\nurllib.request.urlopen(urllib.request.Request(STORE['AWS_ENDPOINT_URL'] + '/{bucket}', method='PUT'))"
@@ -283,4 +290,83 @@ fn a_landing_folder_given_as_a_url_fails_the_run_naming_it() {
         said.contains("`s3://lake/landing/orders` is a URL"),
         "{said}"
     );
+}
+
+/// The pipeline's records (offsets, identity, listings) kept in a bucket behave as in a
+/// folder: written whole, created only once, listed by prefix, deleted; a store
+/// without conditional writes is refused with the reason.
+#[test]
+fn records_in_a_bucket_are_written_whole_created_once_listed_and_deleted() {
+    use cdcflow_runtime::storage::{Key, Storage};
+    let moto = Moto::start();
+    moto.create_bucket("records");
+    let owned = moto.options();
+    let options: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let storage = Storage::remote("s3://records/pipe/_storage", &options).expect("storage");
+        let offsets = Key::of(&["checkpoints", "f", "offsets"]).expect("key");
+        let one = offsets.join("1.json").expect("key");
+        assert_eq!(storage.get(&one).await.expect("get"), None);
+        storage.put(&one, b"first").await.expect("put");
+        storage.put(&one, b"second").await.expect("put");
+        assert_eq!(
+            storage.get(&one).await.expect("get").as_deref(),
+            Some(&b"second"[..])
+        );
+        let two = offsets.join("2.json").expect("key");
+        assert!(storage.put_new(&two, b"mine").await.expect("create"));
+        assert!(!storage.put_new(&two, b"theirs").await.expect("taken"));
+        assert_eq!(
+            storage.get(&two).await.expect("get").as_deref(),
+            Some(&b"mine"[..])
+        );
+        // A neighbour whose name starts the same is not under the prefix.
+        let other = Key::of(&["checkpoints", "f2", "offsets", "1.json"]).expect("key");
+        storage.put(&other, b"x").await.expect("put");
+        let listed = storage.list(&offsets).await.expect("list");
+        let keys: Vec<&str> = listed.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "checkpoints/f/offsets/1.json",
+                "checkpoints/f/offsets/2.json"
+            ]
+        );
+        assert_eq!(listed[0].size, 6);
+        assert_eq!(
+            storage.describe(&one),
+            "s3://records/pipe/_storage/checkpoints/f/offsets/1.json"
+        );
+        storage.delete(&one).await.expect("delete");
+        storage
+            .delete(&one)
+            .await
+            .expect("deleting a gone record is no error");
+        storage
+            .delete_all(&Key::of(&["checkpoints", "f"]).expect("key"))
+            .await
+            .expect("delete all");
+        assert!(storage.list(&offsets).await.expect("list").is_empty());
+        assert_eq!(
+            storage
+                .list(&Key::of(&["checkpoints"]).expect("key"))
+                .await
+                .expect("list")
+                .len(),
+            1,
+            "the neighbour stays"
+        );
+
+        let mut unsafe_options = options.clone();
+        unsafe_options.retain(|(k, _)| *k != "aws_conditional_put");
+        unsafe_options.push(("aws_conditional_put", "disabled"));
+        let unsafe_store = Storage::remote("s3://records/other", &unsafe_options).expect("storage");
+        let err = unsafe_store
+            .put_new(&two, b"x")
+            .await
+            .expect_err("no conditional put")
+            .to_string();
+        assert!(err.contains("conditional writes"), "{err}");
+    });
 }

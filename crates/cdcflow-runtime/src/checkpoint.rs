@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::RunError;
 use crate::delta::Table;
 use crate::landing::{FileName, ReadRecord};
+use crate::storage::{Key, Storage};
 
 /// What one batch of a flow reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -68,29 +69,92 @@ impl Processed {
     }
 }
 
-/// The checkpoint folder of one flow.
+/// The checkpoint of one flow: `checkpoints/<flow>/` in the pipeline's storage.
+///
+/// Offsets are kept under two names. Before its commit a batch writes its *intent*,
+/// `offsets/<batch>-<run>.json`, named by the run that writes it, so no other writer
+/// ever writes the same record. After its commit landed it *seals* the batch's
+/// offsets as `offsets/<batch>.json`, created only if absent. A reader takes sealed
+/// offsets only, and only for committed batches: an intent is read only to restore a
+/// committed batch whose sealed file and commit record are both gone. Intents of
+/// batches after the committed one are never read and never removed by a reader (a
+/// writer may still be going); once their batch number is committed they go.
 pub struct Checkpoint {
-    dir: PathBuf,
+    storage: Storage,
+    key: Key,
+    flow: String,
+}
+
+/// One offsets record, as its name says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Record {
+    /// `<batch>.json`: a committed batch's offsets (also every file of checkpoints
+    /// written before intents had their own names).
+    Sealed(i64),
+    /// `<batch>-<run>.json`: what a run meant to commit as batch `batch`.
+    Intent(i64),
+    /// Anything else (a temporary file a killed write left behind).
+    Other,
+}
+
+impl Record {
+    fn of(name: &str) -> Self {
+        let Some(stem) = name.strip_suffix(".json") else {
+            return Self::Other;
+        };
+        if let Ok(batch) = stem.parse::<i64>() {
+            return Self::Sealed(batch);
+        }
+        match stem.split_once('-').map(|(b, run)| (b.parse::<i64>(), run)) {
+            Some((Ok(batch), run)) if !run.is_empty() && !run.contains('.') => Self::Intent(batch),
+            _ => Self::Other,
+        }
+    }
+}
+
+/// This process's name for the intents it writes: unique among runs.
+fn run_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| uuid::Uuid::new_v4().simple().to_string())
 }
 
 impl Checkpoint {
-    pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+    /// The checkpoint of `flow` in the storage folder `storage`.
+    pub fn new(storage: &Path, flow: &str) -> Result<Self, RunError> {
+        Self::in_storage(&Storage::local(storage), flow)
+    }
+
+    /// The checkpoint of `flow` in `storage`.
+    pub fn in_storage(storage: &Storage, flow: &str) -> Result<Self, RunError> {
+        Ok(Self {
+            storage: storage.clone(),
+            key: Key::of(&["checkpoints", &crate::layout::folder_name(flow)])?,
+            flow: flow.to_string(),
+        })
     }
 
     /// The flow's checkpoint folder (offsets, and the state of a stateful flow).
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    pub fn dir(&self) -> PathBuf {
+        self.storage.path(&self.key)
     }
 
-    fn offsets_dir(&self) -> PathBuf {
-        self.dir.join("offsets")
+    fn offsets(&self) -> Result<Key, RunError> {
+        self.key.join("offsets")
     }
 
-    /// The progress of the flow whose commits to `table` carry `app`. Offsets of
-    /// batches after the last committed one were never committed and are removed; the
-    /// offsets file of a committed batch that is missing or damaged is restored from
-    /// the table's commit of that batch, so its input is never read a second time.
+    fn sealed(&self, batch: i64) -> Result<Key, RunError> {
+        self.offsets()?.join(&format!("{batch:020}.json"))
+    }
+
+    fn intent(&self, batch: i64) -> Result<Key, RunError> {
+        self.offsets()?
+            .join(&format!("{batch:020}-{}.json", run_token()))
+    }
+
+    /// The progress of the flow whose commits to `table` carry `app`. The offsets of
+    /// a committed batch that are missing or damaged are restored from the table's
+    /// commit of that batch (or its intent), so its input is never read a second
+    /// time; files nothing will read again are removed.
     pub async fn load(&self, table: &Table, app: &str) -> Result<Processed, RunError> {
         self.read(table, app, true).await
     }
@@ -100,60 +164,60 @@ impl Checkpoint {
         self.read(table, app, false).await
     }
 
-    fn offsets_file(&self, batch: i64) -> PathBuf {
-        self.offsets_dir().join(format!("{batch:020}.json"))
-    }
-
     async fn read(&self, table: &Table, app: &str, tidy: bool) -> Result<Processed, RunError> {
         let committed = table.txn_version(app).await?;
-        let dir = self.offsets_dir();
-        let mut progress = Processed {
-            committed,
-            ..Processed::default()
-        };
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => Some(e),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(RunError::io(&dir, e)),
-        };
-        let mut batches: BTreeMap<i64, PathBuf> = BTreeMap::new();
-        for entry in entries.into_iter().flatten() {
-            let path = entry.map_err(|e| RunError::io(&dir, e))?.path();
-            let batch = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .filter(|_| path.extension().is_some_and(|e| e == "json"))
-                .and_then(|s| s.parse::<i64>().ok());
-            if let Some(b) = batch {
-                batches.insert(b, path);
-            }
-        }
-        for (_, path) in batches.range(committed.map_or(i64::MIN, |c| c + 1)..) {
-            if tidy {
-                fs::remove_file(path).map_err(|e| RunError::io(path, e))?;
+        let last = committed.unwrap_or(-1);
+        let offsets = self.offsets()?;
+        let mut sealed: BTreeMap<i64, Key> = BTreeMap::new();
+        let mut intents: BTreeMap<i64, Vec<Key>> = BTreeMap::new();
+        let mut litter: Vec<Key> = Vec::new();
+        for entry in self.storage.list(&offsets).await? {
+            let direct = entry
+                .key
+                .strip_prefix(&offsets)
+                .is_some_and(|r| !r.contains('/'));
+            match Record::of(entry.key.name()) {
+                Record::Sealed(b) if direct && b <= last => {
+                    sealed.insert(b, entry.key);
+                }
+                // Written before a commit by a cdcflow that named intents so.
+                Record::Sealed(_) if direct => litter.push(entry.key),
+                Record::Intent(b) if direct => intents.entry(b).or_default().push(entry.key),
+                _ => litter.push(entry.key),
             }
         }
         // Every batch up to the committed one wrote its offsets before its commit.
         let mut read: BTreeMap<i64, Offsets> = BTreeMap::new();
-        let mut lost: BTreeMap<i64, (PathBuf, String)> = BTreeMap::new();
-        for batch in 0..=committed.unwrap_or(-1) {
-            let Some(path) = batches.get(&batch) else {
-                lost.insert(batch, (self.offsets_file(batch), "missing".into()));
+        let mut lost: BTreeMap<i64, String> = BTreeMap::new();
+        for batch in 0..=last {
+            let Some(key) = sealed.get(&batch) else {
+                lost.insert(batch, "missing".into());
                 continue;
             };
-            let text = fs::read_to_string(path).map_err(|e| RunError::io(path, e))?;
-            match serde_json::from_str::<Offsets>(&text) {
+            let text = self.storage.get(key).await?.unwrap_or_default();
+            match serde_json::from_slice::<Offsets>(&text) {
                 Ok(offsets) => {
                     read.insert(batch, offsets);
                 }
                 Err(e) => {
-                    lost.insert(batch, (path.clone(), format!("damaged ({e})")));
+                    lost.insert(batch, format!("damaged ({e})"));
                 }
             }
         }
         if !lost.is_empty() {
-            read.extend(self.restore(table, app, lost, tidy).await?);
+            read.extend(self.restore(table, app, lost, &intents, tidy).await?);
         }
+        if tidy {
+            // Intents of committed batches are sealed by now; the rest is litter.
+            let done = intents.range(..=last).flat_map(|(_, keys)| keys);
+            for key in litter.iter().chain(done) {
+                self.storage.delete(key).await?;
+            }
+        }
+        let mut progress = Processed {
+            committed,
+            ..Processed::default()
+        };
         for offsets in read.into_values() {
             for (input, files) in &offsets.files {
                 progress
@@ -167,77 +231,107 @@ impl Checkpoint {
         Ok(progress)
     }
 
-    /// The offsets of committed batches whose files are `lost`, from the commits that
-    /// carry them (and written back when `tidy`); an error naming the first file and
-    /// the safe ways out when a commit does not record them.
+    /// The offsets of committed batches that are `lost`, from the commits that carry
+    /// them or else from their batch's intents when those agree (and sealed when
+    /// `tidy`); an error naming the file and the safe ways out when neither has them.
     async fn restore(
         &self,
         table: &Table,
         app: &str,
-        lost: BTreeMap<i64, (PathBuf, String)>,
+        lost: BTreeMap<i64, String>,
+        intents: &BTreeMap<i64, Vec<Key>>,
         tidy: bool,
     ) -> Result<BTreeMap<i64, Offsets>, RunError> {
         let wanted: BTreeSet<i64> = lost.keys().copied().collect();
         let mut recorded = table.batch_offsets(app, &wanted).await?;
         let mut restored = BTreeMap::new();
-        for (batch, (path, why)) in lost {
-            let offsets = recorded
+        for (batch, why) in lost {
+            let mut offsets = recorded
                 .remove(&batch)
                 .and_then(|v| serde_json::from_value::<Offsets>(v).ok())
                 .filter(|o| o.batch == batch);
+            if offsets.is_none() {
+                offsets = self.agreed_intent(batch, intents.get(&batch)).await?;
+            }
+            let key = self.sealed(batch)?;
             let Some(offsets) = offsets else {
-                return Err(self.unrecoverable(table, batch, &path, &why));
+                return Err(self.unrecoverable(table, batch, &key, &why));
             };
             if tidy {
-                let text = serde_json::to_string_pretty(&offsets).map_err(|e| RunError::File {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?;
-                fs::create_dir_all(self.offsets_dir())
-                    .map_err(|e| RunError::io(self.offsets_dir(), e))?;
-                write_atomic(&path, text.as_bytes())?;
+                self.storage.put(&key, &to_json(&offsets)?).await?;
             }
-            tracing::warn!(file = %path.display(), batch, "checkpoint file {why}: restored from the table's commit of the batch");
+            tracing::warn!(file = %self.storage.describe(&key), batch, "checkpoint file {why}: restored from the table's commit of the batch");
             restored.insert(batch, offsets);
         }
         Ok(restored)
     }
 
-    fn unrecoverable(&self, table: &Table, batch: i64, path: &Path, why: &str) -> RunError {
-        let name = |p: &Path| {
-            p.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        };
-        RunError::input(format!(
-            "{}: the checkpoint of batch {batch} of flow `{}` is {why}, and the table's commit of that batch does not record what it read (committed by an older cdcflow, or its log was cleaned up)",
-            path.display(),
-            name(&self.dir)
-        ))
-        .with_help(format!(
-            "put the file back from a backup, or run `cdcflow run --full-refresh {}` to rebuild the table from its sources; running on without the file would read the batch's input again and apply it twice",
-            name(&table.dir)
-        ))
+    /// The offsets every intent of `batch` holds, when there are some and they agree.
+    async fn agreed_intent(
+        &self,
+        batch: i64,
+        keys: Option<&Vec<Key>>,
+    ) -> Result<Option<Offsets>, RunError> {
+        let mut agreed: Option<Offsets> = None;
+        for key in keys.into_iter().flatten() {
+            let text = self.storage.get(key).await?.unwrap_or_default();
+            let Ok(offsets) = serde_json::from_slice::<Offsets>(&text) else {
+                return Ok(None);
+            };
+            match &agreed {
+                Some(a) if *a != offsets => return Ok(None),
+                _ => agreed = Some(offsets),
+            }
+        }
+        Ok(agreed.filter(|o| o.batch == batch))
     }
 
-    /// Records what batch `offsets.batch` reads; durable before the batch commits.
-    pub fn write_intent(&self, offsets: &Offsets) -> Result<(), RunError> {
-        let dir = self.offsets_dir();
-        fs::create_dir_all(&dir).map_err(|e| RunError::io(&dir, e))?;
-        let path = self.offsets_file(offsets.batch);
-        let text = serde_json::to_string_pretty(offsets).map_err(|e| RunError::File {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        write_atomic(&path, text.as_bytes())?;
-        let flow = self
+    fn unrecoverable(&self, table: &Table, batch: i64, key: &Key, why: &str) -> RunError {
+        let table_name = table
             .dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        crate::failpoint::hit(&format!("offsets:{flow}"));
+        RunError::input(format!(
+            "{}: the checkpoint of batch {batch} of flow `{}` is {why}, and the table's commit of that batch does not record what it read (committed by an older cdcflow, or its log was cleaned up)",
+            self.storage.describe(key),
+            self.key.name()
+        ))
+        .with_help(format!(
+            "put the file back from a backup, or run `cdcflow run --full-refresh {table_name}` to rebuild the table from its sources; running on without the file would read the batch's input again and apply it twice"
+        ))
+    }
+
+    /// Records what batch `offsets.batch` reads, as this run's intent; durable before
+    /// the batch commits.
+    pub async fn write_intent(&self, offsets: &Offsets) -> Result<(), RunError> {
+        let key = self.intent(offsets.batch)?;
+        self.storage.put(&key, &to_json(offsets)?).await?;
+        crate::failpoint::hit(&format!("offsets:{}", self.key.name()));
         Ok(())
     }
+
+    /// Seals the offsets of batch `offsets.batch`, whose commit has landed, and lets
+    /// its intent go. A failure here loses nothing (the next load restores the sealed
+    /// file from the commit, or the intent), so it is a warning, not an error.
+    pub async fn seal(&self, offsets: &Offsets) {
+        if let Err(e) = self.try_seal(offsets).await {
+            tracing::warn!(flow = %self.flow, batch = offsets.batch, "could not seal the batch's offsets (the next run restores them): {e}");
+        }
+    }
+
+    async fn try_seal(&self, offsets: &Offsets) -> Result<(), RunError> {
+        let key = self.sealed(offsets.batch)?;
+        // Already there: the batch was applied again (an AUTO CDC state whose commit
+        // was missing), with the offsets it was first applied with.
+        self.storage.put_new(&key, &to_json(offsets)?).await?;
+        self.storage.delete(&self.intent(offsets.batch)?).await
+    }
+}
+
+fn to_json(offsets: &Offsets) -> Result<Vec<u8>, RunError> {
+    serde_json::to_vec_pretty(offsets)
+        .map_err(|e| RunError::internal(format!("offsets of batch {}: {e}", offsets.batch)))
 }
 
 /// Writes through a temporary file and a rename, so a reader sees all or nothing.
@@ -263,8 +357,31 @@ pub async fn committed_position(
     if !table.exists() {
         return Ok(None);
     }
-    let progress = Checkpoint::new(crate::layout::checkpoint_dir(storage, flow)?)
+    let progress = Checkpoint::new(storage, flow)?
         .peek(&table, &crate::layout::app_id(flow))
         .await?;
     Ok(progress.source_position(key).cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_records_are_told_apart_by_their_names() {
+        assert_eq!(Record::of("00000000000000000007.json"), Record::Sealed(7));
+        assert_eq!(
+            Record::of("00000000000000000007-0f3a9c.json"),
+            Record::Intent(7)
+        );
+        for other in [
+            "00000000000000000007.json.tmp",
+            "00000000000000000007.json.5d1e.tmp",
+            "00000000000000000007-.json",
+            "x-y.json",
+            "notes.txt",
+        ] {
+            assert_eq!(Record::of(other), Record::Other, "{other}");
+        }
+    }
 }

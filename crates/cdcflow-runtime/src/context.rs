@@ -45,9 +45,6 @@ impl RunContext {
     }
 
     pub fn checkpoint(&self, flow: &Flow) -> Result<Checkpoint, RunError> {
-        Ok(Checkpoint::new(layout::checkpoint_dir(
-            &self.storage,
-            &flow.name,
-        )?))
+        Checkpoint::new(&self.storage, &flow.name)
     }
 }

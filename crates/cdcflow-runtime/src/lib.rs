@@ -54,6 +54,7 @@ pub mod sizes;
 pub mod sources;
 pub mod stateful;
 pub mod status;
+pub mod storage;
 pub mod storage_id;
 pub mod syncs;
 pub mod time_travel;

@@ -93,7 +93,7 @@ impl QueryBatch {
         if !bad.is_empty() && rc.pipeline.config.bad_records == BadRecords::Fail {
             return Err(quarantine::malformed(&bad));
         }
-        self.checkpoint.write_intent(&self.inputs.offsets)?;
+        self.checkpoint.write_intent(&self.inputs.offsets).await?;
         let batch = self.inputs.offsets.batch;
         if !bad.is_empty() {
             let n = bad.len();
@@ -112,7 +112,7 @@ impl QueryBatch {
             Some(op) => {
                 let dir = self.checkpoint.dir();
                 let at = (self.progress.committed, batch);
-                let (plan, run) = crate::stateful::plan(flow, plan, &op, dir, at, false)?;
+                let (plan, run) = crate::stateful::plan(flow, plan, &op, &dir, at, false)?;
                 let out = execute(&crate::stateful::session(rc), plan).await?;
                 let done = crate::stateful::finish(&run)?;
                 if let Some(late) = done.late {
@@ -181,6 +181,7 @@ impl QueryBatch {
                     None => e,
                 },
             )?;
+        self.checkpoint.seal(&self.inputs.offsets).await;
         report.outcome = FlowOutcome::Committed { batch };
         report.oldest_change_micros = self.inputs.oldest_arrival_micros;
         Ok(())
@@ -291,7 +292,7 @@ pub(crate) async fn explain(
         Some(op) => {
             let at = (batch.progress.committed, batch.inputs.offsets.batch);
             let (plan, _run) =
-                crate::stateful::plan(flow, logical, &op, batch.checkpoint.dir(), at, true)?;
+                crate::stateful::plan(flow, logical, &op, &batch.checkpoint.dir(), at, true)?;
             (plan, crate::stateful::session(rc))
         }
         None => (logical, rc.ctx.clone()),

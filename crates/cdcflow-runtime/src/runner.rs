@@ -356,7 +356,7 @@ async fn refuse_lossy_refresh(
     {
         let table = Table::open(&layout::table_dir(storage, d)?).await?;
         for flow in pipeline.flows_into(&d.name) {
-            let progress = Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)?)
+            let progress = Checkpoint::new(storage, &flow.name)?
                 .peek(&table, &layout::app_id(&flow.name))
                 .await?;
             for input in &flow.inputs {

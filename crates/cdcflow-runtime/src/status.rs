@@ -111,7 +111,7 @@ pub async fn status_with_sources(
             }
         };
         let checkpoint_dir = layout::checkpoint_dir(&storage, &flow.name)?;
-        let progress = Checkpoint::new(checkpoint_dir.clone())
+        let progress = Checkpoint::new(&storage, &flow.name)?
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         if !flow.watermarks.is_empty() {

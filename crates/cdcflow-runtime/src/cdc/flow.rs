@@ -157,7 +157,7 @@ pub(super) async fn apply_batch(
         offsets,
         read,
     } = batch;
-    checkpoint.write_intent(&offsets)?;
+    checkpoint.write_intent(&offsets).await?;
     record_shape(shape, shape_file)?;
     let operation = Operation::AutoCdc {
         flow: spec.flow.clone(),
@@ -182,6 +182,7 @@ pub(super) async fn apply_batch(
     let plan = exec::apply_plan(spec, source_schema, read, target).await?;
     let executed = Arc::clone(&plan.plan);
     let applied = exec::run_apply(plan).await?;
+    checkpoint.seal(&offsets).await;
     record_executed(rc, flow, number, &executed);
     Ok(applied)
 }

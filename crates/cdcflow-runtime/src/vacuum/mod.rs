@@ -280,7 +280,7 @@ async fn oldest_unread_version(
             FlowKind::Query { .. } => layout::table_dir(storage, target)?,
         };
         let table = Table::open(&progress_table).await?;
-        let progress = Checkpoint::new(layout::checkpoint_dir(storage, &flow.name)?)
+        let progress = Checkpoint::new(storage, &flow.name)?
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         if let Some(v) = progress.source_version(&d.name) {
