@@ -39,6 +39,10 @@ pub struct Offsets {
     /// read up to, by its checkpoint key, as the source wrote it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub positions: BTreeMap<String, serde_json::Value>,
+    /// A stateful flow's state version the batch wrote (`<batch>-<run>`), so that the
+    /// commit names the state it goes with (none: an earlier cdcflow's `<batch>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// What a flow has processed.
@@ -63,6 +67,11 @@ impl Processed {
         self.last.as_ref()?.positions.get(key)
     }
 
+    /// The state version the last committed batch of a stateful flow wrote.
+    pub fn state_version(&self) -> Option<&str> {
+        self.last.as_ref()?.state.as_deref()
+    }
+
     /// The version of `source` read up to by the last committed batch.
     pub fn source_version(&self, source: &str) -> Option<i64> {
         self.last.as_ref()?.sources.get(source).copied()
@@ -84,6 +93,9 @@ pub struct Checkpoint {
     key: Key,
     flow: String,
 }
+
+/// The record of the plan a flow's last batch executed.
+const LAST_PLAN: &str = "last_batch_plan.txt";
 
 /// One offsets record, as its name says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +125,7 @@ impl Record {
 }
 
 /// This process's name for the intents it writes: unique among runs.
-fn run_token() -> &'static str {
+pub(crate) fn run_token() -> &'static str {
     static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TOKEN.get_or_init(|| uuid::Uuid::new_v4().simple().to_string())
 }
@@ -136,6 +148,45 @@ impl Checkpoint {
     /// The flow's checkpoint folder (offsets, and the state of a stateful flow).
     pub fn dir(&self) -> PathBuf {
         self.storage.path(&self.key)
+    }
+
+    /// The shape the flow's AUTO CDC target was built with (`shape.json`); `None`
+    /// before its first batch, or when the record cannot be read (it only warns).
+    pub async fn shape(&self) -> Result<Option<cdcflow_plan::stored_shape::Shape>, RunError> {
+        let key = self.key.join(cdcflow_plan::stored_shape::FILE)?;
+        let bytes = self.storage.get(&key).await?;
+        Ok(bytes.and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    /// Records the shape the flow's target is built with, for the next batch to compare.
+    pub async fn record_shape(
+        &self,
+        shape: &cdcflow_plan::stored_shape::Shape,
+    ) -> Result<(), RunError> {
+        let key = self.key.join(cdcflow_plan::stored_shape::FILE)?;
+        let text = serde_json::to_vec_pretty(shape)
+            .map_err(|e| RunError::internal(format!("the flow's shape: {e}")))?;
+        self.storage.put(&key, &text).await
+    }
+
+    /// The plan the flow's last batch executed, with its metrics, as kept for
+    /// `explain --analyze`.
+    pub async fn last_plan(&self) -> Option<String> {
+        let key = self.key.join(LAST_PLAN).ok()?;
+        let bytes = self.storage.get(&key).await.ok()??;
+        String::from_utf8(bytes).ok()
+    }
+
+    /// Keeps `text`, the plan a committed batch executed (best effort: a failure is
+    /// only logged).
+    pub async fn record_plan(&self, text: &str) {
+        let written = match self.key.join(LAST_PLAN) {
+            Ok(key) => self.storage.put(&key, text.as_bytes()).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(flow = %self.flow, error = %e, "the executed plan could not be kept for explain");
+        }
     }
 
     fn offsets(&self) -> Result<Key, RunError> {

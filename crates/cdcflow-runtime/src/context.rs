@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use cdcflow_plan::{Flow, Pipeline};
 use datafusion::prelude::SessionContext;
 
+use crate::RunError;
 use crate::checkpoint::Checkpoint;
 use crate::inputs::InputReader;
 use crate::sources::Sources;
-use crate::{RunError, layout};
 
 /// What every flow of a run shares.
 pub(crate) struct RunContext {

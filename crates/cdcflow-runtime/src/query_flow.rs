@@ -93,8 +93,18 @@ impl QueryBatch {
         if !bad.is_empty() && rc.pipeline.config.bad_records == BadRecords::Fail {
             return Err(quarantine::malformed(&bad));
         }
-        self.checkpoint.write_intent(&self.inputs.offsets).await?;
         let batch = self.inputs.offsets.batch;
+        let plan = flow.plan_with(&self.planner)?;
+        let stateful = match mode {
+            Mode::Append => crate::stateful::find(rc, flow, &plan)?,
+            _ => None,
+        };
+        if stateful.is_some() {
+            // Named before the intent is written, so that every record of the batch's
+            // offsets names the state it goes with.
+            self.inputs.offsets.state = Some(crate::stateful::version_name(batch));
+        }
+        self.checkpoint.write_intent(&self.inputs.offsets).await?;
         if !bad.is_empty() {
             let n = bad.len();
             report.quarantined = n as u64;
@@ -103,15 +113,14 @@ impl QueryBatch {
                 "{n} malformed record(s) quarantined in `{table}` (file and line kept; query it with cdcflow query)"
             ));
         }
-        let plan = flow.plan_with(&self.planner)?;
-        let stateful = match mode {
-            Mode::Append => crate::stateful::find(rc, flow, &plan)?,
-            _ => None,
-        };
         let (schema, batches) = match stateful {
             Some(op) => {
                 let dir = self.checkpoint.dir();
-                let at = (self.progress.committed, batch);
+                let at = (
+                    self.progress.committed,
+                    self.progress.state_version(),
+                    batch,
+                );
                 let (plan, run) = crate::stateful::plan(flow, plan, &op, &dir, at, false)?;
                 let out = execute(&crate::stateful::session(rc), plan).await?;
                 let done = crate::stateful::finish(&run)?;
@@ -290,7 +299,11 @@ pub(crate) async fn explain(
     // runs for `analyze` and writes no state.
     let (logical, ctx) = match crate::stateful::find(rc, flow, &logical)? {
         Some(op) => {
-            let at = (batch.progress.committed, batch.inputs.offsets.batch);
+            let at = (
+                batch.progress.committed,
+                batch.progress.state_version(),
+                batch.inputs.offsets.batch,
+            );
             let (plan, _run) =
                 crate::stateful::plan(flow, logical, &op, &batch.checkpoint.dir(), at, true)?;
             (plan, crate::stateful::session(rc))

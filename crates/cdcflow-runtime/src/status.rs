@@ -115,8 +115,7 @@ pub async fn status_with_sources(
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         if !flow.watermarks.is_empty() {
-            s.state =
-                crate::stateful::stored_state(&checkpoint_dir, &flow.name, progress.committed);
+            s.state = crate::stateful::stored_state(&checkpoint_dir, &flow.name, &progress);
         }
         for input in &flow.inputs {
             if let (Some(sources), true) = (sources, input.reads_a_server()) {

@@ -69,9 +69,8 @@ pub(crate) async fn run(
         return Ok(());
     }
     let shape = Shape::of(spec);
-    let shape_file = layout::checkpoint_dir(&rc.storage, &flow.name)?.join(stored_shape::FILE);
     if committed.is_some() {
-        check_shape(&shape, &shape_file, &target.name)?;
+        check_shape(&shape, checkpoint.shape().await?, &target.name)?;
     }
     let batch = progress.next_batch();
     let first_load = !state.exists() && !public.exists();
@@ -109,7 +108,7 @@ pub(crate) async fn run(
             source_schema: &source_schema,
             tables: (state, public),
             checkpoint: &checkpoint,
-            shape: (&shape, &shape_file),
+            shape: &shape,
             number: batch,
             offsets,
             read,
@@ -131,8 +130,8 @@ pub(super) struct Batch<'a> {
     /// The target's (state, published) tables as the run opened them.
     pub tables: (Table, Table),
     pub checkpoint: &'a crate::checkpoint::Checkpoint,
-    /// The flow's shape and where it is recorded.
-    pub shape: (&'a Shape, &'a std::path::Path),
+    /// The flow's shape, recorded beside its checkpoint.
+    pub shape: &'a Shape,
     pub number: i64,
     pub offsets: Offsets,
     pub read: BatchSource,
@@ -152,13 +151,13 @@ pub(super) async fn apply_batch(
         source_schema,
         tables,
         checkpoint,
-        shape: (shape, shape_file),
+        shape,
         number,
         offsets,
         read,
     } = batch;
     checkpoint.write_intent(&offsets).await?;
-    record_shape(shape, shape_file)?;
+    checkpoint.record_shape(shape).await?;
     let operation = Operation::AutoCdc {
         flow: spec.flow.clone(),
         batch: number,
@@ -183,7 +182,7 @@ pub(super) async fn apply_batch(
     let executed = Arc::clone(&plan.plan);
     let applied = exec::run_apply(plan).await?;
     checkpoint.seal(&offsets).await;
-    record_executed(rc, flow, number, &executed);
+    record_executed(checkpoint, number, &executed).await;
     Ok(applied)
 }
 
@@ -285,24 +284,18 @@ pub(crate) async fn explain(
         )
         .indent(true)
     );
-    let last = std::fs::read_to_string(executed_file(rc, flow)?).ok();
+    let last = rc.checkpoint(flow)?.last_plan().await;
     Ok(match last {
         Some(last) => format!("{next}\n{last}"),
         None => next,
     })
 }
 
-/// Where a flow's last batch's executed plan, with its metrics, is kept.
-fn executed_file(rc: &RunContext, flow: &Flow) -> Result<std::path::PathBuf, RunError> {
-    Ok(layout::checkpoint_dir(&rc.storage, &flow.name)?.join("last_batch_plan.txt"))
-}
-
 /// Keeps the plan batch `batch` executed, with every operator's metrics (the apply's
 /// counts among them), for `cdcflow explain --analyze`. The batch is committed already:
 /// a failure here is only logged.
-fn record_executed(
-    rc: &RunContext,
-    flow: &Flow,
+async fn record_executed(
+    checkpoint: &crate::checkpoint::Checkpoint,
     batch: i64,
     executed: &Arc<dyn datafusion::physical_plan::ExecutionPlan>,
 ) {
@@ -313,11 +306,7 @@ fn record_executed(
         )
         .indent(true)
     );
-    let written = executed_file(rc, flow)
-        .and_then(|path| crate::checkpoint::write_atomic(&path, text.as_bytes()));
-    if let Err(e) = written {
-        tracing::warn!(flow = %flow.name, error = %e, "the executed plan could not be kept for explain");
-    }
+    checkpoint.record_plan(&text).await;
 }
 
 /// What the batch did, in the flow's report.
@@ -521,10 +510,10 @@ fn planner_table(
 /// was built with (`validate` warns of it first).
 pub(super) fn check_shape(
     shape: &Shape,
-    path: &std::path::Path,
+    built: Option<Shape>,
     target: &str,
 ) -> Result<(), RunError> {
-    let Some(built) = Shape::read(path) else {
+    let Some(built) = built else {
         return Ok(());
     };
     let changes = shape.changes_from(&built);
@@ -536,10 +525,4 @@ pub(super) fn check_shape(
         stored_shape::message(target, &changes)
     ))
     .with_help(stored_shape::help(target)))
-}
-
-/// Records the shape the target is built with, for the next batch to compare.
-fn record_shape(shape: &Shape, path: &std::path::Path) -> Result<(), RunError> {
-    let text = serde_json::to_string_pretty(shape).unwrap_or_default();
-    crate::checkpoint::write_atomic(path, text.as_bytes())
 }

@@ -31,9 +31,15 @@ pub use store::StoredState;
 pub fn stored_state(
     checkpoint_dir: &Path,
     flow: &str,
-    committed: Option<i64>,
+    progress: &crate::checkpoint::Processed,
 ) -> Option<StoredState> {
-    store::StateStore::new(checkpoint_dir, flow).peek(committed)
+    store::StateStore::new(checkpoint_dir, flow).peek(progress.committed, progress.state_version())
+}
+
+/// The name of the state version batch `batch` of this run writes, which its offsets
+/// record.
+pub(crate) fn version_name(batch: i64) -> String {
+    store::version_name(batch)
 }
 
 use crate::RunError;
@@ -90,7 +96,8 @@ fn growing_warning(batches: u32, metrics: &StateMetrics) -> Option<String> {
     })
 }
 
-/// The plan of batch `batch` of `flow` (whose last committed batch is `committed`):
+/// The plan of batch `batch` of `flow` (whose last committed batch is `committed`, its
+/// state the version `named`):
 /// `plan` with its stateful operator `op` in place ([`node`]), to run in [`session`];
 /// then [`finish`] commits the state the run wrote. `dry` (for `explain`) reads the
 /// state without tidying it and writes none.
@@ -99,7 +106,7 @@ pub(crate) fn plan(
     plan: LogicalPlan,
     op: &StatefulOp,
     checkpoint_dir: &Path,
-    (committed, batch): (Option<i64>, i64),
+    (committed, named, batch): (Option<i64>, Option<&str>, i64),
     dry: bool,
 ) -> Result<(LogicalPlan, Arc<StateRun>), RunError> {
     let store = store::StateStore::new(checkpoint_dir, &flow.name);
@@ -110,12 +117,12 @@ pub(crate) fn plan(
     };
     let (before, version) = match dry {
         true => {
-            let before = store.look(committed, &operator)?;
+            let before = store.look(committed, named, &operator)?;
             let version = store.begin_dry(batch, before.as_ref());
             (before, version)
         }
         false => {
-            let before = store.load(committed, &operator)?;
+            let before = store.load(committed, named, &operator)?;
             let version = store.begin(batch, before.as_ref())?;
             (before, version)
         }

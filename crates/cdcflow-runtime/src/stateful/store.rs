@@ -1,5 +1,5 @@
 //! The state of a flow's stateful operator, one version per batch, in the flow's
-//! checkpoint folder. A version is `state/<batch>/meta.json`: the watermark, what the
+//! checkpoint folder. A version is `state/<batch>-<run>/meta.json`: the watermark, what the
 //! state is of, and the list of Parquet files holding its rows, each the rows of one
 //! bucket of one part (an aggregation's groups are bucketed by the time they close, a
 //! join's sides are one bucket each). A batch writes only the buckets it changed into
@@ -13,12 +13,18 @@
 //! merge a bucket as one Arrow batch, which a columnar file gives whole, and the
 //! commit stays a rename.
 //!
-//! A version is written into `state/<batch>.tmp/` and renamed into place before the
-//! target's commit of the batch. The version a run starts from is the one of the last
-//! committed batch (the target's transaction id says which): a version written by a
-//! batch that never committed is removed, as its offsets are, and so is every file
-//! the version in use does not list. So target, offsets and state agree after a kill
-//! at any point.
+//! A version is written into `state/<batch>-<run>/`, a name no other run writes, with
+//! its `meta.json` last, before the target's commit of the batch; the batch's offsets
+//! name it (`Offsets::state`), so the commit says which version it goes with. The
+//! version a run starts from is the one the last committed batch's offsets name (the
+//! target's transaction id says which batch that is). Versions of batches up to the
+//! committed one that it does not name were written by attempts that never committed
+//! and are removed, as is every file of theirs the version in use does not list;
+//! versions of later batches are left alone (a writer may be at work on them) until
+//! their batch number is committed. No rename is needed, so the same code serves a
+//! folder and, later, a bucket. So target, offsets and state agree after a kill at any
+//! point. A checkpoint of an earlier cdcflow, whose versions are `state/<batch>/` and
+//! whose offsets name none, reads as it is.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -119,12 +125,14 @@ impl StateStore {
         }
     }
 
-    fn version_name(batch: i64) -> String {
-        format!("{batch:020}")
+    /// The version committed batch `batch` used: the one its offsets name, or the
+    /// only one an earlier cdcflow wrote for it.
+    fn committed_name(batch: i64, named: Option<&str>) -> String {
+        named.map_or_else(|| format!("{batch:020}"), str::to_string)
     }
 
-    fn read_meta(&self, batch: i64) -> Result<Option<Meta>, RunError> {
-        let path = self.dir.join(Self::version_name(batch)).join("meta.json");
+    fn read_meta(&self, name: &str) -> Result<Option<Meta>, RunError> {
+        let path = self.dir.join(name).join("meta.json");
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -138,17 +146,23 @@ impl StateStore {
             })
     }
 
-    /// The version after batch `committed` (none before the first batch), with every
-    /// file it does not list removed; what it lists is read with [`Version::read`].
-    pub fn load(&self, committed: Option<i64>, operator: &str) -> Result<Option<Meta>, RunError> {
+    /// The version after batch `committed` (none before the first batch), the one
+    /// `named` by its offsets, with the versions of uncommitted attempts removed; what
+    /// it lists is read with [`Version::read`].
+    pub fn load(
+        &self,
+        committed: Option<i64>,
+        named: Option<&str>,
+        operator: &str,
+    ) -> Result<Option<Meta>, RunError> {
         let Some(batch) = committed else {
-            self.tidy(None)?;
             return Ok(None);
         };
-        let Some(meta) = self.read_meta(batch)? else {
+        let name = Self::committed_name(batch, named);
+        let Some(meta) = self.read_meta(&name)? else {
             return Err(RunError::input(format!(
                 "{}: the state of flow `{}` after its batch {batch} is missing",
-                self.dir.join(Self::version_name(batch)).display(),
+                self.dir.join(&name).display(),
                 self.flow
             ))
             .with_help("put the folder back from a backup, or run `cdcflow run --full-refresh` on the flow's table to recompute it from its sources; running on without it would emit wrong aggregates"));
@@ -167,14 +181,16 @@ impl StateStore {
             ))
             .with_help("run `cdcflow run --full-refresh` on the flow's table to recompute it with the new query"));
         }
-        self.tidy(Some(&meta))?;
+        self.tidy(batch, &name, &meta)?;
         Ok(Some(meta))
     }
 
     /// The state after batch `committed` as `cdcflow status` shows it, changing nothing:
     /// its watermark, rows and bytes on disk; `None` when there is none.
-    pub fn peek(&self, committed: Option<i64>) -> Option<StoredState> {
-        let meta = self.read_meta(committed?).ok()??;
+    pub fn peek(&self, committed: Option<i64>, named: Option<&str>) -> Option<StoredState> {
+        let meta = self
+            .read_meta(&Self::committed_name(committed?, named))
+            .ok()??;
         Some(StoredState {
             watermark: super::metrics::format_micros(meta.watermark_micros),
             groups: meta.files.iter().map(|f| f.rows).sum(),
@@ -183,18 +199,16 @@ impl StateStore {
         })
     }
 
-    /// Removes every version but `kept`'s, and every file `kept` does not list (all of
-    /// them when there is no version).
-    fn tidy(&self, kept: Option<&Meta>) -> Result<(), RunError> {
+    /// Removes the versions of batches up to `committed` other than `kept` (named
+    /// `kept_name`), but for the files of theirs `kept` lists; versions of later batches
+    /// stay.
+    fn tidy(&self, committed: i64, kept_name: &str, kept: &Meta) -> Result<(), RunError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(RunError::io(&self.dir, e)),
         };
-        let listed: BTreeSet<&str> = kept
-            .map(|m| m.files.iter().map(|f| f.path.as_str()).collect())
-            .unwrap_or_default();
-        let kept_name = kept.map(|m| Self::version_name(m.batch));
+        let listed: BTreeSet<&str> = kept.files.iter().map(|f| f.path.as_str()).collect();
         for entry in entries {
             let path = entry.map_err(|e| RunError::io(&self.dir, e))?.path();
             let name = path
@@ -202,7 +216,7 @@ impl StateStore {
                 .and_then(|n| n.to_str())
                 .unwrap_or_default()
                 .to_string();
-            if kept_name.as_deref() == Some(name.as_str()) {
+            if name == kept_name || version_batch(&name).is_some_and(|b| b > committed) {
                 continue;
             }
             if !path.is_dir() || !listed.iter().any(|l| l.starts_with(&format!("{name}/"))) {
@@ -228,27 +242,34 @@ impl StateStore {
 
     /// The version after batch `committed`, read as [`Self::load`] reads it but
     /// changing nothing (for `explain`, beside a run that may be writing).
-    pub fn look(&self, committed: Option<i64>, operator: &str) -> Result<Option<Meta>, RunError> {
+    pub fn look(
+        &self,
+        committed: Option<i64>,
+        named: Option<&str>,
+        operator: &str,
+    ) -> Result<Option<Meta>, RunError> {
         let Some(batch) = committed else {
             return Ok(None);
         };
         Ok(self
-            .read_meta(batch)?
+            .read_meta(&Self::committed_name(batch, named))?
             .filter(|m| m.layout == LAYOUT && m.operator == operator))
     }
 
     /// Starts the version of batch `batch` over the files of `before` (none: an empty
     /// state).
     pub fn begin(&self, batch: i64, before: Option<&Meta>) -> Result<Version, RunError> {
-        let tmp = self.dir.join(format!("{}.tmp", Self::version_name(batch)));
-        if tmp.exists() {
-            remove(&tmp)?;
+        let name = version_name(batch);
+        let own = self.dir.join(&name);
+        // This run's earlier attempt at the batch (continuous mode retries in-process).
+        if own.exists() {
+            remove(&own)?;
         }
-        fs::create_dir_all(&tmp).map_err(|e| RunError::io(&tmp, e))?;
+        fs::create_dir_all(&own).map_err(|e| RunError::io(&own, e))?;
         Ok(Version {
             dir: self.dir.clone(),
-            tmp: Some(tmp),
-            batch,
+            own: Some(own),
+            name,
             carried: before.map(|m| m.files.clone()).unwrap_or_default(),
             written: Vec::new(),
         })
@@ -259,17 +280,18 @@ impl StateStore {
     pub fn begin_dry(&self, batch: i64, before: Option<&Meta>) -> Version {
         Version {
             dir: self.dir.clone(),
-            tmp: None,
-            batch,
+            own: None,
+            name: version_name(batch),
             carried: before.map(|m| m.files.clone()).unwrap_or_default(),
             written: Vec::new(),
         }
     }
 
-    /// Commits `version` with `meta` (whose file list it fills): the folder is renamed
-    /// into place, then the version is the one a run after the target's commit reads.
+    /// Commits `version` with `meta` (whose file list it fills): `meta.json` is written
+    /// last, then the version is the one a run after the target's commit reads (the
+    /// batch's offsets name it).
     pub fn commit(&self, mut version: Version, mut meta: Meta) -> Result<Meta, RunError> {
-        let Some(tmp) = version.tmp.take() else {
+        let Some(own) = version.own.take() else {
             return Err(RunError::internal(
                 "a dry state version cannot be committed",
             ));
@@ -282,24 +304,20 @@ impl StateStore {
             .sort_by(|a, b| (&a.part, a.bucket).cmp(&(&b.part, b.bucket)));
         let text =
             serde_json::to_string_pretty(&meta).map_err(|e| RunError::internal(e.to_string()))?;
-        write_atomic(&tmp.join("meta.json"), text.as_bytes())?;
-        let done = self.dir.join(Self::version_name(version.batch));
-        if done.exists() {
-            remove(&done)?;
-        }
-        fs::rename(&tmp, &done).map_err(|e| RunError::io(&done, e))?;
+        write_atomic(&own.join("meta.json"), text.as_bytes())?;
         crate::failpoint::hit(&format!("state-renamed:{}", self.flow));
         Ok(meta)
     }
 }
 
 /// A version being written: the files it carries over from the one before, and the
-/// buckets written anew (into `tmp`; none for a dry version). Dropped uncommitted, its
-/// files go.
+/// buckets written anew (into its own folder `own`; none for a dry version). Dropped
+/// uncommitted, its files go.
 pub(crate) struct Version {
     dir: PathBuf,
-    tmp: Option<PathBuf>,
-    batch: i64,
+    own: Option<PathBuf>,
+    /// Its folder's name, `<batch>-<run>`.
+    name: String,
     carried: Vec<StateFile>,
     written: Vec<StateFile>,
 }
@@ -376,14 +394,14 @@ impl Version {
             return Ok(());
         }
         let file = format!("{part}-{bucket}.parquet");
-        let bytes = match &self.tmp {
-            Some(tmp) => write_parquet(&tmp.join(&file), schema, rows)?,
+        let bytes = match &self.own {
+            Some(own) => write_parquet(&own.join(&file), schema, rows)?,
             None => rows.iter().map(|b| b.get_array_memory_size() as u64).sum(),
         };
         self.written.push(StateFile {
             part: part.to_string(),
             bucket,
-            path: format!("{}/{file}", StateStore::version_name(self.batch)),
+            path: format!("{}/{file}", self.name),
             rows: count as u64,
             bytes,
             closes_from,
@@ -394,11 +412,23 @@ impl Version {
 
 impl Drop for Version {
     fn drop(&mut self) {
-        if let Some(tmp) = &self.tmp {
-            // Best effort: a run's next load removes whatever is left.
-            let _ = fs::remove_dir_all(tmp);
+        if let Some(own) = &self.own {
+            // Best effort: a later load removes whatever is left.
+            let _ = fs::remove_dir_all(own);
         }
     }
+}
+
+/// The name of the version this run writes for batch `batch`: `<batch>-<run>`, the
+/// name its offsets record.
+pub(crate) fn version_name(batch: i64) -> String {
+    format!("{batch:020}-{}", crate::checkpoint::run_token())
+}
+
+/// The batch a version's folder (`<batch>-<run>`, `<batch>`, an earlier cdcflow's
+/// `<batch>.tmp`) was written for.
+fn version_batch(name: &str) -> Option<i64> {
+    name.split(['-', '.']).next()?.parse().ok()
 }
 
 fn remove(path: &Path) -> Result<(), RunError> {
@@ -478,7 +508,7 @@ mod tests {
     fn a_version_rewrites_its_changed_buckets_and_lists_the_others_where_they_are() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::new(dir.path(), "f");
-        assert!(store.load(None, "op").unwrap().is_none());
+        assert!(store.load(None, None, "op").unwrap().is_none());
         let (schema, two) = rows(&[1, 2]);
         let (_, one) = rows(&[3]);
         let mut v = store.begin(0, None).unwrap();
@@ -487,9 +517,10 @@ mod tests {
         v.put("groups", 3, &schema, &[], None).unwrap();
         let m0 = store.commit(v, meta(0)).unwrap();
         assert_eq!(m0.files.len(), 2);
+        let (v0, v1, v2) = (version_name(0), version_name(1), version_name(2));
 
         // Batch 1 rewrites bucket 2 only; bucket 1 stays in batch 0's folder.
-        let loaded = store.load(Some(0), "op").unwrap().unwrap();
+        let loaded = store.load(Some(0), Some(&v0), "op").unwrap().unwrap();
         let mut v = store.begin(1, Some(&loaded)).unwrap();
         assert_eq!(count(&v.take("groups", 2).unwrap()), 1);
         v.put("groups", 2, &schema, &two, Some(20)).unwrap();
@@ -498,15 +529,15 @@ mod tests {
         assert_eq!(
             paths,
             [
-                "00000000000000000000/groups-1.parquet",
-                "00000000000000000001/groups-2.parquet"
+                format!("{v0}/groups-1.parquet"),
+                format!("{v1}/groups-2.parquet")
             ]
         );
-        assert_eq!(store.peek(Some(1)).unwrap().groups, 4);
+        assert_eq!(store.peek(Some(1), Some(&v1)).unwrap().groups, 4);
 
         // Batch 1 committed: batch 0's meta and its rewritten bucket go, its other stays.
-        let loaded = store.load(Some(1), "op").unwrap().unwrap();
-        let zero = dir.path().join("state").join(format!("{:020}", 0));
+        let loaded = store.load(Some(1), Some(&v1), "op").unwrap().unwrap();
+        let zero = dir.path().join("state").join(&v0);
         assert!(zero.join("groups-1.parquet").exists());
         assert!(!zero.join("groups-2.parquet").exists());
         assert!(!zero.join("meta.json").exists());
@@ -514,15 +545,51 @@ mod tests {
         assert_eq!(count(&v.take_part("groups").unwrap()), 4);
         store.commit(v, meta(2)).unwrap();
 
-        // Batch 2 never committed: its version goes, batch 1's is read whole.
-        let loaded = store.load(Some(1), "op").unwrap().unwrap();
+        // Batch 2 never committed: its version is left alone (a writer may be at it)
+        // and never read; batch 1's is read whole.
+        let loaded = store.load(Some(1), Some(&v1), "op").unwrap().unwrap();
         assert_eq!(loaded.files, m1.files);
-        assert!(!dir.path().join("state").join(format!("{:020}", 2)).exists());
-        let mut v = store.begin(2, Some(&loaded)).unwrap();
-        assert_eq!(count(&v.take_part("groups").unwrap()), 4);
+        assert!(dir.path().join("state").join(&v2).exists());
+        // Another attempt at batch 2 commits: the version it names is read, the
+        // abandoned one goes.
+        let other = format!("{:020}-other", 2);
+        fs::create_dir_all(dir.path().join("state").join(&other)).unwrap();
+        let meta2 = Meta {
+            files: m1.files.clone(),
+            ..meta(2)
+        };
+        fs::write(
+            dir.path().join("state").join(&other).join("meta.json"),
+            serde_json::to_string(&meta2).unwrap(),
+        )
+        .unwrap();
+        let loaded = store.load(Some(2), Some(&other), "op").unwrap().unwrap();
+        assert_eq!(loaded.files, m1.files);
+        assert!(!dir.path().join("state").join(&v2).exists());
 
         // A changed operator is refused; a missing version is an error, not empty state.
-        assert!(store.load(Some(1), "other").is_err());
-        assert!(store.load(Some(5), "op").is_err());
+        assert!(store.load(Some(2), Some(&other), "changed").is_err());
+        assert!(store.load(Some(5), None, "op").is_err());
+    }
+
+    #[test]
+    fn a_state_an_earlier_cdcflow_kept_reads_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path(), "f");
+        let old = dir.path().join("state").join(format!("{:020}", 3));
+        fs::create_dir_all(&old).unwrap();
+        fs::write(
+            old.join("meta.json"),
+            serde_json::to_string(&meta(3)).unwrap(),
+        )
+        .unwrap();
+        let leftover = dir.path().join("state").join(format!("{:020}.tmp", 2));
+        fs::create_dir_all(&leftover).unwrap();
+        let loaded = store.load(Some(3), None, "op").unwrap().unwrap();
+        assert_eq!(loaded.batch, 3);
+        assert!(!leftover.exists(), "an old attempt's temporary folder goes");
+        assert_eq!(version_batch(&format!("{:020}-abc", 7)), Some(7));
+        assert_eq!(version_batch(&format!("{:020}.tmp", 7)), Some(7));
+        assert_eq!(version_batch("junk"), None);
     }
 }

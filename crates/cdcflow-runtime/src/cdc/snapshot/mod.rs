@@ -20,7 +20,7 @@ use std::sync::Arc;
 use cdcflow_plan::autocdc::{AutoCdcSpec, END_AT};
 use cdcflow_plan::planner::Planner;
 use cdcflow_plan::snapshot::{self, DELETED_COLUMN, SnapshotSpec, VERSION_COLUMN};
-use cdcflow_plan::stored_shape::{self, Shape};
+use cdcflow_plan::stored_shape::Shape;
 use cdcflow_plan::{Flow, Input};
 use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
@@ -73,7 +73,6 @@ pub(crate) async fn run(
     let app = layout::app_id(&flow.name);
     let checkpoint = rc.checkpoint(flow)?;
     let shape = Shape::of(spec);
-    let shape_file = layout::checkpoint_dir(&rc.storage, &flow.name)?.join(stored_shape::FILE);
     let (state_dir, public_dir) = (
         layout::state_dir(&rc.storage, &target.name)?,
         layout::table_dir(&rc.storage, target)?,
@@ -84,7 +83,7 @@ pub(crate) async fn run(
         let public = Table::open(&public_dir).await?;
         let committed = state.txn_version(&app).await?;
         if committed.is_some() {
-            super::flow::check_shape(&shape, &shape_file, &target.name)?;
+            super::flow::check_shape(&shape, checkpoint.shape().await?, &target.name)?;
         }
         let progress = checkpoint.load(&state, &app).await?;
         let batch = progress.next_batch();
@@ -157,7 +156,7 @@ pub(crate) async fn run(
                 source_schema: &source_schema,
                 tables: (state, public),
                 checkpoint: &checkpoint,
-                shape: (&shape, &shape_file),
+                shape: &shape,
                 number: batch,
                 offsets,
                 read: BatchSource::Rows(events),
