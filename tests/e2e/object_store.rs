@@ -370,3 +370,55 @@ fn records_in_a_bucket_are_written_whole_created_once_listed_and_deleted() {
         assert!(err.contains("conditional writes"), "{err}");
     });
 }
+
+/// The run lock of a storage in a bucket is a lease: refused to a second run while its
+/// holder renews it, free at once when released, taken over only after a holder that
+/// stopped renewing (as a killed run does) has let its time-to-live pass, and lost by a
+/// holder whose record another writer replaced.
+#[test]
+fn a_lease_in_a_bucket_is_refused_while_renewed_and_taken_over_once_its_holder_stops() {
+    use cdcflow_runtime::storage::lease::Lease;
+    use cdcflow_runtime::storage::{Key, Remote, Storage};
+    let moto = Moto::start();
+    moto.create_bucket("leases");
+    let owned = moto.options();
+    let options: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let remote = Remote::parse("s3://leases/pipe/_storage", &options).expect("storage");
+        let ttl = Duration::from_millis(1500);
+        let first = Lease::acquire(&remote, "p", ttl).await.expect("free");
+        let err = Lease::acquire(&remote, "p", ttl)
+            .await
+            .err()
+            .expect("held by a run that renews it")
+            .to_string();
+        assert!(
+            err.contains(&format!("pipeline p is being run by pid {}", std::process::id())),
+            "{err}"
+        );
+        first.check().expect("still held");
+        first.release().await.expect("released");
+
+        let second = Lease::acquire(&remote, "p", ttl).await.expect("free at once");
+        drop(second); // it stops renewing, as a killed run does
+        let waiting = Instant::now();
+        let third = Lease::acquire(&remote, "p", ttl).await.expect("taken over");
+        assert!(
+            waiting.elapsed() >= ttl,
+            "a lease is taken over only after its time-to-live"
+        );
+        third.check().expect("held");
+
+        // Another writer replaces the record: the holder's next renewal finds it lost.
+        let storage = Storage::Remote(remote.clone());
+        let lock = Key::of(&["_run.lock"]).expect("key");
+        storage
+            .put(&lock, br#"{"token":"someone-else","pid":1,"host":"elsewhere","state":"held","renewed_at_micros":0,"ttl_seconds":1.5}"#)
+            .await
+            .expect("put");
+        tokio::time::sleep(ttl).await;
+        let err = third.check().expect_err("lost").to_string();
+        assert!(err.contains("run lock on s3://leases/pipe/_storage/_run.lock was lost"), "{err}");
+    });
+}

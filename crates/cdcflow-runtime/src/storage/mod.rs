@@ -10,10 +10,11 @@
 //! rename: what a folder does with a rename (a version made visible at once) is done
 //! with names no other writer uses and a record written last.
 
+pub mod lease;
 mod local;
 mod remote;
 
-pub use remote::Remote;
+pub use remote::{Remote, Swap, Tag};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -117,11 +118,7 @@ impl Storage {
     /// The storage at a bucket URL (`s3://bucket/prefix`), configured by the
     /// environment and `options` (object_store's keys; a pipeline passes none).
     pub fn remote(url: &str, options: &[(&str, &str)]) -> Result<Self, RunError> {
-        let parsed = url::Url::parse(url).map_err(|e| RunError::File {
-            path: PathBuf::from(url),
-            message: format!("not a storage URL: {e}"),
-        })?;
-        Remote::open(&parsed, options).map(Self::Remote)
+        Remote::parse(url, options).map(Self::Remote)
     }
 
     /// Where `key` is, as messages name it: a path, or a URL.

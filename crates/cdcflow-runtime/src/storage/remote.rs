@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use datafusion::object_store::{
-    self, ObjectStoreExt, PutMode, PutOptions, PutPayload, path::Path as StorePath,
+    self, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion, path::Path as StorePath,
 };
 use deltalake::logstore::ObjectStoreRef;
 use futures::TryStreamExt;
@@ -16,6 +16,22 @@ use url::Url;
 
 use super::{Entry, Key};
 use crate::RunError;
+
+/// The version of a record as the store tags it (its ETag), for a compare-and-swap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tag {
+    e_tag: Option<String>,
+    version: Option<String>,
+}
+
+/// What a compare-and-swap did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Swap {
+    /// Written; the record's new version.
+    Done(Tag),
+    /// Not written: the record was not at the expected version (or was there already).
+    Conflict,
+}
 
 /// A bucket prefix as a pipeline's storage.
 #[derive(Clone)]
@@ -48,11 +64,20 @@ impl Remote {
         })
     }
 
+    /// [`Self::open`] of the URL `url`.
+    pub fn parse(url: &str, options: &[(&str, &str)]) -> Result<Self, RunError> {
+        let parsed = Url::parse(url).map_err(|e| RunError::File {
+            path: PathBuf::from(url),
+            message: format!("not a storage URL: {e}"),
+        })?;
+        Self::open(&parsed, options)
+    }
+
     pub fn url(&self) -> &Url {
         &self.url
     }
 
-    pub(super) fn describe(&self, key: &Key) -> String {
+    pub fn describe(&self, key: &Key) -> String {
         format!("{}/{key}", self.url.as_str().trim_end_matches('/'))
     }
 
@@ -106,6 +131,55 @@ impl Remote {
             // A retried create whose first attempt landed: ours or another's, the
             // record is there.
             Err(object_store::Error::Precondition { .. }) => Ok(false),
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+
+    /// The record at `key` with its version tag, for a later [`Self::put_if`].
+    pub(super) async fn get_tagged(&self, key: &Key) -> Result<Option<(Vec<u8>, Tag)>, RunError> {
+        match self.store.get(&Self::path(key)).await {
+            Ok(found) => {
+                let tag = Tag {
+                    e_tag: found.meta.e_tag.clone(),
+                    version: found.meta.version.clone(),
+                };
+                let bytes = found.bytes().await.map_err(|e| self.error(key, e))?;
+                Ok(Some((bytes.to_vec(), tag)))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+
+    /// Writes the record at `key` if it is still at version `expected` (`None`: if there
+    /// is none): a compare-and-swap, S3's `If-Match` (`If-None-Match: *` to create).
+    pub(super) async fn put_if(
+        &self,
+        key: &Key,
+        bytes: &[u8],
+        expected: Option<&Tag>,
+    ) -> Result<Swap, RunError> {
+        let mode = match expected {
+            None => PutMode::Create,
+            Some(tag) => PutMode::Update(UpdateVersion {
+                e_tag: tag.e_tag.clone(),
+                version: tag.version.clone(),
+            }),
+        };
+        let payload = PutPayload::from(bytes.to_vec());
+        match self
+            .store
+            .put_opts(&Self::path(key), payload, PutOptions::from(mode))
+            .await
+        {
+            Ok(put) => Ok(Swap::Done(Tag {
+                e_tag: put.e_tag,
+                version: put.version,
+            })),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Ok(Swap::Conflict),
             Err(e) => Err(self.error(key, e)),
         }
     }
