@@ -71,7 +71,8 @@ impl Moto {
         assert!(out.status.success(), "{}", stderr(&out));
     }
 
-    /// The same settings as object_store options, for a store opened in this process.
+    /// The same settings as object_store options, for a store opened in this process
+    /// ([`as_str_pairs`] makes them what `Storage::remote` takes).
     fn options(&self) -> Vec<(&'static str, String)> {
         let mut options = self.env();
         options.push(("aws_conditional_put", "etag".to_string()));
@@ -131,6 +132,10 @@ impl Drop for Moto {
 }
 
 /// `CDCFLOW_MOTO`, else where `.ci/s3` installs it.
+fn as_str_pairs<'a>(owned: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    owned.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
 fn moto_server() -> String {
     std::env::var("CDCFLOW_MOTO").unwrap_or_else(|_| {
         let home = std::env::var("HOME").unwrap_or_default();
@@ -301,74 +306,76 @@ fn records_in_a_bucket_are_written_whole_created_once_listed_and_deleted() {
     let moto = Moto::start();
     moto.create_bucket("records");
     let owned = moto.options();
-    let options: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let storage = Storage::remote("s3://records/pipe/_storage", &options).expect("storage");
-        let offsets = Key::of(&["checkpoints", "f", "offsets"]).expect("key");
-        let one = offsets.join("1.json").expect("key");
-        assert_eq!(storage.get(&one).await.expect("get"), None);
-        storage.put(&one, b"first").await.expect("put");
-        storage.put(&one, b"second").await.expect("put");
-        assert_eq!(
-            storage.get(&one).await.expect("get").as_deref(),
-            Some(&b"second"[..])
-        );
-        let two = offsets.join("2.json").expect("key");
-        assert!(storage.put_new(&two, b"mine").await.expect("create"));
-        assert!(!storage.put_new(&two, b"theirs").await.expect("taken"));
-        assert_eq!(
-            storage.get(&two).await.expect("get").as_deref(),
-            Some(&b"mine"[..])
-        );
-        // A neighbour whose name starts the same is not under the prefix.
-        let other = Key::of(&["checkpoints", "f2", "offsets", "1.json"]).expect("key");
-        storage.put(&other, b"x").await.expect("put");
-        let listed = storage.list(&offsets).await.expect("list");
-        let keys: Vec<&str> = listed.iter().map(|e| e.key.as_str()).collect();
-        assert_eq!(
-            keys,
-            [
-                "checkpoints/f/offsets/1.json",
-                "checkpoints/f/offsets/2.json"
-            ]
-        );
-        assert_eq!(listed[0].size, 6);
-        assert_eq!(
-            storage.describe(&one),
-            "s3://records/pipe/_storage/checkpoints/f/offsets/1.json"
-        );
-        storage.delete(&one).await.expect("delete");
-        storage
-            .delete(&one)
-            .await
-            .expect("deleting a gone record is no error");
-        storage
-            .delete_all(&Key::of(&["checkpoints", "f"]).expect("key"))
-            .await
-            .expect("delete all");
-        assert!(storage.list(&offsets).await.expect("list").is_empty());
-        assert_eq!(
+    let options = as_str_pairs(&owned);
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            let storage = Storage::remote("s3://records/pipe/_storage", &options).expect("storage");
+            let offsets = Key::of(&["checkpoints", "f", "offsets"]).expect("key");
+            let one = offsets.join("1.json").expect("key");
+            assert_eq!(storage.get(&one).await.expect("get"), None);
+            storage.put(&one, b"first").await.expect("put");
+            storage.put(&one, b"second").await.expect("put");
+            assert_eq!(
+                storage.get(&one).await.expect("get").as_deref(),
+                Some(&b"second"[..])
+            );
+            let two = offsets.join("2.json").expect("key");
+            assert!(storage.put_new(&two, b"mine").await.expect("create"));
+            assert!(!storage.put_new(&two, b"theirs").await.expect("taken"));
+            assert_eq!(
+                storage.get(&two).await.expect("get").as_deref(),
+                Some(&b"mine"[..])
+            );
+            // A neighbour whose name starts the same is not under the prefix.
+            let other = Key::of(&["checkpoints", "f2", "offsets", "1.json"]).expect("key");
+            storage.put(&other, b"x").await.expect("put");
+            let listed = storage.list(&offsets).await.expect("list");
+            let keys: Vec<&str> = listed.iter().map(|e| e.key.as_str()).collect();
+            assert_eq!(
+                keys,
+                [
+                    "checkpoints/f/offsets/1.json",
+                    "checkpoints/f/offsets/2.json"
+                ]
+            );
+            assert_eq!(listed[0].size, 6);
+            assert_eq!(
+                storage.describe(&one),
+                "s3://records/pipe/_storage/checkpoints/f/offsets/1.json"
+            );
+            storage.delete(&one).await.expect("delete");
             storage
-                .list(&Key::of(&["checkpoints"]).expect("key"))
+                .delete(&one)
                 .await
-                .expect("list")
-                .len(),
-            1,
-            "the neighbour stays"
-        );
+                .expect("deleting a gone record is no error");
+            storage
+                .delete_all(&Key::of(&["checkpoints", "f"]).expect("key"))
+                .await
+                .expect("delete all");
+            assert!(storage.list(&offsets).await.expect("list").is_empty());
+            assert_eq!(
+                storage
+                    .list(&Key::of(&["checkpoints"]).expect("key"))
+                    .await
+                    .expect("list")
+                    .len(),
+                1,
+                "the neighbour stays"
+            );
 
-        let mut unsafe_options = options.clone();
-        unsafe_options.retain(|(k, _)| *k != "aws_conditional_put");
-        unsafe_options.push(("aws_conditional_put", "disabled"));
-        let unsafe_store = Storage::remote("s3://records/other", &unsafe_options).expect("storage");
-        let err = unsafe_store
-            .put_new(&two, b"x")
-            .await
-            .expect_err("no conditional put")
-            .to_string();
-        assert!(err.contains("conditional writes"), "{err}");
-    });
+            let mut unsafe_options = options.clone();
+            unsafe_options.retain(|(k, _)| *k != "aws_conditional_put");
+            unsafe_options.push(("aws_conditional_put", "disabled"));
+            let unsafe_store =
+                Storage::remote("s3://records/other", &unsafe_options).expect("storage");
+            let err = unsafe_store
+                .put_new(&two, b"x")
+                .await
+                .expect_err("no conditional put")
+                .to_string();
+            assert!(err.contains("conditional writes"), "{err}");
+        });
 }
 
 /// The run lock of a storage in a bucket is a lease: refused to a second run while its
@@ -382,9 +389,8 @@ fn a_lease_in_a_bucket_is_refused_while_renewed_and_taken_over_once_its_holder_s
     let moto = Moto::start();
     moto.create_bucket("leases");
     let owned = moto.options();
-    let options: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
+    let options = as_str_pairs(&owned);
+    tokio::runtime::Runtime::new().expect("runtime").block_on(async {
         let remote = Remote::parse("s3://leases/pipe/_storage", &options).expect("storage");
         let ttl = Duration::from_millis(1500);
         let first = Lease::acquire(&remote, "p", ttl).await.expect("free");

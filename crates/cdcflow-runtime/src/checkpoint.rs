@@ -10,8 +10,6 @@
 //! skipped and nothing applied twice, without a two-phase commit.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -385,13 +383,10 @@ fn to_json(offsets: &Offsets) -> Result<Vec<u8>, RunError> {
         .map_err(|e| RunError::internal(format!("offsets of batch {}: {e}", offsets.batch)))
 }
 
-/// Writes through a temporary file and a rename, so a reader sees all or nothing.
+/// Writes through a synced temporary file and a rename, so a reader sees all or
+/// nothing (the storage's local `put`, for files named by path).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
-    let tmp = path.with_extension("json.tmp");
-    let mut f = fs::File::create(&tmp).map_err(|e| RunError::io(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| RunError::io(&tmp, e))?;
-    f.sync_all().map_err(|e| RunError::io(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| RunError::io(path, e))
+    crate::storage::write_whole(path, bytes)
 }
 
 /// The position of external source `key` that `flow` (writing into `target`) last

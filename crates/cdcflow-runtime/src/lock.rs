@@ -25,6 +25,14 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// The holder as messages name it: `pid 42 on host-a`.
+    pub fn describe(&self) -> String {
+        match self.host.is_empty() {
+            true => format!("pid {} on this host", self.pid),
+            false => format!("pid {} on {}", self.pid, self.host),
+        }
+    }
+
     /// This process.
     pub fn current() -> Self {
         Self {
@@ -81,8 +89,7 @@ fn held(file: &mut File, path: &Path, pipeline: &str) -> RunError {
     let mut text = String::new();
     let _ = file.read_to_string(&mut text);
     let who = match serde_json::from_str::<Holder>(&text) {
-        Ok(h) if h.host.is_empty() => format!("pid {} on this host", h.pid),
-        Ok(h) => format!("pid {} on {}", h.pid, h.host),
+        Ok(h) => h.describe(),
         Err(_) => "another process".to_string(),
     };
     RunError::user(

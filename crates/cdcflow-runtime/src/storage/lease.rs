@@ -54,21 +54,12 @@ enum State {
 struct Record {
     /// The holding run: random, one per acquisition.
     token: String,
-    pid: u32,
-    host: String,
+    #[serde(flatten)]
+    holder: Holder,
     state: State,
     /// Wall-clock time of the last renewal, µs since the epoch: for messages only.
     renewed_at_micros: i64,
     ttl_seconds: f64,
-}
-
-impl Record {
-    fn who(&self) -> String {
-        match self.host.is_empty() {
-            true => format!("pid {}", self.pid),
-            false => format!("pid {} on {}", self.pid, self.host),
-        }
-    }
 }
 
 fn now_micros() -> i64 {
@@ -168,11 +159,9 @@ impl Lease {
     /// holder that has stopped renewing; an error naming the holder when it lives.
     pub async fn acquire(remote: &Remote, pipeline: &str, ttl: Duration) -> Result<Self, RunError> {
         let key = Key::of(&["_run.lock"])?;
-        let holder = Holder::current();
         let mine = Record {
             token: uuid::Uuid::new_v4().simple().to_string(),
-            pid: holder.pid,
-            host: holder.host,
+            holder: Holder::current(),
             state: State::Held,
             renewed_at_micros: now_micros(),
             ttl_seconds: ttl.as_secs_f64(),
@@ -199,7 +188,7 @@ impl Lease {
             }
             let who = theirs
                 .as_ref()
-                .map_or("another process".to_string(), Record::who);
+                .map_or("another process".to_string(), |r| r.holder.describe());
             match &watched {
                 Some((seen, _)) if *seen != tag => {
                     return Err(held_by(pipeline, &who, remote, &key));

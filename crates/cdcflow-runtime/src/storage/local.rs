@@ -26,9 +26,13 @@ pub(super) fn get(root: &Path, key: &Key) -> Result<Option<Vec<u8>>, RunError> {
 }
 
 pub(super) fn put(root: &Path, key: &Key, bytes: &[u8]) -> Result<(), RunError> {
-    let path = path(root, key);
-    let tmp = staged(&path, bytes)?;
-    fs::rename(&tmp, &path).map_err(|e| RunError::io(&path, e))
+    write_whole(&path(root, key), bytes)
+}
+
+/// Writes `path` whole: a synced temporary file renamed over it.
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
+    let tmp = staged(path, bytes)?;
+    fs::rename(&tmp, path).map_err(|e| RunError::io(path, e))
 }
 
 pub(super) fn put_new(root: &Path, key: &Key, bytes: &[u8]) -> Result<bool, RunError> {

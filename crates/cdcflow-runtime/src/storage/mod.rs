@@ -14,6 +14,8 @@ pub mod lease;
 mod local;
 mod remote;
 
+pub(crate) use local::write_whole;
+
 pub use remote::{Remote, Swap, Tag};
 
 use std::fmt;
