@@ -10,7 +10,7 @@ use std::process::Command;
 
 use crate::{cdcflow, copy_dir, repo, snapshot, stderr, stdout};
 
-const POINTS: &[&str] = &[
+pub(crate) const POINTS: &[&str] = &[
     "offsets:bronze_order_changes",
     "before-commit:bronze_order_changes",
     "committed:bronze_order_changes",
@@ -24,7 +24,7 @@ const POINTS: &[&str] = &[
     "committed:gold_orders_by_status",
 ];
 
-const SNAPSHOT: &[&str] = &[
+pub(crate) const SNAPSHOT: &[&str] = &[
     "SELECT * FROM bronze_order_changes ORDER BY log_position, order_id",
     "SELECT * FROM silver_orders_history ORDER BY order_id, __START_AT",
     "SELECT * FROM gold_orders_by_status ORDER BY status",
@@ -42,8 +42,14 @@ fn staged() -> (tempfile::TempDir, Vec<u8>) {
 
 /// A run of the pipeline in `dir` that dies at failpoint `point`.
 fn run_to_failpoint(dir: &Path, point: &str) {
+    run_to_failpoint_with(dir, point, &[]);
+}
+
+/// [`run_to_failpoint`] with `env` set as well.
+pub(crate) fn run_to_failpoint_with(dir: &Path, point: &str, env: &[(&str, String)]) {
     let died = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
         .args(["run", "-p", dir.to_str().expect("utf-8")])
+        .envs(env.iter().map(|(k, v)| (*k, v)))
         .env("CDCFLOW_FAILPOINT", point)
         .output()
         .expect("run");

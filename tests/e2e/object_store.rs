@@ -117,6 +117,11 @@ impl Moto {
         stdout(&out)
     }
 
+    /// The CSV answers to `queries` on the pipeline in `dir`.
+    fn snapshot(&self, dir: &Path, queries: &[&str]) -> Vec<String> {
+        queries.iter().map(|sql| self.query(dir, sql)).collect()
+    }
+
     fn run(&self, dir: &Path) -> String {
         let out = self.cdcflow(&["run", "-p", path(dir)]);
         assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
@@ -131,11 +136,12 @@ impl Drop for Moto {
     }
 }
 
-/// `CDCFLOW_MOTO`, else where `.ci/s3` installs it.
+/// The settings of [`Moto::options`] as `Storage::remote` takes them.
 fn as_str_pairs<'a>(owned: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     owned.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
+/// `CDCFLOW_MOTO`, else where `.ci/s3` installs it.
 fn moto_server() -> String {
     std::env::var("CDCFLOW_MOTO").unwrap_or_else(|_| {
         let home = std::env::var("HOME").unwrap_or_default();
@@ -427,4 +433,257 @@ fn a_lease_in_a_bucket_is_refused_while_renewed_and_taken_over_once_its_holder_s
         let err = third.check().expect_err("lost").to_string();
         assert!(err.contains("run lock on s3://leases/pipe/_storage/_run.lock was lost"), "{err}");
     });
+}
+
+/// The orders example (landing files → bronze streaming table → AUTO CDC SCD type 2 →
+/// gold materialized view) copied, its storage at `storage`.
+fn orders_at(storage: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&repo().join("pipelines/orders"), dir.path());
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
+    std::fs::write(&yaml, format!("{text}storage: {storage}\n")).expect("pipeline.yaml");
+    dir
+}
+
+const ORDERS_HISTORY: &str = "SELECT order_id, status, amount, __START_AT.log_position AS from_pos, __END_AT.log_position AS to_pos FROM silver_orders_history ORDER BY order_id, from_pos";
+
+#[test]
+fn a_pipeline_stored_in_a_bucket_runs_and_reads_as_one_stored_in_a_folder() {
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    let folder = orders_at("_storage");
+    let bucket = orders_at("s3://lake/pipelines/orders");
+
+    let out = moto.cdcflow(&["validate", "-p", path(bucket.path())]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    moto.run(folder.path());
+    let summary = moto.run(bucket.path());
+    assert!(summary.contains("orders_changes"), "{summary}");
+    assert!(
+        !bucket.path().join("s3:").exists() && !bucket.path().join("_storage").exists(),
+        "nothing of a bucket storage is written to the pipeline folder"
+    );
+    for sql in [
+        ORDERS_HISTORY,
+        "SELECT status, orders, total_amount FROM gold_orders_by_status ORDER BY status",
+        "SELECT count(*) AS runs FROM event_log WHERE event = 'run_ended'",
+    ] {
+        assert_eq!(
+            moto.query(bucket.path(), sql),
+            moto.query(folder.path(), sql),
+            "{sql}"
+        );
+    }
+    assert_eq!(
+        moto.query(
+            bucket.path(),
+            "SELECT count(*) AS versions FROM silver_orders_history"
+        ),
+        "versions\n6\n"
+    );
+
+    // The lease was released: the second run takes it at once, and finds nothing new.
+    let again = moto.cdcflow(&["run", "-p", path(bucket.path())]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(!stdout(&again).contains("took over"), "{}", stdout(&again));
+    assert_eq!(
+        stdout(&again).matches("up to date").count(),
+        3,
+        "{}",
+        stdout(&again)
+    );
+
+    let tables = moto.cdcflow(&["tables", "-p", path(bucket.path())]);
+    assert!(tables.status.success(), "{}", stderr(&tables));
+    let listed = stdout(&tables);
+    let row = listed
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .find(|l| l.starts_with("silver_orders_history"));
+    assert_eq!(
+        row.as_deref(),
+        Some("silver_orders_history streaming table 2 6 0"),
+        "{listed}"
+    );
+    let status = moto.cdcflow(&["status", "-p", path(bucket.path())]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    assert!(
+        stdout(&status).contains("orders_changes"),
+        "{}",
+        stdout(&status)
+    );
+    let history = moto.cdcflow(&[
+        "query",
+        "-p",
+        path(bucket.path()),
+        "DESCRIBE HISTORY silver_orders_history",
+    ]);
+    assert!(history.status.success(), "{}", stderr(&history));
+
+    // Another Delta reader reads the tables from the bucket.
+    moto.python(
+        "import os\n\
+         import pyarrow as pa\n\
+         from deltalake import DeltaTable, QueryBuilder\n\
+         q = QueryBuilder()\n\
+         for name in ['silver_orders_history', 'gold_orders_by_status']:\n    \
+             q.register(name, DeltaTable('s3://lake/pipelines/orders/tables/' + name, storage_options=STORE))\n\
+         rows = pa.table(q.execute('SELECT order_id, status FROM silver_orders_history ORDER BY order_id, status')).to_pylist()\n\
+         assert [(r['order_id'], r['status']) for r in rows] == [(100, 'paid'), (100, 'placed'), (100, 'shipped'), (101, 'cancelled'), (101, 'placed'), (102, 'placed')], rows\n\
+         gold = pa.table(q.execute('SELECT status, orders FROM gold_orders_by_status ORDER BY status')).to_pylist()\n\
+         assert gold == [{'status': 'placed', 'orders': 1}, {'status': 'shipped', 'orders': 1}], gold\n\
+         os._exit(0)",
+    );
+}
+
+#[test]
+fn a_run_on_a_bucket_is_refused_while_another_holds_its_lease() {
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    let bucket = orders_at("s3://lake/pipelines/held");
+    // A holder in this process: a live run elsewhere, as the bucket sees it.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let options = moto.options();
+    let remote = cdcflow_runtime::storage::Remote::parse(
+        "s3://lake/pipelines/held",
+        &as_str_pairs(&options),
+    )
+    .expect("storage");
+    let lease = runtime
+        .block_on(cdcflow_runtime::storage::lease::Lease::acquire(
+            &remote,
+            "orders",
+            Duration::from_secs(3),
+        ))
+        .expect("the lease");
+    let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", path(bucket.path())])
+        .envs(moto.env())
+        .env("CDCFLOW_LEASE_SECONDS", "3")
+        .output()
+        .expect("run cdcflow");
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("is being run by pid"),
+        "{}",
+        stderr(&out)
+    );
+    runtime.block_on(lease.release()).expect("released");
+    let out = moto.cdcflow(&["run", "-p", path(bucket.path())]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// The orders example at `storage` with its second landing file held back (the file's
+/// bytes), as `crash.rs` stages it.
+fn orders_staged_at(storage: &str) -> (tempfile::TempDir, Vec<u8>) {
+    let dir = orders_at(storage);
+    let second = dir.path().join("landing/orders/0002.json");
+    let held = std::fs::read(&second).expect("0002.json");
+    std::fs::remove_file(&second).expect("remove");
+    (dir, held)
+}
+
+#[test]
+fn a_run_on_a_bucket_killed_at_any_step_of_a_commit_then_rerun_gives_the_tables_of_an_uninterrupted_run_in_a_folder()
+ {
+    use crate::crash::{POINTS, SNAPSHOT};
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    let (reference, held) = orders_staged_at("_storage");
+    moto.run(reference.path());
+    std::fs::write(reference.path().join("landing/orders/0002.json"), &held).expect("land");
+    moto.run(reference.path());
+    let want = moto.snapshot(reference.path(), SNAPSHOT);
+
+    for (i, point) in POINTS.iter().enumerate() {
+        let (dir, held) = orders_staged_at(&format!("s3://lake/crash/{i}"));
+        moto.run(dir.path());
+        std::fs::write(dir.path().join("landing/orders/0002.json"), &held).expect("land");
+        // Aborted, as a SIGKILL would stop it: its lease is left held, and the next
+        // run takes it over once it has stopped changing (a short lease here).
+        let mut env = moto.env();
+        env.push(("CDCFLOW_LEASE_SECONDS", "1".to_string()));
+        crate::crash::run_to_failpoint_with(dir.path(), point, &env);
+        let rerun = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["run", "-p", path(dir.path())])
+            .envs(env)
+            .output()
+            .expect("run");
+        assert!(rerun.status.success(), "{point}: {}", stderr(&rerun));
+        assert!(
+            stdout(&rerun).contains("took over the run lock of pid"),
+            "{point}: {}",
+            stdout(&rerun)
+        );
+        assert_eq!(
+            moto.snapshot(dir.path(), SNAPSHOT),
+            want,
+            "after a crash at {point}"
+        );
+    }
+}
+
+#[test]
+fn optimize_and_vacuum_on_a_bucket_keep_every_row_and_free_what_they_name() {
+    use crate::crash::SNAPSHOT;
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    let (reference, held) = orders_staged_at("_storage");
+    let (bucket, _) = orders_staged_at("s3://lake/maintained");
+    for dir in [reference.path(), bucket.path()] {
+        moto.run(dir);
+        std::fs::write(dir.join("landing/orders/0002.json"), &held).expect("land");
+        moto.run(dir);
+    }
+    let before = moto.snapshot(bucket.path(), SNAPSHOT);
+    assert_eq!(before, moto.snapshot(reference.path(), SNAPSHOT));
+
+    let out = moto.cdcflow(&["optimize", "-p", path(bucket.path())]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("`bronze_order_changes`: 2 of 2 files rewritten into 1"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(moto.snapshot(bucket.path(), SNAPSHOT), before);
+
+    let vacuum = |args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["vacuum", "-p", path(bucket.path()), "--json"];
+        all.extend_from_slice(args);
+        let out = moto.cdcflow(&all);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    };
+    let freed = |tables: &[serde_json::Value]| -> u64 {
+        tables
+            .iter()
+            .map(|t| t["bytes_freed"].as_u64().expect("bytes"))
+            .sum()
+    };
+    let dry = vacuum(&["--dry-run", "--retain", "0", "--force"]);
+    let bronze = dry
+        .iter()
+        .find(|t| t["table"] == "bronze_order_changes")
+        .expect("bronze");
+    assert_eq!(bronze["files_removed"], 2, "{bronze}");
+    let done = vacuum(&["--retain", "0", "--force"]);
+    assert_eq!(freed(&done), freed(&dry));
+    assert!(freed(&done) > 0);
+    let again = vacuum(&["--dry-run", "--retain", "0", "--force"]);
+    assert_eq!(freed(&again), 0, "{again:?}");
+    assert_eq!(moto.snapshot(bucket.path(), SNAPSHOT), before);
+
+    // The next batch applies once, as in a folder that was never compacted or vacuumed.
+    for dir in [reference.path(), bucket.path()] {
+        crate::vacuum::land(dir, 3);
+        moto.run(dir);
+    }
+    assert_eq!(
+        moto.snapshot(bucket.path(), SNAPSHOT),
+        moto.snapshot(reference.path(), SNAPSHOT)
+    );
 }

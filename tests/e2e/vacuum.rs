@@ -27,7 +27,7 @@ fn orders() -> tempfile::TempDir {
 
 /// Lands change file `k` (3 and up) of the orders example: orders 200 to 204 change
 /// status and amount; settled already, so the run does not wait for it.
-fn land(dir: &Path, k: u64) {
+pub(crate) fn land(dir: &Path, k: u64) {
     let mut text = String::new();
     for i in 0..5u64 {
         text.push_str(&format!(

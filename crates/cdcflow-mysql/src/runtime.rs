@@ -112,7 +112,7 @@ fn readers(pipeline: &Pipeline, connection: &str) -> Vec<Reader> {
             {
                 out.push(Reader {
                     source: source.source,
-                    storage: pipeline.storage_dir(),
+                    storage: pipeline.storage(),
                     flow: flow.name.clone(),
                     target: target.clone(),
                     key: rm.key(),

@@ -71,7 +71,7 @@ impl ReaderId {
 /// A table read through the connection, and where its flow commits its place.
 pub struct Reader {
     pub source: TableSource,
-    pub storage: std::path::PathBuf,
+    pub storage: cdcflow_plan::location::Location,
     pub flow: String,
     pub target: cdcflow_plan::Dataset,
     /// The input's checkpoint key.

@@ -67,6 +67,95 @@ impl Location {
     pub fn is_remote(&self) -> bool {
         matches!(self, Self::Remote(_))
     }
+
+    /// The folder, when the location is one of this machine.
+    pub fn local(&self) -> Option<&Path> {
+        match self {
+            Self::Local(path) => Some(path),
+            Self::Remote(_) => None,
+        }
+    }
+
+    /// The location of `name` (one folder name) inside this one.
+    pub fn join(&self, name: &str) -> Self {
+        match self {
+            Self::Local(path) => Self::Local(path.join(name)),
+            Self::Remote(url) => {
+                let mut joined = url.clone();
+                // One path segment, escaped as a URL escapes it; ends in `/` (a prefix).
+                if let Ok(mut segments) = joined.path_segments_mut() {
+                    segments.pop_if_empty().push(name).push("");
+                }
+                Self::Remote(joined)
+            }
+        }
+    }
+
+    /// Its last folder name (empty for a bucket's root).
+    pub fn name(&self) -> String {
+        match self {
+            Self::Local(path) => path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            Self::Remote(url) => url
+                .path_segments()
+                .and_then(|mut s| s.rfind(|s| !s.is_empty()))
+                .map(|s| {
+                    percent_encoding::percent_decode_str(s)
+                        .decode_utf8_lossy()
+                        .into_owned()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The location beside this one whose name is this one's with `suffix` appended.
+    pub fn with_suffix(&self, suffix: &str) -> Self {
+        let name = format!("{}{suffix}", self.name());
+        match self {
+            Self::Local(path) => Self::Local(path.with_file_name(name)),
+            Self::Remote(url) => {
+                let mut sibling = url.clone();
+                if let Ok(mut segments) = sibling.path_segments_mut() {
+                    segments.pop_if_empty().pop().push(&name).push("");
+                }
+                Self::Remote(sibling)
+            }
+        }
+    }
+
+    /// The location as messages show it, as a path: the folder, or the URL.
+    pub fn shown(&self) -> PathBuf {
+        match self {
+            Self::Local(path) => path.clone(),
+            Self::Remote(url) => PathBuf::from(url.as_str()),
+        }
+    }
+
+    /// Whether `self` is `base` followed by one or more names.
+    pub fn is_inside(&self, base: &Self) -> bool {
+        match (self, base) {
+            (Self::Local(path), Self::Local(base)) => path.strip_prefix(base).is_ok_and(|rest| {
+                rest.components().next().is_some()
+                    && rest
+                        .components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)))
+            }),
+            (Self::Remote(url), Self::Remote(base)) => {
+                url.scheme() == base.scheme()
+                    && url.host_str() == base.host_str()
+                    && url.port() == base.port()
+                    && url.path().len() > base.path().len()
+                    && url.path().starts_with(base.path())
+                    && url.path_segments().is_some_and(|s| {
+                        s.filter(|s| !s.is_empty())
+                            .all(|s| s != "." && s != ".." && !s.eq_ignore_ascii_case("%2e%2e"))
+                    })
+            }
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for Location {
@@ -104,5 +193,28 @@ mod tests {
         assert!(refused("s3://key:secret@lake/crm").contains("carry no credentials"));
         assert!(refused("s3:///crm").contains("names no bucket"));
         assert!(refused("s3://lake/crm?region=x").contains("no `?`"));
+    }
+
+    #[test]
+    fn names_join_and_sit_beside_one_another_in_a_folder_and_a_bucket() {
+        let bucket = Location::parse(Path::new("/p"), "s3://lake/pipe").unwrap();
+        let table = bucket.join("tables").join("silver orders");
+        assert_eq!(table.to_string(), "s3://lake/pipe/tables/silver%20orders/");
+        assert_eq!(table.name(), "silver orders");
+        assert_eq!(
+            table.with_suffix("__quarantine").to_string(),
+            "s3://lake/pipe/tables/silver%20orders__quarantine/"
+        );
+        assert!(table.is_inside(&bucket));
+        assert!(!bucket.is_inside(&bucket));
+        assert!(!bucket.is_inside(&table));
+        let other = Location::parse(Path::new("/p"), "s3://lake/pipeline").unwrap();
+        assert!(!other.join("x").is_inside(&bucket));
+        let folder = Location::parse(Path::new("/p"), "_storage").unwrap();
+        let table = folder.join("tables").join("orders");
+        assert_eq!(table.shown(), PathBuf::from("/p/_storage/tables/orders"));
+        assert_eq!(table.with_suffix("__late").name(), "orders__late");
+        assert!(table.is_inside(&folder));
+        assert!(!table.is_inside(&bucket));
     }
 }

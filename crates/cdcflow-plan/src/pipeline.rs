@@ -14,6 +14,7 @@ use datafusion::logical_expr::LogicalPlan;
 use crate::autocdc::AutoCdcSpec;
 use crate::config::PipelineConfig;
 use crate::diagnostic::Located;
+use crate::location::Location;
 use crate::read_files::ReadFiles;
 use crate::read_kafka::ReadKafka;
 use crate::read_mysql::ReadMysql;
@@ -121,7 +122,7 @@ pub struct ExternalDelta {
     pub name: String,
     /// A local folder (absolute: a relative path is taken from the pipeline folder) or
     /// an object-store URL.
-    pub location: crate::location::Location,
+    pub location: Location,
     /// Declared, or read from the local table's log.
     pub schema: SchemaRef,
     /// `STREAM(name)`: each batch reads the rows of the commits after the last read.
@@ -268,5 +269,13 @@ impl Pipeline {
     /// The storage folder, absolute.
     pub fn storage_dir(&self) -> PathBuf {
         self.root.join(&self.config.storage)
+    }
+
+    /// Where the pipeline's storage is: a folder ([`Self::storage_dir`]) or a bucket
+    /// prefix (`storage: s3://bucket/prefix`). A URL `validate` refuses is taken as
+    /// the folder it would be, as [`Self::storage_dir`] takes it.
+    pub fn storage(&self) -> Location {
+        Location::parse(&self.root, &self.config.storage)
+            .unwrap_or_else(|_| Location::Local(self.storage_dir()))
     }
 }

@@ -237,7 +237,7 @@ fn readers(pipeline: &Pipeline, connection: &str) -> SlotReaders {
         })
         .collect();
     SlotReaders {
-        storage: pipeline.storage_dir(),
+        storage: pipeline.storage(),
         inputs,
         seen: CommittedSeen::default(),
     }
@@ -245,7 +245,7 @@ fn readers(pipeline: &Pipeline, connection: &str) -> SlotReaders {
 
 /// The inputs that share one slot, and where their positions are committed.
 struct SlotReaders {
-    storage: std::path::PathBuf,
+    storage: cdcflow_plan::location::Location,
     /// (flow, its target, the input's checkpoint key).
     inputs: Vec<(String, cdcflow_plan::Dataset, String)>,
     seen: CommittedSeen,

@@ -186,7 +186,7 @@ async fn copy(
     commit: &Commit,
     make: impl Fn(RecordBatch) -> Result<RecordBatch, String> + Send + Sync + 'static,
 ) -> Result<(), String> {
-    let dest = Table::open(dir).await.map_err(|e| e.to_string())?;
+    let dest = Table::open_dir(dir).await.map_err(|e| e.to_string())?;
     let (copied, _) = rewrite(files, read_schema, &dest, schema, commit, move |batch| {
         let made = make(batch).map_err(RunError::internal)?;
         Ok((Some(made), ()))
@@ -217,7 +217,7 @@ fn published_dir(a: &Args) -> PathBuf {
 /// every cdcflow reader applies them) copied, streaming, as a plain Delta table at `out`
 /// for the kit's check (untimed).
 async fn export(table: &Path, schema: &SchemaRef, out: &Path) -> Result<(), String> {
-    let table = Table::open(table).await.map_err(|e| e.to_string())?;
+    let table = Table::open_dir(table).await.map_err(|e| e.to_string())?;
     let files = table.files().map_err(|e| e.to_string())?;
     let commit = Commit {
         name: "customers".into(),
@@ -303,8 +303,12 @@ async fn bench(a: &Args) -> Result<(f64, usize), String> {
         }
         Instant::now()
     };
-    let state = Table::open(&state_dir).await.map_err(|e| e.to_string())?;
-    let public = Table::open(&public_dir).await.map_err(|e| e.to_string())?;
+    let state = Table::open_dir(&state_dir)
+        .await
+        .map_err(|e| e.to_string())?;
+    let public = Table::open_dir(&public_dir)
+        .await
+        .map_err(|e| e.to_string())?;
     let changes = concat_batches(
         &changes_schema,
         &read(&a.data.join("changes.parquet"), &changes_schema)?,

@@ -5,7 +5,6 @@
 //! before the change holds the value the change kept.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::compute::{cast, interleave};
@@ -51,7 +50,7 @@ fn text_columns(batch: &RecordBatch, names: &[String]) -> Result<Vec<ArrayRef>, 
 pub async fn fill(
     rows: &RecordBatch,
     carried: &Carried,
-    target: &Path,
+    target: &cdcflow_plan::location::Location,
 ) -> Result<RecordBatch, RunError> {
     let Some(first) = carried.cells.first().map(|c| &c.column) else {
         return Ok(rows.clone());
@@ -60,7 +59,7 @@ pub async fn fill(
     let Some(schema) = table.arrow_schema().filter(|_| table.exists()) else {
         return Err(missing(first));
     };
-    let stored = table.read_all(&schema)?;
+    let stored = table.read_all(&schema).await?;
     fill_from(rows, carried, &stored)
 }
 

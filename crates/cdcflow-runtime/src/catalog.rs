@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cdcflow_plan::DatasetKind;
+use cdcflow_plan::location::Location;
 use cdcflow_plan::{Input, Pipeline};
 use datafusion::common::TableReference;
 use datafusion::prelude::SessionContext;
@@ -61,7 +62,7 @@ pub async fn session(pipeline: &Pipeline) -> Result<SessionContext, RunError> {
 /// leaves the others readable.
 pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable>), RunError> {
     let ctx = cdcflow_plan::functions::session_context();
-    let storage = pipeline.storage_dir();
+    let storage = pipeline.storage();
     let mut unreadable = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
         let dir = layout::table_dir(&storage, d)?;
@@ -97,14 +98,14 @@ pub async fn open(pipeline: &Pipeline) -> Result<(SessionContext, Vec<Unreadable
 /// A session that knows only the pipeline's table `name`: what a reader of that one
 /// table opens (`locate` says why a name cannot be read).
 pub async fn session_of(pipeline: &Pipeline, name: &str) -> Result<SessionContext, RunError> {
-    let located = locate(pipeline, name)?;
+    let located = locate(pipeline, name).await?;
     let ctx = cdcflow_plan::functions::session_context();
     register(&ctx, &located.name, &located.dir).await?;
     Ok(ctx)
 }
 
 /// Registers the table at `dir` as `name`, when it exists.
-async fn register(ctx: &SessionContext, name: &str, dir: &std::path::Path) -> Result<(), RunError> {
+async fn register(ctx: &SessionContext, name: &str, dir: &Location) -> Result<(), RunError> {
     let table = Table::open(dir).await?;
     if let Some(t) = table.table {
         let provider = t.table_provider().await?;
@@ -148,7 +149,7 @@ fn make_namespace(ctx: &SessionContext, reference: &TableReference) {
 /// cannot be read is listed with its error.
 pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
     let (ctx, unreadable) = open(pipeline).await?;
-    let storage = pipeline.storage_dir();
+    let storage = pipeline.storage();
     let mut out = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
         let dir = layout::table_dir(&storage, d)?;
@@ -166,10 +167,10 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
             quarantine: quarantine.clone(),
             rows: None,
             version: None,
-            path: dir.clone(),
+            path: dir.shown(),
             error: None,
         };
-        out.push(describe(&ctx, &unreadable, info).await?);
+        out.push(describe(&ctx, &unreadable, info, &dir).await?);
         if let Some(name) = quarantine {
             let info = TableInfo {
                 name,
@@ -178,10 +179,10 @@ pub async fn tables(pipeline: &Pipeline) -> Result<Vec<TableInfo>, RunError> {
                 quarantine: None,
                 rows: None,
                 version: None,
-                path: layout::quarantine_dir(&dir),
+                path: layout::quarantine_dir(&dir).shown(),
                 error: None,
             };
-            out.push(describe(&ctx, &unreadable, info).await?);
+            out.push(describe(&ctx, &unreadable, info, &layout::quarantine_dir(&dir)).await?);
         }
     }
     Ok(out)
@@ -193,13 +194,13 @@ pub struct Located {
     pub name: String,
     /// `streaming table`, `materialized view`, `quarantine` or `event log`.
     pub kind: &'static str,
-    pub dir: PathBuf,
+    pub dir: Location,
 }
 
 /// Every table `cdcflow query` can name: the published tables, their quarantine
 /// tables and the event log, created or not.
 pub fn all(pipeline: &Pipeline) -> Result<Vec<Located>, RunError> {
-    let storage = pipeline.storage_dir();
+    let storage = pipeline.storage();
     let mut out = Vec::new();
     for d in pipeline.datasets.iter().filter(|d| d.is_published()) {
         let dir = layout::table_dir(&storage, d)?;
@@ -232,7 +233,7 @@ pub fn all(pipeline: &Pipeline) -> Result<Vec<Located>, RunError> {
 /// The table `name` (as the query spells it; case-insensitive when not exact), which
 /// must exist: an unknown name and a table no run has created yet are errors that say
 /// so.
-pub fn locate(pipeline: &Pipeline, name: &str) -> Result<Located, RunError> {
+pub async fn locate(pipeline: &Pipeline, name: &str) -> Result<Located, RunError> {
     let tables = all(pipeline)?;
     let found = tables
         .iter()
@@ -247,7 +248,7 @@ pub fn locate(pipeline: &Pipeline, name: &str) -> Result<Located, RunError> {
         return Err(RunError::input(format!("unknown table `{name}`"))
             .with_help(format!("the pipeline's tables: {}", names.join(", "))));
     };
-    if !found.dir.join("_delta_log").is_dir() {
+    if !exists(&found.dir).await? {
         return Err(
             RunError::input(format!("table `{}` has not been created yet", found.name)).with_help(
                 match found.kind {
@@ -262,17 +263,26 @@ pub fn locate(pipeline: &Pipeline, name: &str) -> Result<Located, RunError> {
     Ok(found.clone())
 }
 
+/// Whether a Delta table is at `at`.
+pub async fn exists(at: &Location) -> Result<bool, RunError> {
+    match at {
+        Location::Local(dir) => Ok(dir.join("_delta_log").is_dir()),
+        Location::Remote(_) => Ok(Table::open(at).await?.exists()),
+    }
+}
+
 /// `info` with the rows and version of its table, or the error that keeps it unreadable.
 async fn describe(
     ctx: &SessionContext,
     unreadable: &[Unreadable],
     mut info: TableInfo,
+    at: &Location,
 ) -> Result<TableInfo, RunError> {
     if let Some(u) = unreadable.iter().find(|u| u.name == info.name) {
         info.error = Some(u.error.with_help_inline());
         return Ok(info);
     }
-    let table = Table::open(&info.path).await?;
+    let table = Table::open(at).await?;
     if table.exists() {
         info.rows = Some(ctx.table(reference(&info.name)).await?.count().await? as u64);
     }

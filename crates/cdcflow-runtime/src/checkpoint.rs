@@ -143,6 +143,11 @@ impl Checkpoint {
         })
     }
 
+    /// Forgets the flow's progress: every record of its checkpoint goes (a full refresh).
+    pub async fn remove(&self) -> Result<(), RunError> {
+        self.storage.delete_all(&self.key).await
+    }
+
     /// The flow's checkpoint folder (offsets, and the state of a stateful flow).
     pub fn dir(&self) -> PathBuf {
         self.storage.path(&self.key)
@@ -394,7 +399,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
 /// read through one cursor on the server (one replication slot for the tables of a
 /// database) may let it forget only what every one of them has committed.
 pub async fn committed_position(
-    storage: &Path,
+    storage: &cdcflow_plan::location::Location,
     flow: &str,
     target: &cdcflow_plan::Dataset,
     key: &str,
@@ -403,7 +408,7 @@ pub async fn committed_position(
     if !table.exists() {
         return Ok(None);
     }
-    let progress = Checkpoint::new(storage, flow)?
+    let progress = Checkpoint::in_storage(&Storage::at(storage)?, flow)?
         .peek(&table, &crate::layout::app_id(flow))
         .await?;
     Ok(progress.source_position(key).cloned())

@@ -1,8 +1,7 @@
 //! What every flow of a run shares: the pipeline, its storage, the session, the run's
 //! clock and the outside sources. Owned, since each flow runs as a task of its own.
 
-use std::path::PathBuf;
-
+use cdcflow_plan::location::Location;
 use cdcflow_plan::{Flow, Pipeline};
 use datafusion::prelude::SessionContext;
 
@@ -10,11 +9,15 @@ use crate::RunError;
 use crate::checkpoint::Checkpoint;
 use crate::inputs::InputReader;
 use crate::sources::Sources;
+use crate::storage::Storage;
 
 /// What every flow of a run shares.
 pub(crate) struct RunContext {
     pub pipeline: Pipeline,
-    pub storage: PathBuf,
+    /// Where the tables are.
+    pub storage: Location,
+    /// Where the records are (checkpoints): the same place.
+    pub records: Storage,
     pub ctx: SessionContext,
     pub now_micros: i64,
     pub sources: Option<Sources>,
@@ -23,14 +26,19 @@ pub(crate) struct RunContext {
 impl RunContext {
     /// A run of `pipeline` at `now_micros`, in a session of cdcflow's functions, reading
     /// servers through `sources` (none: server sources fail, naming their kind).
-    pub fn new(pipeline: &Pipeline, now_micros: i64, sources: Option<Sources>) -> Self {
-        Self {
+    pub fn new(
+        pipeline: &Pipeline,
+        now_micros: i64,
+        sources: Option<Sources>,
+    ) -> Result<Self, RunError> {
+        Ok(Self {
             pipeline: pipeline.clone(),
-            storage: pipeline.storage_dir(),
+            storage: pipeline.storage(),
+            records: Storage::of(pipeline)?,
             ctx: cdcflow_plan::functions::session_context(),
             now_micros,
             sources,
-        }
+        })
     }
 
     pub fn reader(&self) -> InputReader<'_> {
@@ -45,6 +53,6 @@ impl RunContext {
     }
 
     pub fn checkpoint(&self, flow: &Flow) -> Result<Checkpoint, RunError> {
-        Checkpoint::new(&self.storage, &flow.name)
+        Checkpoint::in_storage(&self.records, &flow.name)
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::RunError;
-use crate::lock::RunLock;
+use crate::pipeline_lock::PipelineLock;
 use crate::report::RunReport;
 use crate::runner::{RunOptions, run_locked};
 
@@ -69,10 +69,13 @@ pub async fn run_continuous(
     on_batch: impl FnMut(&RunReport),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
-    let _lock = RunLock::acquire(&pipeline.storage_dir(), &pipeline.config.name)?;
+    let lock = PipelineLock::acquire(pipeline).await?;
     let ended = batches(pipeline, options, on_batch, shutdown).await;
     if let Some(sources) = &options.sources {
         sources.0.finish().await;
+    }
+    if let Err(e) = lock.release().await {
+        tracing::warn!(error = %e, "the run lock was not released");
     }
     ended
 }

@@ -63,12 +63,12 @@ pub fn parse(sql: &str) -> Result<Option<Describe>, RunError> {
 pub async fn answer(pipeline: &Pipeline, statement: &Describe) -> Result<RecordBatch, RunError> {
     match statement {
         Describe::History { table, limit } => {
-            let located = catalog::locate(pipeline, table)?;
+            let located = catalog::locate(pipeline, table).await?;
             let t = Table::open(&located.dir).await?;
             history::to_batch(&history::entries(&t, *limit).await?)
         }
         Describe::Detail { table } => {
-            let located = catalog::locate(pipeline, table)?;
+            let located = catalog::locate(pipeline, table).await?;
             // Clustering is the definition's: the Delta log keeps no trace of it.
             let clustering = pipeline
                 .datasets
@@ -78,16 +78,18 @@ pub async fn answer(pipeline: &Pipeline, statement: &Describe) -> Result<RecordB
                 .unwrap_or_default();
             detail(&located, &clustering).await
         }
-        Describe::ShowTables => show_tables(pipeline),
+        Describe::ShowTables => show_tables(pipeline).await,
     }
 }
 
 /// `SHOW TABLES`: each table a query can name now, with its kind.
-fn show_tables(pipeline: &Pipeline) -> Result<RecordBatch, RunError> {
-    let tables: Vec<Located> = catalog::all(pipeline)?
-        .into_iter()
-        .filter(|l| l.dir.join("_delta_log").is_dir())
-        .collect();
+async fn show_tables(pipeline: &Pipeline) -> Result<RecordBatch, RunError> {
+    let mut tables: Vec<Located> = Vec::new();
+    for l in catalog::all(pipeline)? {
+        if catalog::exists(&l.dir).await? {
+            tables.push(l);
+        }
+    }
     let schema = Schema::new(vec![
         Field::new("tableName", DataType::Utf8, false),
         Field::new("kind", DataType::Utf8, false),
@@ -112,7 +114,9 @@ async fn detail(located: &Located, clustering: &[String]) -> Result<RecordBatch,
             located.name
         )));
     };
-    let snapshot = t.snapshot().map_err(|e| RunError::delta(&located.dir, e))?;
+    let snapshot = t
+        .snapshot()
+        .map_err(|e| RunError::delta(located.dir.shown(), e))?;
     // The kernel keeps its accessors to itself; the log's JSON form is the protocol's.
     let metadata = serde_json::to_value(snapshot.metadata()).unwrap_or_default();
     let protocol = serde_json::to_value(snapshot.protocol()).unwrap_or_default();
@@ -128,7 +132,7 @@ async fn detail(located: &Located, clustering: &[String]) -> Result<RecordBatch,
             })
             .unwrap_or_default()
     };
-    let files = table.files()?;
+    let files = table.fetched_files().await?;
     let bytes: i64 = snapshot
         .snapshot()
         .log_data()
@@ -207,7 +211,7 @@ async fn detail(located: &Located, clustering: &[String]) -> Result<RecordBatch,
         one_text(text(&metadata, "id")),
         one_text(Some(located.name.clone())),
         one_text(text(&metadata, "description")),
-        one_text(Some(located.dir.display().to_string())),
+        one_text(Some(located.dir.to_string())),
         one_ts(int(&metadata, "createdTime")),
         one_ts(last_modified),
         Arc::new(partitions),

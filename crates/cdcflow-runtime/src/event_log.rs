@@ -2,9 +2,9 @@
 //! table vacuumed, in the Delta table `<storage>/system/event_log`, queryable as
 //! `event_log`.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cdcflow_plan::location::Location;
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
@@ -15,7 +15,7 @@ use crate::report::{FlowOutcome, RunReport};
 /// The name `cdcflow query` knows the event log by.
 pub const TABLE: &str = "event_log";
 
-pub fn dir(storage: &Path) -> PathBuf {
+pub fn dir(storage: &Location) -> Location {
     storage.join("system").join(TABLE)
 }
 
@@ -88,7 +88,7 @@ struct Row {
 
 /// Appends the events of one run (started at `started`, ended at `ended`, µs).
 pub async fn append(
-    storage: &Path,
+    storage: &Location,
     pipeline: &str,
     report: &RunReport,
     started: i64,

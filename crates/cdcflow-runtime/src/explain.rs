@@ -15,7 +15,7 @@ pub async fn physical_plan(
     analyze: bool,
 ) -> Result<String, RunError> {
     // Server sources are not read: reading them starts a slot or a consumer.
-    let rc = RunContext::new(pipeline, chrono::Utc::now().timestamp_micros(), None);
+    let rc = RunContext::new(pipeline, chrono::Utc::now().timestamp_micros(), None)?;
     match &flow.kind {
         _ if pipeline.reads_a_server(flow) => {
             Err(RunError::input(format!(

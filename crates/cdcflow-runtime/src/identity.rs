@@ -22,7 +22,7 @@ use crate::RunError;
 use crate::delta::{Mode, Table};
 
 /// `batches` (of `schema`) with the identity columns of `target` filled in.
-pub(crate) fn fill(
+pub(crate) async fn fill(
     target: &Dataset,
     table: &Table,
     mode: Mode,
@@ -37,7 +37,7 @@ pub(crate) fn fill(
         let name = column.name.value.as_str();
         let first = match mode {
             Mode::Overwrite => identity.start,
-            _ => next_after(table, name, identity)?,
+            _ => next_after(table, name, identity).await?,
         };
         out = fill_column(&out.0, out.1, name, position, identity, first)?;
     }
@@ -46,10 +46,11 @@ pub(crate) fn fill(
 
 /// The first value of a batch appended to `table`: one step past the values its
 /// files hold (their statistics), or `start` for an empty table.
-fn next_after(table: &Table, column: &str, identity: &Identity) -> Result<i64, RunError> {
+async fn next_after(table: &Table, column: &str, identity: &Identity) -> Result<i64, RunError> {
     let rising = identity.step > 0;
     let bound = if rising { "maxValues" } else { "minValues" };
     let mut furthest: Option<i64> = None;
+    table.fetch_vectors().await?;
     for file in table.files()? {
         let Some(add) = &file.add else { continue };
         let value = add
@@ -59,6 +60,7 @@ fn next_after(table: &Table, column: &str, identity: &Identity) -> Result<i64, R
             .and_then(|s| s.get(bound)?.get(column)?.as_i64());
         let Some(value) = value else {
             // A file without statistics for the column (or only nulls): read it.
+            table.fetch(vec![add.path.clone()]).await?;
             let read = Arc::new(Schema::new(vec![Field::new(column, DataType::Int64, true)]));
             for batch in crate::delta::read::read_files(std::slice::from_ref(&file), &read)? {
                 let values = batch.column(0);

@@ -3,12 +3,13 @@
 //! flow's query uses, and written down as the batch's [`Offsets`].
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cdcflow_plan::DatasetKind;
 use cdcflow_plan::config::PipelineConfig;
+use cdcflow_plan::location::Location;
 use cdcflow_plan::read_files::{Links, ReadFiles};
 use cdcflow_plan::{Dataset, ExternalDelta, FlowKind, Input, Pipeline};
 use datafusion::arrow::array::RecordBatch;
@@ -66,7 +67,7 @@ pub struct BatchInputs {
     pub partition_lag: Vec<PartitionLag>,
     /// The folder of the flow's target table, where left-out values of an external
     /// source's changes are taken from ([`crate::carried`]).
-    pub target: Option<PathBuf>,
+    pub target: Option<Location>,
 }
 
 impl BatchInputs {
@@ -176,7 +177,7 @@ impl BatchInputs {
 /// Reads the new input of one batch of `flow` into `planner`.
 pub struct InputReader<'a> {
     pub pipeline: &'a Pipeline,
-    pub storage: &'a Path,
+    pub storage: &'a Location,
     pub ctx: &'a SessionContext,
     pub sources: Option<&'a Sources>,
     /// Tables read whole are read as the query runs (`delta::scan`), not first into
@@ -280,13 +281,14 @@ impl InputReader<'_> {
                             d.name,
                             table.data_version().await?.unwrap_or(-1)
                         ));
+                        table.fetch_current().await?;
                         if self.tables_as_streams {
                             let (scan, rows) = delta::scan::whole(&table, &schema)?;
                             batch.rows += rows;
                             planner.register(&d.name, provider_as_source(scan));
                             continue;
                         }
-                        vec![table.read_all(&schema)?]
+                        vec![table.read_all(&schema).await?]
                     };
                     batch.rows += rows.iter().map(|b| b.num_rows() as u64).sum::<u64>();
                     register_rows(planner, &d.name, schema, rows)?;
@@ -305,7 +307,7 @@ impl InputReader<'_> {
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
-        let table = Table::open_location(&d.location).await?;
+        let table = Table::open(&d.location).await?;
         if !table.exists() {
             return Err(RunError::input(format!(
                 "external table `{}`: no Delta table at {}",
@@ -353,7 +355,7 @@ impl InputReader<'_> {
                     planner.register(&d.table, provider_as_source(scan));
                     return Ok(());
                 }
-                vec![table.read_all(&d.schema)?]
+                vec![table.read_all(&d.schema).await?]
             }
         };
         batch.rows += rows
@@ -407,6 +409,15 @@ impl InputReader<'_> {
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
+        if self.storage.is_remote() && matches!(input, Input::Postgres(_) | Input::Mysql(_)) {
+            // Their slot and storage-identity records are kept in a folder only: a
+            // bucket storage would have them written where no run looks.
+            return Err(RunError::input(format!(
+                "`{name}`: reading a database's change log is not done yet with the storage in a bucket ({})",
+                self.storage
+            ))
+            .with_help("keep `storage:` a local folder for pipelines that read PostgreSQL or MySQL (docs/storage.md)"));
+        }
         let source = match self.sources {
             Some(sources) => sources.open(self.pipeline, input)?,
             None => return Err(crate::sources::missing_kind(input)),

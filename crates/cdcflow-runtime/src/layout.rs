@@ -14,40 +14,58 @@
 use std::path::{Component, Path, PathBuf};
 
 use cdcflow_plan::Dataset;
+use cdcflow_plan::location::Location;
 pub use cdcflow_plan::names::folder_name;
 
 use crate::RunError;
 
 /// The Delta table of a dataset: under `tables/` when published, under `private/`
 /// for `PRIVATE` and `TEMPORARY` datasets, which only the pipeline's own flows read.
-pub fn table_dir(storage: &Path, dataset: &Dataset) -> Result<PathBuf, RunError> {
+pub fn table_dir(storage: &Location, dataset: &Dataset) -> Result<Location, RunError> {
     let area = if dataset.is_published() {
         "tables"
     } else {
         "private"
     };
-    under(storage, area, &dataset.name)
+    table_under(storage, area, &dataset.name)
 }
 
-/// The quarantine table of the table at `table_dir`: beside it, its folder name with
+/// The quarantine table of the table at `table`: beside it, its folder name with
 /// `__quarantine` appended (one folder name still, as `table_dir`'s is).
-pub fn quarantine_dir(table_dir: &Path) -> PathBuf {
-    let mut name = table_dir.file_name().unwrap_or_default().to_os_string();
-    name.push("__quarantine");
-    table_dir.with_file_name(name)
+pub fn quarantine_dir(table: &Location) -> Location {
+    table.with_suffix("__quarantine")
 }
 
-/// The late-rows table of the table at `table_dir` (rows an aggregation over a
+/// The late-rows table of the table at `table` (rows an aggregation over a
 /// watermarked stream dropped): beside it, its folder name with `__late` appended.
-pub fn late_dir(table_dir: &Path) -> PathBuf {
-    let mut name = table_dir.file_name().unwrap_or_default().to_os_string();
-    name.push("__late");
-    table_dir.with_file_name(name)
+pub fn late_dir(table: &Location) -> Location {
+    table.with_suffix("__late")
 }
 
 /// The internal state table of an AUTO CDC target.
-pub fn state_dir(storage: &Path, dataset: &str) -> Result<PathBuf, RunError> {
-    under(storage, "state", dataset)
+pub fn state_dir(storage: &Location, dataset: &str) -> Result<Location, RunError> {
+    table_under(storage, "state", dataset)
+}
+
+/// `<storage>/<area>/<folder name of name>`, checked.
+fn table_under(storage: &Location, area: &str, name: &str) -> Result<Location, RunError> {
+    let at = storage.join(area).join(&folder_name(name));
+    match at.is_inside(storage) {
+        true => Ok(at),
+        false => Err(RunError::internal(format!(
+            "{at} is not inside the storage {storage}"
+        ))),
+    }
+}
+
+/// The folder of `at` for `what`, which is done on a folder only: on a bucket, an error
+/// saying it is not done there yet (docs/storage.md lists what is).
+pub fn local_only<'a>(at: &'a Location, what: &str) -> Result<&'a Path, RunError> {
+    at.local().ok_or_else(|| {
+        RunError::input(format!("{what} is not done on object storage yet ({at})")).with_help(
+            "docs/storage.md, \"The pipeline's storage in a bucket\", lists what a bucket storage does",
+        )
+    })
 }
 
 /// The checkpoint folder of a flow.
@@ -163,8 +181,12 @@ mod tests {
             Path::new("/data/pipe/../elsewhere/_storage/checkpoints/@2E.@2F..@2F..@2Fvictim")
         );
         assert_eq!(
-            quarantine_dir(&state_dir(storage, "/x").expect("inside")),
-            Path::new("/data/pipe/../elsewhere/_storage/state/@2Fx__quarantine")
+            quarantine_dir(
+                &state_dir(&Location::Local(storage.to_path_buf()), "/x").expect("inside")
+            ),
+            Location::Local(PathBuf::from(
+                "/data/pipe/../elsewhere/_storage/state/@2Fx__quarantine"
+            ))
         );
     }
 

@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub mod panics;
 mod par;
+pub mod pipeline_lock;
 pub mod quarantine;
 mod query_flow;
 mod report;

@@ -3,7 +3,6 @@
 //! line, text and the reason it was refused. The file is named readably (`file`: bytes
 //! that are not UTF-8 written `\xNN`) and exactly as the OS names it (`file_bytes`).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use cdcflow_plan::Flow;
@@ -45,7 +44,7 @@ pub struct Source {
 /// table's name.
 pub(crate) async fn write(
     flow: &Flow,
-    target_dir: &Path,
+    target_dir: &cdcflow_plan::location::Location,
     app: &str,
     batch: i64,
     bad: Vec<(Source, BadRecord)>,

@@ -21,7 +21,7 @@ use cdcflow_plan::config::BadRecords;
 
 /// A query flow's batch in the making: its target, progress and registered input.
 struct QueryBatch {
-    dir: std::path::PathBuf,
+    dir: cdcflow_plan::location::Location,
     table: Table,
     app: String,
     checkpoint: crate::checkpoint::Checkpoint,
@@ -147,7 +147,8 @@ impl QueryBatch {
                 let (kept, results) =
                     expectations::enforce(target, &self.planner, &state, &schema, batches)?;
                 report.expectations = results;
-                let (schema, batches) = identity::fill(target, &self.table, mode, schema, kept)?;
+                let (schema, batches) =
+                    identity::fill(target, &self.table, mode, schema, kept).await?;
                 let (schema, batches) =
                     generated::fill(target, &self.planner, &state, schema, batches)?;
                 declared::conform(target, schema, batches, &self.inputs.landing)?
@@ -176,7 +177,7 @@ impl QueryBatch {
             .doing(operation);
         // A table a full refresh emptied takes the columns of its first batch: a column
         // whose type changed upstream would otherwise keep failing the appends.
-        let emptied = mode == Mode::Append && self.table.exists() && self.table.files()?.is_empty();
+        let emptied = mode == Mode::Append && self.table.exists() && self.table.is_empty()?;
         let write_mode = match emptied {
             true => Mode::Overwrite,
             false => mode,

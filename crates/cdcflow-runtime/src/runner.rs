@@ -3,11 +3,11 @@
 //! flow stops the flows downstream of it and no others.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use cdcflow_plan::DatasetKind;
+use cdcflow_plan::location::Location;
 use cdcflow_plan::{Flow, FlowKind, Input, Pipeline};
 use datafusion::arrow::datatypes::SchemaRef;
 
@@ -15,9 +15,10 @@ use crate::cascade::{self, reset_allowed};
 use crate::checkpoint::Checkpoint;
 use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table};
-use crate::lock::RunLock;
+use crate::pipeline_lock::PipelineLock;
 use crate::report::{FlowOutcome, FlowReport, RunReport};
 use crate::sources::Sources;
+use crate::storage::Storage;
 use crate::{RunError, cdc, layout, query_flow, schedule};
 
 /// What to run.
@@ -53,10 +54,18 @@ impl std::fmt::Debug for Progress {
 
 /// Runs `pipeline` once, holding its run lock.
 pub async fn run(pipeline: &Pipeline, options: &RunOptions) -> Result<RunReport, RunError> {
-    let _lock = RunLock::acquire(&pipeline.storage_dir(), &pipeline.config.name)?;
-    let report = run_locked(pipeline, options).await;
+    let lock = PipelineLock::acquire(pipeline).await?;
+    let report = run_locked(pipeline, options).await.map(|mut report| {
+        report.notes.splice(0..0, lock.note());
+        report
+    });
     if let Some(sources) = &options.sources {
         sources.0.finish().await;
+    }
+    if let Err(e) = lock.release().await {
+        // What the run committed stands; the next run takes a lease that is not
+        // released once it runs out.
+        tracing::warn!(error = %e, "the run lock was not released");
     }
     report
 }
@@ -66,7 +75,8 @@ pub(crate) async fn run_locked(
     pipeline: &Pipeline,
     options: &RunOptions,
 ) -> Result<RunReport, RunError> {
-    let storage = pipeline.storage_dir();
+    let storage = pipeline.storage();
+    let records = Storage::of(pipeline)?;
     for name in &options.flows {
         if pipeline.flow(name).is_none() {
             let known: Vec<&str> = pipeline.flows.iter().map(|f| f.name.as_str()).collect();
@@ -90,11 +100,11 @@ pub(crate) async fn run_locked(
         };
         report.notes = set_damaged_commits_aside(pipeline, &storage, tables).await?;
         if !options.force {
-            refuse_lossy_refresh(pipeline, &storage, tables).await?;
+            refuse_lossy_refresh(pipeline, &storage, &records, tables).await?;
         }
         report
             .notes
-            .extend(full_refresh(pipeline, &storage, tables).await?);
+            .extend(full_refresh(pipeline, &storage, &records, tables).await?);
         if let Some(requested) = &options.full_refresh
             && tables.len() > requested.len()
         {
@@ -111,7 +121,7 @@ pub(crate) async fn run_locked(
         pipeline,
         now_micros,
         options.sources.clone(),
-    ));
+    )?);
     let run: Vec<usize> = pipeline
         .order
         .iter()
@@ -345,7 +355,8 @@ fn selected(tables: &[String], name: &str) -> bool {
 /// data.
 async fn refuse_lossy_refresh(
     pipeline: &Pipeline,
-    storage: &Path,
+    storage: &Location,
+    records: &Storage,
     tables: &[String],
 ) -> Result<(), RunError> {
     let mut lost: Vec<String> = Vec::new();
@@ -356,7 +367,7 @@ async fn refuse_lossy_refresh(
     {
         let table = Table::open(&layout::table_dir(storage, d)?).await?;
         for flow in pipeline.flows_into(&d.name) {
-            let progress = Checkpoint::new(storage, &flow.name)?
+            let progress = Checkpoint::in_storage(records, &flow.name)?
                 .peek(&table, &layout::app_id(&flow.name))
                 .await?;
             for input in &flow.inputs {
@@ -409,7 +420,7 @@ async fn refuse_lossy_refresh(
 /// can be reset. Tables that open are left alone.
 async fn set_damaged_commits_aside(
     pipeline: &Pipeline,
-    storage: &Path,
+    storage: &Location,
     tables: &[String],
 ) -> Result<Vec<String>, RunError> {
     let mut notes = Vec::new();
@@ -422,10 +433,13 @@ async fn set_damaged_commits_aside(
             layout::table_dir(storage, d)?,
             layout::state_dir(storage, &d.name)?,
         ] {
-            if Table::open(&dir).await.is_ok() {
+            // A damaged commit is found by reading the log's files from a folder; a
+            // bucket's tables are left as they are.
+            let Some(dir) = dir.local() else { continue };
+            if Table::open_dir(dir).await.is_ok() {
                 continue;
             }
-            if let Some(moved) = delta::set_damaged_commit_aside(&dir)? {
+            if let Some(moved) = delta::set_damaged_commit_aside(dir)? {
                 notes.push(format!(
                     "`{}`: its damaged newest commit was moved to {} before the table was rebuilt",
                     d.name,
@@ -444,7 +458,8 @@ async fn set_damaged_commits_aside(
 /// Tables protected by `pipelines.reset.allowed = false` are left alone, with a note.
 async fn full_refresh(
     pipeline: &Pipeline,
-    storage: &Path,
+    storage: &Location,
+    records: &Storage,
     tables: &[String],
 ) -> Result<Vec<String>, RunError> {
     let mut notes = Vec::new();
@@ -484,7 +499,7 @@ async fn full_refresh(
             let Some(t) = &table.table else { continue };
             let stored = t
                 .snapshot()
-                .map_err(|e| RunError::delta(&dir, e))?
+                .map_err(|e| RunError::delta(&table.dir, e))?
                 .snapshot()
                 .arrow_schema();
             let schema = with_partition_columns(stored, partitions.as_deref(), d.schema.as_ref());
@@ -500,7 +515,7 @@ async fn full_refresh(
             delta::write(&dir, &schema, vec![], Mode::Overwrite, &commit).await?;
         }
         for f in flows {
-            layout::remove_dir_all(storage, &layout::checkpoint_dir(storage, &f.name)?)?;
+            Checkpoint::in_storage(records, &f.name)?.remove().await?;
         }
     }
     Ok(notes)

@@ -14,6 +14,7 @@ use crate::checkpoint::Checkpoint;
 use crate::delta::Table;
 use crate::landing::FileName;
 use crate::sources::{SourceStatus, Sources};
+use crate::storage::Storage;
 use crate::{RunError, catalog, event_log, layout};
 
 /// The status of external source `input`; a failure to ask is its warning.
@@ -84,7 +85,8 @@ pub async fn status_with_sources(
     pipeline: &Pipeline,
     sources: Option<&Sources>,
 ) -> Result<Vec<FlowStatus>, RunError> {
-    let storage = pipeline.storage_dir();
+    let storage = pipeline.storage();
+    let records = Storage::at(&storage)?;
     // In the pipeline's order; looked up by name.
     let mut out: Vec<FlowStatus> = Vec::new();
     let mut index: BTreeMap<String, usize> = BTreeMap::new();
@@ -110,12 +112,11 @@ pub async fn status_with_sources(
                 continue;
             }
         };
-        let checkpoint_dir = layout::checkpoint_dir(&storage, &flow.name)?;
-        let progress = Checkpoint::new(&storage, &flow.name)?
-            .peek(&table, &layout::app_id(&flow.name))
-            .await?;
-        if !flow.watermarks.is_empty() {
-            s.state = crate::stateful::stored_state(&checkpoint_dir, &flow.name, &progress);
+        let checkpoint = Checkpoint::in_storage(&records, &flow.name)?;
+        let progress = checkpoint.peek(&table, &layout::app_id(&flow.name)).await?;
+        // A stateful flow's state is kept in a folder only (not on object storage yet).
+        if !flow.watermarks.is_empty() && !storage.is_remote() {
+            s.state = crate::stateful::stored_state(&checkpoint.dir(), &flow.name, &progress);
         }
         for input in &flow.inputs {
             if let (Some(sources), true) = (sources, input.reads_a_server()) {

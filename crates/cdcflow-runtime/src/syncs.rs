@@ -130,7 +130,9 @@ pub fn record(
     found: &BTreeMap<String, Vec<SourceTable>>,
     now_micros: i64,
 ) -> Result<Vec<String>, RunError> {
-    let storage = pipeline.storage_dir();
+    // Syncs read database servers, which a bucket storage does not read yet
+    // (`inputs.rs`); their record is kept in a folder only.
+    let storage = crate::layout::local_only(&pipeline.storage(), "`syncs:`")?.to_path_buf();
     let before = read_record(&storage);
     let synced: BTreeMap<String, Vec<SourceTable>> = pipeline
         .syncs

@@ -213,7 +213,7 @@ pub async fn provider(
     name: &str,
     at: &At,
 ) -> Result<Arc<dyn TableProvider>, RunError> {
-    let located = catalog::locate(pipeline, name)?;
+    let located = catalog::locate(pipeline, name).await?;
     let table = Table::open(&located.dir).await?;
     let newest = table.version().unwrap_or(0);
     let version = match *at {
@@ -241,11 +241,15 @@ pub async fn provider(
         .with_help(history_help(&located)));
     }
     let old = Table::open_at(&located.dir, version).await?;
-    let missing: Vec<_> = old
-        .files()?
-        .into_iter()
-        .filter(|f| !f.path.exists())
-        .collect();
+    // A bucket's missing file fails the query that reads it, naming it.
+    let missing: Vec<_> = match located.dir.is_remote() {
+        true => Vec::new(),
+        false => old
+            .files()?
+            .into_iter()
+            .filter(|f| !f.path.exists())
+            .collect(),
+    };
     if let Some(first) = missing.first() {
         return Err(RunError::input(format!(
             "version {version} of `{}` can no longer be read: vacuum removed {} of its data files (such as {})",

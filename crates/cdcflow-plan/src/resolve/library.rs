@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -155,19 +155,22 @@ impl Resolver<'_> {
         self.diags.push(d);
     }
 
-    /// `storage:` is a folder of this machine: an object-store URL there would be taken
-    /// for a local folder named `s3:` and the tables written where nobody looks.
+    /// `storage:` is a folder of this machine or a bucket prefix (`s3://bucket/prefix`);
+    /// any other URL would be taken for a local folder named after its scheme, and the
+    /// tables written where nobody looks.
     pub(super) fn check_storage_location(&mut self, config: &PipelineConfig, text: &Arc<str>) {
         if !config.storage.contains("://") {
             return;
         }
-        self.config_error_labelled(
-            text,
-            &config.storage,
-            "`storage:` is an object-store URL: the pipeline's storage is a folder of this machine; object storage is not supported there yet".to_string(),
-            "not a local folder",
-            Some("keep `storage:` a local path; Delta tables at s3:// URLs can be read as external_tables (docs/storage.md)"),
-        );
+        if let Err(why) = crate::location::Location::parse(Path::new(""), &config.storage) {
+            self.config_error_labelled(
+                text,
+                &config.storage,
+                format!("`storage:` {why}"),
+                "not a storage cdcflow writes",
+                Some("give a local folder, or an s3:// prefix (docs/storage.md, \"The pipeline's storage in a bucket\")"),
+            );
+        }
     }
 }
 

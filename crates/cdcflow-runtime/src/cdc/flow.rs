@@ -388,7 +388,7 @@ async fn sync_published(
         return Err(exec::lost_published(&target.name));
     }
     tracing::warn!(table = %target.name, "published table behind its state; deriving it again");
-    let stored = state.read_batches(&rules.state_schema())?;
+    let stored = state.read_batches(&rules.state_schema()).await?;
     let empty = RecordBatch::new_empty(rules.event_schema());
     let applied = super::apply(rules, stored, Visible::Recompute, &empty, rc.now_micros)?;
     let flows = rc
@@ -398,7 +398,7 @@ async fn sync_published(
         .collect();
     let commit = published_commit(target, txns).doing(Operation::Rederive { flows });
     delta::write(
-        &public.dir,
+        &public.at,
         &rules.public_schema(),
         applied.public,
         Mode::Overwrite,
@@ -485,7 +485,7 @@ async fn read_source(
         }
         _ => {
             let table = Table::open(&layout::table_dir(&rc.storage, source)?).await?;
-            let all = table.read_all(schema)?;
+            let all = table.read_all(schema).await?;
             let has_new = all.num_rows() > 0;
             Ok((
                 BatchSource::Rows(vec![(source.name.clone(), all)]),

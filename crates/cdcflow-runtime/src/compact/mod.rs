@@ -10,15 +10,14 @@
 mod choose;
 mod table;
 
-use std::path::Path;
-
 use cdcflow_plan::DatasetKind;
+use cdcflow_plan::location::Location;
 use cdcflow_plan::{Dataset, FlowKind, Pipeline};
 
 pub use choose::Policy;
 use table::Target;
 
-use crate::lock::RunLock;
+use crate::pipeline_lock::PipelineLock;
 pub use crate::report::TableCompaction;
 use crate::report::{FlowOutcome, RunReport};
 use crate::{RunError, layout};
@@ -28,7 +27,7 @@ use crate::{RunError, layout};
 /// [`Policy::AUTOMATIC`] finds files worth rewriting. What it did goes into the report
 /// (a note per table, and [`RunReport::compactions`]); a compaction that fails changes
 /// nothing and is a note, not a failed run. The caller holds the run lock.
-pub(crate) async fn after_run(pipeline: &Pipeline, storage: &Path, report: &mut RunReport) {
+pub(crate) async fn after_run(pipeline: &Pipeline, storage: &Location, report: &mut RunReport) {
     let mut written: Vec<&Dataset> = Vec::new();
     for f in &report.flows {
         if !matches!(f.outcome, FlowOutcome::Committed { .. }) {
@@ -76,7 +75,7 @@ pub async fn optimize(
     pipeline: &Pipeline,
     tables: &[String],
 ) -> Result<Vec<TableCompaction>, RunError> {
-    let storage = pipeline.storage_dir();
+    let storage = pipeline.storage();
     let mut chosen: Vec<&Dataset> = Vec::new();
     for name in tables {
         let d = pipeline.dataset(name).ok_or_else(|| {
@@ -96,10 +95,21 @@ pub async fn optimize(
     if tables.is_empty() {
         chosen = stored(pipeline).collect();
     }
-    let _lock = RunLock::acquire(&storage, &pipeline.config.name)?;
+    let lock = PipelineLock::acquire(pipeline).await?;
+    let done = compact_all(pipeline, &storage, &chosen).await;
+    lock.release().await?;
+    done
+}
+
+/// Compacts the tables of `chosen` on demand; the caller holds the run lock.
+async fn compact_all(
+    pipeline: &Pipeline,
+    storage: &Location,
+    chosen: &[&Dataset],
+) -> Result<Vec<TableCompaction>, RunError> {
     let mut out = Vec::new();
     for d in chosen {
-        for target in targets_of(pipeline, &storage, d)? {
+        for target in targets_of(pipeline, storage, d)? {
             out.push(target.compact(Policy::ON_DEMAND).await?);
         }
     }
@@ -116,7 +126,11 @@ fn stored(pipeline: &Pipeline) -> impl Iterator<Item = &Dataset> {
 
 /// The tables of dataset `d`: its own, and its AUTO CDC state, both sorted by the
 /// flow's KEYS (the first AUTO CDC flow's, when several write it).
-fn targets_of(pipeline: &Pipeline, storage: &Path, d: &Dataset) -> Result<Vec<Target>, RunError> {
+fn targets_of(
+    pipeline: &Pipeline,
+    storage: &Location,
+    d: &Dataset,
+) -> Result<Vec<Target>, RunError> {
     let keys = pipeline.flows_into(&d.name).find_map(|f| match &f.kind {
         FlowKind::AutoCdc(spec) => Some(spec.keys.clone()),
         FlowKind::Query { .. } => None,

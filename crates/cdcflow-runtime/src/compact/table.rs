@@ -9,6 +9,7 @@
 //! ids stay as they were. A crash before the commit leaves the new files unreferenced:
 //! the table reads as before.
 
+use cdcflow_plan::location::Location;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -16,7 +17,6 @@ use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, LogicalFileView};
 use deltalake::protocol::DeltaOperation;
 use deltalake::{DeltaTable, DeltaTableError};
-use std::path::{Path, PathBuf};
 
 use super::TableCompaction;
 use super::choose::{self, FileFacts, Policy};
@@ -25,7 +25,7 @@ use crate::{RunError, failpoint};
 
 /// A table to compact.
 pub(super) struct Target {
-    pub dir: PathBuf,
+    pub dir: Location,
     /// The dataset it belongs to.
     pub dataset: String,
     /// The AUTO CDC state of the dataset rather than its published table.
@@ -57,11 +57,12 @@ impl Target {
     pub async fn compact(&self, policy: Policy) -> Result<TableCompaction, RunError> {
         let mut out = self.outcome();
         let table = Table::open(&self.dir).await?;
+        let dir = table.dir.as_path();
         let Some(t) = &table.table else {
             out.skipped = Some("not created yet".into());
             return Ok(out);
         };
-        let err = |e: DeltaTableError| RunError::delta(&self.dir, e);
+        let err = |e: DeltaTableError| RunError::delta(dir, e);
         let snapshot = t.snapshot().map_err(err)?;
         let schema = snapshot.snapshot().arrow_schema();
         if !table.rewritable(&schema, &Commit::default()) {
@@ -95,8 +96,13 @@ impl Target {
         }
         let target = choose::target_rows(&facts);
         let mut adds = Vec::new();
+        table.fetch_vectors().await?;
         for group in groups {
-            let rows = self.read_group(&views, &group, &schema)?;
+            // A bucket's files are fetched a group at a time: one group is held.
+            let paths: Vec<String> = group.iter().map(|&i| views[i].path().to_string()).collect();
+            table.fetch(paths.clone()).await?;
+            let rows = read_group(&table, &views, &group, &schema)?;
+            table.forget(&paths)?;
             out.rows += rows.num_rows() as u64;
             let rows = delta::sorted(rows, &keys)?;
             adds.extend(write_files(t, &schema, &rows, target).await.map_err(err)?);
@@ -112,6 +118,7 @@ impl Target {
         actions.extend(adds.into_iter().map(Action::Add));
         let name = self.commit_name();
         failpoint::hit(&format!("optimize-staged:{name}"));
+        crate::storage::lease::fence(&table.dir.to_string_lossy())?;
         // No retry: a commit landing on another version than the one read could drop
         // rows committed since (delta-rs's conflict check ignores removes that change
         // no data). The run lock keeps cdcflow's own writers away.
@@ -130,20 +137,20 @@ impl Target {
         failpoint::hit(&format!("optimize-committed:{name}"));
         Ok(out)
     }
+}
 
-    /// The live rows of the files `group` of `views`, in one batch.
-    fn read_group(
-        &self,
-        views: &[LogicalFileView],
-        group: &[usize],
-        schema: &SchemaRef,
-    ) -> Result<RecordBatch, RunError> {
-        let mut batches = Vec::new();
-        for &i in group {
-            batches.extend(read_live(&self.dir, &views[i], schema)?);
-        }
-        Ok(concat_batches(schema, &batches)?)
+/// The live rows of the files `group` of `views` (of `table`), in one batch.
+fn read_group(
+    table: &Table,
+    views: &[LogicalFileView],
+    group: &[usize],
+    schema: &SchemaRef,
+) -> Result<RecordBatch, RunError> {
+    let mut batches = Vec::new();
+    for &i in group {
+        batches.extend(read_live(table, &views[i], schema)?);
     }
+    Ok(concat_batches(schema, &batches)?)
 }
 
 /// The indexes of `views` by partition (all of them together for an unpartitioned
@@ -165,12 +172,11 @@ fn partitions(views: &[LogicalFileView]) -> Vec<Vec<usize>> {
 ///
 /// The one place compaction reads a file: its live rows, deletion vector applied.
 fn read_live(
-    dir: &Path,
+    table: &Table,
     view: &LogicalFileView,
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, RunError> {
-    let file = delta::data_file(dir, delta::local_file_of(dir, view)?, view)?;
-    delta::read::read_files(&[file], schema)
+    delta::read::read_files(&[table.file_of(view)?], schema)
 }
 
 /// What the log says about a file; `key` names the column whose smallest value orders

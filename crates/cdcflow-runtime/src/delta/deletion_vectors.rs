@@ -17,6 +17,7 @@ use std::io::{Cursor, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use crc::{CRC_32_ISO_HDLC, Crc};
+use datafusion::object_store::{PutMode, PutOptions, PutPayload};
 use deltalake::kernel::{DeletionVectorDescriptor, StorageType};
 use roaring::RoaringTreemap;
 
@@ -225,6 +226,31 @@ impl VectorFile {
             size_in_bytes: i32::try_from(size).map_err(|_| too_big())?,
             cardinality: i64::try_from(deleted.len()).map_err(|_| too_big())?,
         })
+    }
+
+    /// Writes the file into `table`: created (never replaced) in its folder, synced, or
+    /// created only if absent in its bucket (the uuid name never collides).
+    pub(crate) async fn write_to(self, table: &super::Table) -> Result<(), RunError> {
+        let Some(delta) = table.table.as_ref().filter(|_| table.at.is_remote()) else {
+            return self.write(&table.dir);
+        };
+        crate::storage::lease::fence(&table.at.to_string())?;
+        let name = file_name(&self.uuid);
+        let path = table.dir.join(&name);
+        let store = delta.log_store().object_store(None);
+        let options = PutOptions::from(PutMode::Create);
+        store
+            .put_opts(
+                &deltalake::Path::from(name),
+                PutPayload::from(self.bytes),
+                options,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| RunError::File {
+                path,
+                message: e.to_string(),
+            })
     }
 
     /// Writes the file into the table folder `table_dir`, synced.

@@ -40,12 +40,12 @@ pub async fn stage(
             .await
             .map_err(|e| RunError::delta(&table.dir, e))?;
     }
-    stage_written(table, files, deleted, schema, added)
+    stage_written(table, files, deleted, schema, added).await
 }
 
 /// [`stage`] with the new rows already written, as `added` (the files' add actions,
 /// uncommitted: a [`super::Sink`]'s).
-pub fn stage_written(
+pub async fn stage_written(
     table: &Table,
     files: &[DataFile],
     deleted: BTreeMap<usize, Vec<u64>>,
@@ -86,7 +86,7 @@ pub fn stage_written(
         actions.push(Action::Add(again));
     }
     if any_vector {
-        vectors.write(&dir)?;
+        vectors.write_to(table).await?;
     }
     Ok(Staged {
         dir,
@@ -127,8 +127,8 @@ fn row_count(file: &DataFile, add: &Add) -> Result<u64, RunError> {
         return Ok(u64::try_from(stats.num_records).unwrap_or(0));
     }
     let path = &file.path;
-    let handle = std::fs::File::open(path).map_err(|e| RunError::io(path, e))?;
-    let meta = ArrowReaderMetadata::load(&handle, ArrowReaderOptions::default()).map_err(|e| {
+    let source = super::read::open(file)?;
+    let meta = ArrowReaderMetadata::load(&source, ArrowReaderOptions::default()).map_err(|e| {
         RunError::File {
             path: path.clone(),
             message: e.to_string(),

@@ -46,6 +46,8 @@ pub use sink::Sink;
 /// A Delta table location and, when it exists, the table.
 #[derive(Debug)]
 pub struct Table {
+    /// Where it is.
+    pub at: Location,
     /// Its folder; for a remote table, its URL (for messages).
     pub dir: PathBuf,
     pub table: Option<DeltaTable>,
@@ -61,40 +63,61 @@ fn url_of(dir: &Path) -> Result<Url, RunError> {
     })
 }
 
+/// The URL deltalake opens the table at `at` by.
+fn url_at(at: &Location) -> Result<Url, RunError> {
+    match at {
+        Location::Local(dir) => url_of(dir),
+        Location::Remote(url) => {
+            remote::register_stores();
+            Ok(url.clone())
+        }
+    }
+}
+
 impl Table {
-    /// Opens the table at `dir`; a missing table is not an error.
-    pub async fn open(dir: &Path) -> Result<Self, RunError> {
+    /// Opens the table at `at`, a folder or an object-store URL; a missing table is not
+    /// an error. A remote table's files are fetched by the reads that need them
+    /// ([`Table::fetch`], [`Table::fetch_current`]).
+    pub async fn open(at: &Location) -> Result<Self, RunError> {
+        let dir = match at {
+            Location::Local(dir) => dir,
+            Location::Remote(url) => return Self::open_remote(url, None).await,
+        };
         if !dir.join("_delta_log").is_dir() {
-            return Ok(Self::missing(dir));
+            return Ok(Self::missing(at));
         }
         let table = match deltalake::open_table(url_of(dir)?).await {
             Ok(table) => table,
             Err(e) => return Err(damaged(dir).unwrap_or_else(|| RunError::delta(dir, e))),
         };
         Ok(Self {
+            at: at.clone(),
             dir: dir.to_path_buf(),
             table: Some(table),
             remote: None,
         })
     }
 
-    /// No table (yet) at `dir`.
-    pub(crate) fn missing(dir: &Path) -> Self {
+    /// Opens the local table in the folder `dir`.
+    pub async fn open_dir(dir: &Path) -> Result<Self, RunError> {
+        Self::open(&Location::Local(dir.to_path_buf())).await
+    }
+
+    /// No table (yet) at `at`.
+    pub(crate) fn missing(at: &Location) -> Self {
         Self {
-            dir: dir.to_path_buf(),
+            at: at.clone(),
+            dir: at.shown(),
             table: None,
             remote: None,
         }
     }
 
-    /// Opens the table at `location`, a folder or an object-store URL (read only).
-    pub async fn open_location(location: &Location) -> Result<Self, RunError> {
-        let url = match location {
-            Location::Local(dir) => return Self::open(dir).await,
-            Location::Remote(url) => url,
-        };
+    /// The table at the object-store URL `url`, at `version` (the newest when `None`).
+    async fn open_remote(url: &Url, version: Option<u64>) -> Result<Self, RunError> {
         remote::register_stores();
-        let shown = PathBuf::from(url.as_str());
+        let at = Location::Remote(url.clone());
+        let shown = at.shown();
         let mut table = DeltaTable::try_from_url(url.clone())
             .await
             .map_err(|e| RunError::delta(&shown, e))?;
@@ -103,15 +126,25 @@ impl Table {
             .await
             .map_err(|e| RunError::delta(&shown, e))?
         {
-            return Ok(Self::missing(&shown));
+            return Ok(Self::missing(&at));
         }
-        table.load().await.map_err(|e| RunError::delta(&shown, e))?;
+        match version {
+            Some(v) => table.load_version(v).await,
+            None => table.load().await,
+        }
+        .map_err(|e| RunError::delta(&shown, e))?;
+        Ok(Self::remote_table(at, table))
+    }
+
+    /// A table at a remote location, opened, with nothing fetched yet.
+    fn remote_table(at: Location, table: DeltaTable) -> Self {
         let store = table.log_store().object_store(None);
-        Ok(Self {
-            remote: Some(Arc::new(remote::Fetched::new(store, url.to_string()))),
-            dir: shown,
+        Self {
+            remote: Some(Arc::new(remote::Fetched::new(store, at.to_string()))),
+            dir: at.shown(),
+            at,
             table: Some(table),
-        })
+        }
     }
 
     /// For a remote table, fetches what reading `files` needs (their data and deletion
@@ -123,16 +156,36 @@ impl Table {
         }
     }
 
+    /// For a remote table, lets go of the fetched files at `relative`.
+    pub(crate) fn forget(&self, relative: &[String]) -> Result<(), RunError> {
+        match &self.remote {
+            Some(fetched) => fetched.forget(relative),
+            None => Ok(()),
+        }
+    }
+
     /// For a remote table, fetches every file of its current version, so that
     /// [`Table::files`] and the reads of them can run.
     pub async fn fetch_current(&self) -> Result<(), RunError> {
+        self.fetch_of_current(true).await
+    }
+
+    /// For a remote table, fetches the deletion vector files of its current version, so
+    /// that [`Table::files`] can run (the data files are fetched by the reads of them).
+    pub async fn fetch_vectors(&self) -> Result<(), RunError> {
+        self.fetch_of_current(false).await
+    }
+
+    async fn fetch_of_current(&self, data: bool) -> Result<(), RunError> {
         let (Some(t), Some(_)) = (&self.table, &self.remote) else {
             return Ok(());
         };
         let snapshot = t.snapshot().map_err(|e| self.err(e))?;
         let mut wanted = Vec::new();
         for view in snapshot.snapshot().log_data().iter() {
-            wanted.push(view.path().to_string());
+            if data {
+                wanted.push(view.path().to_string());
+            }
             if let Some(d) = view.deletion_vector_descriptor() {
                 wanted.extend(deletion_vectors::stored_file(&d).map_err(|why| self.damaged(&why))?);
             }
@@ -147,14 +200,20 @@ impl Table {
         }
     }
 
-    /// The table at `dir` as it was at `version` (time travel).
-    pub async fn open_at(dir: &Path, version: i64) -> Result<Self, RunError> {
+    /// The table at `at` as it was at `version` (time travel).
+    pub async fn open_at(at: &Location, version: i64) -> Result<Self, RunError> {
+        let dir = at.shown();
         let version = u64::try_from(version)
             .map_err(|_| RunError::input(format!("{}: no version {version}", dir.display())))?;
+        let dir = match at {
+            Location::Local(dir) => dir,
+            Location::Remote(url) => return Self::open_remote(url, Some(version)).await,
+        };
         let table = deltalake::open_table_with_version(url_of(dir)?, version)
             .await
             .map_err(|e| RunError::delta(dir, e))?;
         Ok(Self {
+            at: at.clone(),
             dir: dir.to_path_buf(),
             table: Some(table),
             remote: None,
@@ -172,8 +231,11 @@ impl Table {
             return Ok(table.clone());
         }
         let dir = self.dir.as_path();
-        std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
-        DeltaTable::try_from_url(url_of(dir)?)
+        // A bucket has no folders to make: the first object written makes the prefix.
+        if let Location::Local(dir) = &self.at {
+            std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
+        }
+        DeltaTable::try_from_url(url_at(&self.at)?)
             .await
             .map_err(|e| RunError::delta(dir, e))
     }
@@ -295,7 +357,15 @@ impl Table {
         RunError::delta(&self.dir, e)
     }
 
-    /// The data files of the current version, with their deletion vectors loaded.
+    /// [`Table::files`], once a remote table's files are fetched: what a read of the
+    /// whole current version calls.
+    pub async fn fetched_files(&self) -> Result<Vec<DataFile>, RunError> {
+        self.fetch_current().await?;
+        self.files()
+    }
+
+    /// The data files of the current version, with their deletion vectors loaded (a
+    /// remote table's fetched first: [`Table::fetched_files`]).
     pub fn files(&self) -> Result<Vec<DataFile>, RunError> {
         let Some(t) = &self.table else {
             return Ok(vec![]);
@@ -305,11 +375,47 @@ impl Table {
             .snapshot()
             .log_data()
             .iter()
-            .map(|view| match &self.remote {
-                Some(fetched) => remote_data_file(&self.dir, fetched, &view),
-                None => data_file(&self.dir, local_file_of(&self.dir, &view)?, &view),
-            })
+            .map(|view| self.file_of(&view))
             .collect()
+    }
+
+    /// The data file of the log entry `view` of this table, with its deletion vector
+    /// loaded (a remote table's vector fetched first: [`Table::fetch_vectors`]).
+    pub(crate) fn file_of(
+        &self,
+        view: &deltalake::kernel::LogicalFileView,
+    ) -> Result<DataFile, RunError> {
+        match &self.remote {
+            Some(fetched) => remote_data_file(&self.dir, fetched, view),
+            None => data_file(&self.dir, local_file_of(&self.dir, view)?, view),
+        }
+    }
+
+    /// The add actions of the current version's files (paths and statistics); no file
+    /// is read.
+    pub fn adds(&self) -> Result<Vec<deltalake::kernel::Add>, RunError> {
+        let Some(t) = &self.table else {
+            return Ok(vec![]);
+        };
+        let snapshot = t.snapshot().map_err(|e| self.err(e))?;
+        // The kernel's view is what deltalake reads; its add action is the log's.
+        #[allow(deprecated)]
+        let adds = snapshot
+            .snapshot()
+            .log_data()
+            .iter()
+            .map(|view| view.add_action())
+            .collect();
+        Ok(adds)
+    }
+
+    /// Whether the current version has no data files (a table a full refresh emptied).
+    pub fn is_empty(&self) -> Result<bool, RunError> {
+        let Some(t) = &self.table else {
+            return Ok(true);
+        };
+        let snapshot = t.snapshot().map_err(|e| self.err(e))?;
+        Ok(snapshot.snapshot().log_data().iter().next().is_none())
     }
 
     /// Whether the table's protocol lets rows be deleted by deletion vectors.
@@ -327,13 +433,13 @@ impl Table {
 
     /// Every live row of the current version, in the columns of `schema` (cast by
     /// name; a column the files lack is null), in file order.
-    pub fn read_batches(&self, schema: &SchemaRef) -> Result<Vec<RecordBatch>, RunError> {
-        read::read_files(&self.files()?, schema)
+    pub async fn read_batches(&self, schema: &SchemaRef) -> Result<Vec<RecordBatch>, RunError> {
+        read::read_files(&self.fetched_files().await?, schema)
     }
 
     /// Every row of the current version as one batch.
-    pub fn read_all(&self, schema: &SchemaRef) -> Result<RecordBatch, RunError> {
-        Ok(concat_batches(schema, &self.read_batches(schema)?)?)
+    pub async fn read_all(&self, schema: &SchemaRef) -> Result<RecordBatch, RunError> {
+        Ok(concat_batches(schema, &self.read_batches(schema).await?)?)
     }
 
     /// The rows added by commits after `after` up to the current version (the whole
@@ -659,16 +765,16 @@ fn with_checkpoint_interval(
     configuration
 }
 
-/// Writes `batches` to the table at `dir` (created with `schema` when missing) in one
+/// Writes `batches` to the table at `at` (created with `schema` when missing) in one
 /// atomic commit carrying `commit.txns`.
 pub async fn write(
-    dir: &Path,
+    at: &Location,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
     mode: Mode,
     commit: &Commit,
 ) -> Result<(), RunError> {
-    stage(dir, schema, batches, commit)
+    stage(at, schema, batches, commit)
         .await?
         .commit(mode, commit)
         .await
@@ -679,18 +785,18 @@ pub async fn write(
 /// is written. For the side tables a batch writes before its target (quarantined
 /// records, late rows), whose commit carries the same transaction id.
 pub async fn append_once(
-    dir: &Path,
+    at: &Location,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
     app: &str,
     batch: i64,
     commit: &Commit,
 ) -> Result<(), RunError> {
-    let table = Table::open(dir).await?;
+    let table = Table::open(at).await?;
     if table.txn_version(app).await?.is_some_and(|v| v >= batch) {
         return Ok(());
     }
-    write(dir, schema, batches, Mode::Append, commit).await
+    write(at, schema, batches, Mode::Append, commit).await
 }
 
 /// A write whose data files may be written already, awaiting its commit: two tables'
@@ -710,28 +816,26 @@ enum StagedData {
     Batches(Vec<RecordBatch>),
 }
 
-/// Writes the data files of a [`write`] of `batches` to the table at `dir`, without
+/// Writes the data files of a [`write`] of `batches` to the table at `at`, without
 /// committing them (a crash leaves them unreferenced, as a failed write would).
 pub async fn stage(
-    dir: &Path,
+    at: &Location,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
     commit: &Commit,
 ) -> Result<Staged, RunError> {
-    std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
-    let table = DeltaTable::try_from_url(url_of(dir)?)
-        .await
-        .map_err(|e| RunError::delta(dir, e))?;
+    let table = Table::missing(at).for_write().await?;
+    let dir = at.shown();
     let data = match parallel::applies(&table, schema, commit) {
         true => StagedData::Files(
             parallel::stage(&table, schema, batches, &commit.file_layout())
                 .await
-                .map_err(|e| RunError::delta(dir, e))?,
+                .map_err(|e| RunError::delta(&dir, e))?,
         ),
         false => StagedData::Batches(batches),
     };
     Ok(Staged {
-        dir: dir.to_path_buf(),
+        dir,
         table,
         schema: Arc::clone(schema),
         data,
@@ -745,6 +849,8 @@ impl Staged {
     /// version. (An overwrite may carry a batch again: AUTO CDC re-applies a batch
     /// whose published commit landed without its state's, replacing what it read.)
     pub async fn commit(self, mode: Mode, commit: &Commit) -> Result<(), RunError> {
+        // A run whose lease on a bucket is lost stops before it commits.
+        crate::storage::lease::fence(&self.dir.to_string_lossy())?;
         let dir = self.dir.clone();
         let read_version = self.table.version();
         commit.check_partitioning(&dir, &self.table, mode)?;

@@ -509,7 +509,7 @@ fn read_run(
 }
 
 /// The Parquet file of `file`: from the disk, or a remote table's fetched bytes.
-fn open(file: &DataFile) -> Result<Source, RunError> {
+pub(super) fn open(file: &DataFile) -> Result<Source, RunError> {
     match &file.remote {
         Some(remote) => Ok(Source::Bytes(remote.fetched.bytes(&remote.relative)?)),
         None => File::open(&file.path)

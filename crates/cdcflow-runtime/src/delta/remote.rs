@@ -89,6 +89,15 @@ impl Fetched {
         Ok(())
     }
 
+    /// Lets go of the fetched files at `relative` (a read done with them).
+    pub(crate) fn forget(&self, relative: &[String]) -> Result<(), RunError> {
+        let mut files = self.lock()?;
+        for r in relative {
+            files.remove(r);
+        }
+        Ok(())
+    }
+
     /// The bytes of the file at `relative`, fetched before.
     pub(crate) fn bytes(&self, relative: &str) -> Result<Bytes, RunError> {
         self.lock()?.get(relative).cloned().ok_or_else(|| {

@@ -4,8 +4,6 @@
 //! watermark at the time and the reason. Spark drops such rows and counts them; Flink
 //! routes them to a side output, which this is.
 
-use std::path::Path;
-
 use cdcflow_plan::Flow;
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
@@ -23,7 +21,7 @@ pub fn table_name(target: &str) -> String {
 /// here landed (its transaction id says so) writes nothing. Returns the table's name.
 pub(crate) async fn write(
     flow: &Flow,
-    target_dir: &Path,
+    target_dir: &cdcflow_plan::location::Location,
     app: &str,
     batch: i64,
     rows: RecordBatch,

@@ -55,6 +55,11 @@ pub(crate) fn find(
     if flow.watermarks.is_empty() {
         return Ok(None);
     }
+    // The operators' state is kept in the checkpoint folder, as files of a folder.
+    crate::layout::local_only(
+        &rc.storage,
+        &format!("flow `{}`'s state (WATERMARK)", flow.name),
+    )?;
     let streams = flow.stream_names(|n| rc.pipeline.dataset(n).map(|d| d.kind));
     let is_stream = |t: &str| streams.iter().any(|s| s.eq_ignore_ascii_case(t));
     stream_aggregate::analyze(plan, &flow.watermarks, &is_stream)

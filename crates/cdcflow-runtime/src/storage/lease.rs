@@ -76,6 +76,34 @@ struct Held {
     sent: Instant,
 }
 
+/// The leases this process holds, which every write into their storages checks first
+/// ([`fence`]).
+static HELD: Mutex<Vec<Arc<Shared>>> = Mutex::new(Vec::new());
+
+/// Fails when `url` (a table or record in a bucket) lies in a storage whose lease this
+/// process holds and has lost, or is about to lose: every Delta commit and record
+/// write asks before it writes. Nothing to check elsewhere (a folder's storage, or a
+/// storage no lease of this process guards).
+pub fn fence(url: &str) -> Result<(), RunError> {
+    let guarding: Vec<Arc<Shared>> = HELD
+        .lock()
+        .map(|held| {
+            held.iter()
+                .filter(|s| url.starts_with(s.remote.url().as_str()))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    guarding.iter().try_for_each(|shared| shared.check())
+}
+
+/// Stops [`fence`] checking `shared` (its lease released or dropped).
+fn unregister(shared: &Arc<Shared>) {
+    if let Ok(mut held) = HELD.lock() {
+        held.retain(|h| !Arc::ptr_eq(h, shared));
+    }
+}
+
 struct Shared {
     remote: Remote,
     key: Key,
@@ -93,6 +121,15 @@ impl Shared {
         self.held
             .lock()
             .map_err(|_| RunError::internal("the run lock's state was poisoned"))
+    }
+
+    /// Fails when the lease is lost, or older than its time-to-live less the margin.
+    fn check(&self) -> Result<(), RunError> {
+        let expired = self.held()?.sent.elapsed() >= self.ttl.saturating_sub(self.margin());
+        match self.lost.load(Ordering::SeqCst) || expired {
+            true => Err(self.lost_error()),
+            false => Ok(()),
+        }
     }
 
     fn lost_error(&self) -> RunError {
@@ -152,6 +189,8 @@ impl Shared {
 pub struct Lease {
     shared: Arc<Shared>,
     renewer: tokio::task::JoinHandle<()>,
+    /// Whose lease this one took over, and how long it had gone unrenewed.
+    took_over: Option<String>,
 }
 
 impl Lease {
@@ -196,11 +235,14 @@ impl Lease {
                 Some((_, since)) if since.elapsed() >= ttl + margin => {
                     return match remote.put_if(&key, &bytes, Some(&tag)).await? {
                         Swap::Done(tag) => {
-                            tracing::warn!(
-                                "took over the run lock of {who}, which stopped renewing it {} s ago",
+                            let note = format!(
+                                "took over the run lock of {who}, which had not renewed it for {} s (a run that stopped without releasing it)",
                                 since.elapsed().as_secs()
                             );
-                            Ok(Self::start(remote, key, ttl, mine, tag, sent))
+                            tracing::warn!("{note}");
+                            let mut lease = Self::start(remote, key, ttl, mine, tag, sent);
+                            lease.took_over = Some(note);
+                            Ok(lease)
                         }
                         Swap::Conflict => Err(held_by(pipeline, &who, remote, &key)),
                     };
@@ -244,23 +286,31 @@ impl Lease {
                 }
             }
         });
-        Self { shared, renewer }
+        if let Ok(mut held) = HELD.lock() {
+            held.push(Arc::clone(&shared));
+        }
+        Self {
+            shared,
+            renewer,
+            took_over: None,
+        }
+    }
+
+    /// What taking the lease did beyond taking it: the run it took over, if any.
+    pub fn took_over(&self) -> Option<&str> {
+        self.took_over.as_deref()
     }
 
     /// Fails when the lease is lost or about to run out: every write step asks before
     /// it writes.
     pub fn check(&self) -> Result<(), RunError> {
-        let expired = self.shared.held()?.sent.elapsed()
-            >= self.shared.ttl.saturating_sub(self.shared.margin());
-        match self.shared.lost.load(Ordering::SeqCst) || expired {
-            true => Err(self.shared.lost_error()),
-            false => Ok(()),
-        }
+        self.shared.check()
     }
 
     /// Lets the lease go: the record says `free`, and the next run takes it at once.
     pub async fn release(self) -> Result<(), RunError> {
         self.renewer.abort();
+        unregister(&self.shared);
         if self.shared.lost.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -292,6 +342,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.renewer.abort();
+        unregister(&self.shared);
     }
 }
 

@@ -21,6 +21,8 @@ pub use remote::{Remote, Swap, Tag};
 use std::fmt;
 use std::path::PathBuf;
 
+use cdcflow_plan::location::Location;
+
 use crate::RunError;
 
 /// A record's name relative to the storage root: `/`-separated plain names, none empty,
@@ -113,8 +115,17 @@ impl Storage {
     }
 
     /// The storage of `pipeline`, as its pipeline.yaml names it.
-    pub fn of(pipeline: &cdcflow_plan::Pipeline) -> Self {
-        Self::local(pipeline.storage_dir())
+    pub fn of(pipeline: &cdcflow_plan::Pipeline) -> Result<Self, RunError> {
+        Self::at(&pipeline.storage())
+    }
+
+    /// The storage at `location`: a folder, or a bucket prefix configured by the
+    /// environment.
+    pub fn at(location: &Location) -> Result<Self, RunError> {
+        match location {
+            Location::Local(dir) => Ok(Self::local(dir)),
+            Location::Remote(url) => Remote::open(url, &[]).map(Self::Remote),
+        }
     }
 
     /// The storage at a bucket URL (`s3://bucket/prefix`), configured by the

@@ -110,6 +110,7 @@ impl Remote {
     }
 
     pub(super) async fn put(&self, key: &Key, bytes: &[u8]) -> Result<(), RunError> {
+        super::lease::fence(self.url.as_str())?;
         let payload = PutPayload::from(bytes.to_vec());
         self.store
             .put(&Self::path(key), payload)
@@ -119,6 +120,7 @@ impl Remote {
     }
 
     pub(super) async fn put_new(&self, key: &Key, bytes: &[u8]) -> Result<bool, RunError> {
+        super::lease::fence(self.url.as_str())?;
         let payload = PutPayload::from(bytes.to_vec());
         let options = PutOptions::from(PutMode::Create);
         match self
@@ -206,6 +208,7 @@ impl Remote {
     }
 
     pub(super) async fn delete(&self, key: &Key) -> Result<(), RunError> {
+        super::lease::fence(self.url.as_str())?;
         match self.store.delete(&Self::path(key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error(key, e)),

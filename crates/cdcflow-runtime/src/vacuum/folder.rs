@@ -6,6 +6,8 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+use cdcflow_plan::location::Location;
+use datafusion::object_store::ObjectStoreExt;
 use deltalake::DeltaTable;
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
@@ -76,18 +78,28 @@ impl FolderVacuum {
 /// A file vacuum will delete.
 struct Doomed {
     shown: String,
-    path: PathBuf,
+    place: FilePlace,
     bytes: u64,
 }
 
-/// Vacuums the Delta table at `dir` (`None` when there is none). The caller holds the
+/// Where a file to delete is.
+enum FilePlace {
+    /// On this machine.
+    Path(PathBuf),
+    /// In the table's bucket, relative to the table.
+    Object(deltalake::Path),
+}
+
+/// Vacuums the Delta table at `at` (`None` when there is none). The caller holds the
 /// run lock: a file staged by a batch under way would look unreferenced.
 pub async fn vacuum_table(
-    dir: &Path,
+    at: &Location,
     how: &TableVacuumOptions,
 ) -> Result<Option<FolderVacuum>, RunError> {
     let started = std::time::Instant::now();
-    let Some(table) = Table::open(dir).await?.table else {
+    let opened = Table::open(at).await?;
+    let dir = opened.dir.as_path();
+    let Some(table) = opened.table.clone() else {
         return Ok(None);
     };
     let err = |e| RunError::delta(dir, e);
@@ -102,7 +114,6 @@ pub async fn vacuum_table(
         .with_dry_run(true)
         .await
         .map_err(err)?;
-    let root = std::path::absolute(dir).map_err(|e| RunError::io(dir, e))?;
     let mut doomed = Vec::new();
     let mut out = FolderVacuum {
         retention,
@@ -112,25 +123,42 @@ pub async fn vacuum_table(
         kept_for_readers: 0,
         through_links: vec![],
     };
+    let sizes = match at {
+        Location::Local(_) => None,
+        Location::Remote(_) => Some(object_sizes(&table, dir).await?),
+    };
     for name in planned.files_deleted {
-        let path = local_file(&root, &name)?;
-        if keep.contains(&path) {
+        let object = object_path(dir, &name)?;
+        if keep.contains(object.as_ref()) {
             out.kept_for_readers += 1;
             continue;
         }
-        if reached_through_link(&root, &path) {
-            out.through_links.push(name);
-            continue;
-        }
-        // The file's own size: for a link, the link's.
-        let bytes = match std::fs::symlink_metadata(&path) {
-            Ok(m) => m.len(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(RunError::io(&path, e)),
+        let (place, bytes) = match (at, &sizes) {
+            (Location::Local(folder), _) => {
+                let root = std::path::absolute(folder).map_err(|e| RunError::io(folder, e))?;
+                let path = local_file(&root, &name)?;
+                if reached_through_link(&root, &path) {
+                    out.through_links.push(name);
+                    continue;
+                }
+                // The file's own size: for a link, the link's.
+                match std::fs::symlink_metadata(&path) {
+                    Ok(m) => (FilePlace::Path(path), m.len()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(RunError::io(&path, e)),
+                }
+            }
+            // A bucket has no links; a file the listing did not find is gone already.
+            (Location::Remote(_), sizes) => {
+                match sizes.as_ref().and_then(|s| s.get(object.as_ref())) {
+                    Some(&bytes) => (FilePlace::Object(object), bytes),
+                    None => continue,
+                }
+            }
         };
         doomed.push(Doomed {
             shown: name,
-            path,
+            place,
             bytes,
         });
     }
@@ -173,12 +201,26 @@ async fn delete(
         .map_err(err)?;
     failpoint::hit(&format!("vacuum-started:{}", how.name));
     let mut deleted = Vec::with_capacity(doomed.len());
+    let store = table.log_store().object_store(None);
     for (i, d) in doomed.into_iter().enumerate() {
-        match std::fs::remove_file(&d.path) {
-            Ok(()) => deleted.push((d.shown, d.bytes)),
-            // Gone already (a vacuum stopped half way deleted it).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(RunError::io(&d.path, e)),
+        crate::storage::lease::fence(&dir.to_string_lossy())?;
+        match &d.place {
+            FilePlace::Path(path) => match std::fs::remove_file(path) {
+                Ok(()) => deleted.push((d.shown, d.bytes)),
+                // Gone already (a vacuum stopped half way deleted it).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(RunError::io(path, e)),
+            },
+            FilePlace::Object(object) => match store.delete(object).await {
+                Ok(()) => deleted.push((d.shown, d.bytes)),
+                Err(datafusion::object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    return Err(RunError::File {
+                        path: dir.join(object.as_ref()),
+                        message: format!("vacuum: {e}"),
+                    });
+                }
+            },
         }
         if i == 0 {
             failpoint::hit(&format!("vacuum-deleting:{}", how.name));
@@ -197,6 +239,46 @@ async fn delete(
         .map_err(err)?;
     failpoint::hit(&format!("vacuum-ended:{}", how.name));
     Ok(deleted)
+}
+
+/// The object path of `name`, a file vacuum names (relative to the table).
+fn object_path(dir: &Path, name: &str) -> Result<deltalake::Path, RunError> {
+    deltalake::Path::parse(name).map_err(|e| RunError::File {
+        path: dir.to_path_buf(),
+        message: format!("vacuum: unusable file name {name:?}: {e}"),
+    })
+}
+
+/// The size of every object of a table in a bucket, by its path relative to the table
+/// (one listing).
+async fn object_sizes(
+    table: &DeltaTable,
+    dir: &Path,
+) -> Result<std::collections::HashMap<String, u64>, RunError> {
+    Ok(objects(table, dir)
+        .await?
+        .into_iter()
+        .map(|meta| (meta.location.as_ref().to_string(), meta.size))
+        .collect())
+}
+
+/// Every object under a table in a bucket (`dir` names it in messages), its log's
+/// included, in one listing.
+pub(super) async fn objects(
+    table: &DeltaTable,
+    dir: &Path,
+) -> Result<Vec<datafusion::object_store::ObjectMeta>, RunError> {
+    use futures::TryStreamExt;
+    table
+        .log_store()
+        .object_store(None)
+        .list(None)
+        .try_collect()
+        .await
+        .map_err(|e| RunError::File {
+            path: dir.to_path_buf(),
+            message: format!("listing the table: {e}"),
+        })
 }
 
 /// Commit properties carrying `operationMetrics`; no retry, as every cdcflow commit:
@@ -241,18 +323,18 @@ fn reached_through_link(root: &Path, path: &Path) -> bool {
         })
 }
 
-/// The local paths of the files added by the commits after version `after` (none when
-/// `after` is `None`): what a streaming reader at `after` reads next.
+/// The object paths (relative to the table) of the files added by the commits after
+/// version `after` (none when `after` is `None`): what a streaming reader at `after`
+/// reads next.
 async fn files_added_after(
     table: &DeltaTable,
     dir: &Path,
     after: Option<i64>,
-) -> Result<HashSet<PathBuf>, RunError> {
+) -> Result<HashSet<String>, RunError> {
     let mut out = HashSet::new();
     let (Some(after), Some(current)) = (after, table.version()) else {
         return Ok(out);
     };
-    let root = std::path::absolute(dir).map_err(|e| RunError::io(dir, e))?;
     let err = |e| RunError::delta(dir, e);
     for v in (after + 1).max(0) as u64..=current {
         let Some(bytes) = table.log_store().read_commit_entry(v).await.map_err(err)? else {
@@ -267,7 +349,7 @@ async fn files_added_after(
                         add.path
                     ))
                 })?;
-                out.insert(local_file(&root, object.as_ref())?);
+                out.insert(object.as_ref().to_string());
             }
         }
     }

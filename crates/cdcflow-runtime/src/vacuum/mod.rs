@@ -34,15 +34,15 @@
 mod folder;
 mod state;
 
-use std::path::Path;
-
 use cdcflow_plan::DatasetKind;
+use cdcflow_plan::location::Location;
 use cdcflow_plan::{Dataset, FlowKind, Input, Pipeline};
 use serde::Serialize;
 
 use crate::checkpoint::Checkpoint;
 use crate::delta::Table;
-use crate::lock::RunLock;
+use crate::pipeline_lock::PipelineLock;
+use crate::storage::Storage;
 use crate::{RunError, layout};
 
 use folder::table_retention;
@@ -130,8 +130,19 @@ pub async fn vacuum(
     pipeline: &Pipeline,
     options: &VacuumOptions,
 ) -> Result<Vec<TableVacuum>, RunError> {
-    let storage = pipeline.storage_dir();
-    let _lock = RunLock::acquire(&storage, &pipeline.config.name)?;
+    let storage = pipeline.storage();
+    let lock = PipelineLock::acquire(pipeline).await?;
+    let done = vacuum_locked(pipeline, &storage, options).await;
+    lock.release().await?;
+    done
+}
+
+/// [`vacuum`], the run lock held.
+async fn vacuum_locked(
+    pipeline: &Pipeline,
+    storage: &Location,
+    options: &VacuumOptions,
+) -> Result<Vec<TableVacuum>, RunError> {
     let datasets = selected(pipeline, &options.tables)?;
     let retention = options.retain_hours.map(hours).transpose()?;
     // Every table's retention is checked before any file is deleted.
@@ -139,7 +150,7 @@ pub async fn vacuum(
         && let Some(wanted) = retention
     {
         for d in &datasets {
-            let table = Table::open(&layout::table_dir(&storage, d)?).await?;
+            let table = Table::open(&layout::table_dir(storage, d)?).await?;
             if let Some(t) = &table.table {
                 refuse_short_retention(d, wanted, table_retention(t))?;
             }
@@ -147,11 +158,11 @@ pub async fn vacuum(
     }
     let mut out = Vec::new();
     for d in datasets {
-        let dir = layout::table_dir(&storage, d)?;
+        let dir = layout::table_dir(storage, d)?;
         let how = TableVacuumOptions {
             retention,
             retention_checked: !options.force,
-            keep_added_after: oldest_unread_version(pipeline, &storage, d).await?,
+            keep_added_after: oldest_unread_version(pipeline, storage, d).await?,
             dry_run: options.dry_run,
             name: d.name.clone(),
         };
@@ -169,7 +180,7 @@ pub async fn vacuum(
                 dry_run: options.dry_run,
                 name: format!("{}__state", d.name),
             };
-            let state = layout::state_dir(&storage, &d.name)?;
+            let state = layout::state_dir(storage, &d.name)?;
             if let Some(v) = vacuum_table(&state, &how).await? {
                 out.push(v.named(&d.name, true));
             }
@@ -257,7 +268,7 @@ fn refuse_short_retention(
 /// to be read, by name, from the log.
 async fn oldest_unread_version(
     pipeline: &Pipeline,
-    storage: &Path,
+    storage: &Location,
     d: &Dataset,
 ) -> Result<Option<i64>, RunError> {
     if d.kind != DatasetKind::StreamingTable {
@@ -280,7 +291,7 @@ async fn oldest_unread_version(
             FlowKind::Query { .. } => layout::table_dir(storage, target)?,
         };
         let table = Table::open(&progress_table).await?;
-        let progress = Checkpoint::new(storage, &flow.name)?
+        let progress = Checkpoint::in_storage(&Storage::at(storage)?, &flow.name)?
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         if let Some(v) = progress.source_version(&d.name) {

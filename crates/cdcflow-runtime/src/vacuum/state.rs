@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use cdcflow_plan::Pipeline;
+use cdcflow_plan::location::Location;
 use deltalake::DeltaTable;
 
 use super::{STATE_RETENTION, TableVacuum, TableVacuumOptions, vacuum_table};
@@ -22,7 +23,7 @@ use crate::{RunError, layout};
 /// never a failed run: the batches are committed.
 pub(crate) async fn vacuum_changed_state(
     pipeline: &Pipeline,
-    storage: &Path,
+    storage: &Location,
     report: &mut RunReport,
 ) {
     let targets: BTreeSet<String> = report
@@ -49,7 +50,7 @@ pub(crate) async fn vacuum_changed_state(
 }
 
 async fn vacuum_state_if_due(
-    storage: &Path,
+    storage: &Location,
     target: &str,
 ) -> Result<Option<TableVacuum>, RunError> {
     let dir = layout::state_dir(storage, target)?;
@@ -57,7 +58,11 @@ async fn vacuum_state_if_due(
     let Some(t) = &table.table else {
         return Ok(None);
     };
-    if !occupancy(t, &dir)?.vacuum_due() {
+    let occupied = match &dir {
+        Location::Local(folder) => occupancy(t, folder)?,
+        Location::Remote(_) => bucket_occupancy(t, &table.dir).await?,
+    };
+    if !occupied.vacuum_due() {
         return Ok(None);
     }
     let how = TableVacuumOptions {
@@ -93,16 +98,39 @@ impl Occupancy {
     }
 }
 
-/// Counts the Parquet files of the table at `dir`: those of its current version, and
-/// those in its folder (links not followed, Delta's hidden `_`/`.` entries left out).
-/// A listing of one folder and no reads: cheap beside the batch that changed it.
-pub fn occupancy(table: &DeltaTable, dir: &Path) -> Result<Occupancy, RunError> {
+/// [`occupancy`] of a table in a bucket: one listing of its prefix, with the same
+/// entries left out.
+async fn bucket_occupancy(table: &DeltaTable, shown: &Path) -> Result<Occupancy, RunError> {
+    let mut o = live(table, shown)?;
+    for meta in super::folder::objects(table, shown).await? {
+        let hidden = meta
+            .location
+            .parts()
+            .any(|p| p.as_ref().starts_with('_') || p.as_ref().starts_with('.'));
+        if !hidden && meta.location.as_ref().ends_with(".parquet") {
+            o.disk_files += 1;
+            o.disk_bytes += meta.size;
+        }
+    }
+    Ok(o)
+}
+
+/// The files of the current version of `table`, counted, nothing on disk yet.
+fn live(table: &DeltaTable, shown: &Path) -> Result<Occupancy, RunError> {
     let mut o = Occupancy::default();
-    let snapshot = table.snapshot().map_err(|e| RunError::delta(dir, e))?;
+    let snapshot = table.snapshot().map_err(|e| RunError::delta(shown, e))?;
     for f in snapshot.log_data().iter() {
         o.live_files += 1;
         o.live_bytes += f.size().max(0) as u64;
     }
+    Ok(o)
+}
+
+/// Counts the Parquet files of the table at `dir`: those of its current version, and
+/// those in its folder (links not followed, Delta's hidden `_`/`.` entries left out).
+/// A listing of one folder and no reads: cheap beside the batch that changed it.
+pub fn occupancy(table: &DeltaTable, dir: &Path) -> Result<Occupancy, RunError> {
+    let mut o = live(table, dir)?;
     let mut folders = vec![dir.to_path_buf()];
     while let Some(folder) = folders.pop() {
         let entries = std::fs::read_dir(&folder).map_err(|e| RunError::io(&folder, e))?;

@@ -82,8 +82,8 @@ fn target(pipeline: &Pipeline, spec: &AutoCdcSpec, root: &Path, batch: i64) -> A
     ApplyTarget {
         rules: Arc::new(rules),
         name: spec.target.clone(),
-        state_dir: dir("state"),
-        public_dir: dir("public"),
+        state_at: crate::at(&dir("state")),
+        public_at: crate::at(&dir("public")),
         state_commit: commit(format!("{}__state", spec.target)),
         public_commit: commit(spec.target.clone()),
         now_micros: 1_000_000 * batch,
@@ -129,8 +129,8 @@ async fn tables(root: &Path, spec: &AutoCdcSpec, target: &ApplyTarget) -> Vec<St
         (root.join("public"), target.rules.public_schema()),
         (root.join("state"), target.rules.state_schema()),
     ] {
-        let table = Table::open(&dir).await.expect("open");
-        let batches = table.read_batches(&schema).expect("read");
+        let table = Table::open_dir(&dir).await.expect("open");
+        let batches = table.read_batches(&schema).await.expect("read");
         let text = pretty_format_batches(&batches).expect("format").to_string();
         let mut lines: Vec<&str> = text.lines().collect();
         lines.sort_unstable();

@@ -89,7 +89,7 @@ fn storage(dir: &Path) -> PathBuf {
 }
 
 async fn live_files(table: &Path) -> Vec<PathBuf> {
-    Table::open(table)
+    Table::open_dir(table)
         .await
         .expect("open")
         .files()
@@ -109,10 +109,10 @@ async fn optimize(dir: &Path, tables: &[&str]) -> Vec<TableCompaction> {
 /// Rewrites the table at `dir` as about `pieces` files in a commit that changes no
 /// data (the small files merge-on-write batches leave behind); how many.
 async fn fragment(dir: &Path, pieces: usize) -> usize {
-    let table = Table::open(dir).await.expect("open");
+    let table = Table::open_dir(dir).await.expect("open");
     let t = table.table.as_ref().expect("table");
     let schema = table.arrow_schema().expect("schema");
-    let rows = table.read_all(&schema).expect("read");
+    let rows = table.read_all(&schema).await.expect("read");
     let per_piece = rows.num_rows().div_ceil(pieces);
     let mut actions: Vec<Action> = Vec::new();
     let mut files = 0;
@@ -174,7 +174,7 @@ async fn a_compacted_streaming_table_gives_its_downstream_reader_no_new_rows() {
     let raw = storage(dir.path()).join("tables/raw");
     assert_eq!(live_files(&raw).await.len(), 3, "one file per append");
     let before = tables(dir.path()).await;
-    let table = Table::open(&raw).await.expect("open");
+    let table = Table::open_dir(&raw).await.expect("open");
     let (version, schema) = (table.version(), table.arrow_schema().expect("schema"));
 
     let done = optimize(dir.path(), &["raw"]).await;
@@ -185,7 +185,7 @@ async fn a_compacted_streaming_table_gives_its_downstream_reader_no_new_rows() {
     assert_eq!(tables(dir.path()).await, before);
 
     // What a downstream streaming flow reads after the version it read last.
-    let compacted = Table::open(&raw).await.expect("open");
+    let compacted = Table::open_dir(&raw).await.expect("open");
     let (appended, now) = compacted
         .appended_since(version, &schema)
         .await
@@ -242,7 +242,7 @@ async fn an_auto_cdc_target_and_its_state_compact_into_key_sorted_files_with_the
     assert!(pieces.iter().all(|&p| p > 2), "{pieces:?}");
     let before = tables(dir.path()).await;
     let app = layout::app_id("cur_cdc");
-    let txn = Table::open(&store.join("state/cur"))
+    let txn = Table::open_dir(&store.join("state/cur"))
         .await
         .expect("open")
         .txn_version(&app)
@@ -270,7 +270,9 @@ async fn an_auto_cdc_target_and_its_state_compact_into_key_sorted_files_with_the
         let ids = ids(&files[0]);
         assert!(ids.is_sorted(), "{table}: {ids:?}");
     }
-    let after = Table::open(&store.join("state/cur")).await.expect("open");
+    let after = Table::open_dir(&store.join("state/cur"))
+        .await
+        .expect("open");
     assert_eq!(after.txn_version(&app).await.expect("txn"), txn);
 
     // Later batches apply exactly once.

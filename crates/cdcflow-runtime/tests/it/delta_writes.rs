@@ -21,9 +21,10 @@ pub(crate) fn batch(values: impl IntoIterator<Item = i64>) -> RecordBatch {
 }
 
 pub(crate) async fn values(dir: &std::path::Path) -> Vec<i64> {
-    let table = Table::open(dir).await.expect("open");
+    let table = Table::open_dir(dir).await.expect("open");
     let mut out: Vec<i64> = table
         .read_batches(&schema())
+        .await
         .expect("read")
         .iter()
         .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
@@ -40,7 +41,7 @@ async fn table_with(values: impl IntoIterator<Item = i64>) -> (tempfile::TempDir
         ..Commit::default()
     };
     write(
-        dir.path(),
+        &crate::at(dir.path()),
         &schema(),
         vec![batch(values)],
         Mode::Overwrite,
@@ -58,10 +59,16 @@ async fn a_large_overwrite_is_one_commit_of_several_files_holding_every_row() {
     let batches = (0..6)
         .map(|i| batch(i * 100_000..(i + 1) * 100_000))
         .collect();
-    write(dir.path(), &schema(), batches, Mode::Overwrite, &commit)
-        .await
-        .expect("overwrite");
-    let table = Table::open(dir.path()).await.expect("open");
+    write(
+        &crate::at(dir.path()),
+        &schema(),
+        batches,
+        Mode::Overwrite,
+        &commit,
+    )
+    .await
+    .expect("overwrite");
+    let table = Table::open_dir(dir.path()).await.expect("open");
     assert_eq!(table.version(), Some(1));
     let files = std::fs::read_dir(dir.path())
         .expect("dir")
@@ -89,7 +96,7 @@ async fn a_check_constraint_on_the_table_is_enforced() {
         .await
         .expect("constraint");
     let refused = write(
-        dir.path(),
+        &crate::at(dir.path()),
         &schema(),
         vec![batch([-1])],
         Mode::Append,
@@ -101,7 +108,7 @@ async fn a_check_constraint_on_the_table_is_enforced() {
         "a row breaking the CHECK constraint was written"
     );
     write(
-        dir.path(),
+        &crate::at(dir.path()),
         &schema(),
         vec![batch([2])],
         Mode::Append,

@@ -33,15 +33,8 @@ fn refused_twice(result: Result<(), cdcflow_runtime::RunError>) {
 async fn a_batch_its_table_has_already_is_refused_by_the_commit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (schema, batch_0) = (schema(), commit(0));
-    let write_0 = || {
-        write(
-            dir.path(),
-            &schema,
-            vec![batch(1..4)],
-            Mode::Append,
-            &batch_0,
-        )
-    };
+    let table = crate::at(dir.path());
+    let write_0 = || write(&table, &schema, vec![batch(1..4)], Mode::Append, &batch_0);
     write_0().await.expect("batch 0");
     // A second run that read the table before the first committed: it stages on the
     // table as it is now, which has batch 0.
@@ -60,10 +53,19 @@ async fn a_batch_its_table_has_already_is_refused_by_the_commit() {
         ],
     )
     .expect("batch");
-    refused_twice(write(dir.path(), &wider, vec![rows], Mode::Append, &batch_0).await);
+    refused_twice(
+        write(
+            &crate::at(dir.path()),
+            &wider,
+            vec![rows],
+            Mode::Append,
+            &batch_0,
+        )
+        .await,
+    );
     assert_eq!(values(dir.path()).await, vec![1, 2, 3]);
     assert_eq!(
-        Table::open(dir.path()).await.expect("open").version(),
+        Table::open_dir(dir.path()).await.expect("open").version(),
         Some(0)
     );
 }
@@ -72,27 +74,47 @@ async fn a_batch_its_table_has_already_is_refused_by_the_commit() {
 async fn two_commits_of_one_batch_from_one_snapshot_land_once() {
     // A new table: both writers stage before either creates it.
     let dir = tempfile::tempdir().expect("tempdir");
-    let first = stage(dir.path(), &schema(), vec![batch(1..4)], &commit(0))
-        .await
-        .expect("stage");
-    let second = stage(dir.path(), &schema(), vec![batch(1..4)], &commit(0))
-        .await
-        .expect("stage");
+    let first = stage(
+        &crate::at(dir.path()),
+        &schema(),
+        vec![batch(1..4)],
+        &commit(0),
+    )
+    .await
+    .expect("stage");
+    let second = stage(
+        &crate::at(dir.path()),
+        &schema(),
+        vec![batch(1..4)],
+        &commit(0),
+    )
+    .await
+    .expect("stage");
     first.commit(Mode::Append, &commit(0)).await.expect("first");
     refused_twice(second.commit(Mode::Append, &commit(0)).await);
     assert_eq!(values(dir.path()).await, vec![1, 2, 3]);
 
     // An existing table: both stage batch 1 on version 0.
-    let first = stage(dir.path(), &schema(), vec![batch(10..12)], &commit(1))
-        .await
-        .expect("stage");
-    let second = stage(dir.path(), &schema(), vec![batch(10..12)], &commit(1))
-        .await
-        .expect("stage");
+    let first = stage(
+        &crate::at(dir.path()),
+        &schema(),
+        vec![batch(10..12)],
+        &commit(1),
+    )
+    .await
+    .expect("stage");
+    let second = stage(
+        &crate::at(dir.path()),
+        &schema(),
+        vec![batch(10..12)],
+        &commit(1),
+    )
+    .await
+    .expect("stage");
     first.commit(Mode::Append, &commit(1)).await.expect("first");
     refused_twice(second.commit(Mode::Append, &commit(1)).await);
     assert_eq!(values(dir.path()).await, vec![1, 2, 3, 10, 11]);
-    let table = Table::open(dir.path()).await.expect("open");
+    let table = Table::open_dir(dir.path()).await.expect("open");
     assert_eq!(table.version(), Some(1), "one commit per batch");
     assert_eq!(
         table.txn_version("cdcflow:bronze").await.expect("txn"),

@@ -27,3 +27,8 @@ mod recovery;
 mod schedule;
 mod streamed;
 mod vacuum;
+
+/// The table location of the folder `dir`.
+pub fn at(dir: &std::path::Path) -> cdcflow_plan::location::Location {
+    cdcflow_plan::location::Location::Local(dir.to_path_buf())
+}

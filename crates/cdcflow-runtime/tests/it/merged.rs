@@ -73,12 +73,20 @@ impl Target {
             }
             Some(done) => self.commit(done).await,
             None => {
-                let state = Table::open(&self.state).await.expect("open");
-                let public = Table::open(&self.public).await.expect("open");
+                let state = Table::open_dir(&self.state).await.expect("open");
+                let public = Table::open_dir(&self.public).await.expect("open");
                 let applied = apply(
                     rules,
-                    state.read_batches(&rules.state_schema()).expect("read"),
-                    Visible::Rows(public.read_batches(&rules.public_schema()).expect("read")),
+                    state
+                        .read_batches(&rules.state_schema())
+                        .await
+                        .expect("read"),
+                    Visible::Rows(
+                        public
+                            .read_batches(&rules.public_schema())
+                            .await
+                            .expect("read"),
+                    ),
                     events,
                     0,
                 )
@@ -90,8 +98,8 @@ impl Target {
     }
 
     async fn stage(&self, rules: &Rules, events: &RecordBatch) -> Option<Streamed> {
-        let state = Table::open(&self.state).await.expect("open");
-        let public = Table::open(&self.public).await.expect("open");
+        let state = Table::open_dir(&self.state).await.expect("open");
+        let public = Table::open_dir(&self.public).await.expect("open");
         let targets = Targets {
             state: &state,
             state_commit: &self.state_commit,
@@ -109,8 +117,8 @@ impl Target {
 
     async fn commit(&self, done: Streamed) {
         let (state, public) = (
-            Table::open(&self.state).await.expect("open"),
-            Table::open(&self.public).await.expect("open"),
+            Table::open_dir(&self.state).await.expect("open"),
+            Table::open_dir(&self.public).await.expect("open"),
         );
         let targets = Targets {
             state: &state,
@@ -123,7 +131,7 @@ impl Target {
 
     async fn overwrite(&self, rules: &Rules, applied: Applied) {
         write(
-            &self.public,
+            &crate::at(&self.public),
             &rules.public_schema(),
             applied.public,
             Mode::Overwrite,
@@ -132,7 +140,7 @@ impl Target {
         .await
         .expect("write published");
         write(
-            &self.state,
+            &crate::at(&self.state),
             &rules.state_schema(),
             applied.state,
             Mode::Overwrite,
@@ -143,19 +151,33 @@ impl Target {
     }
 
     async fn published(&self, rules: &Rules) -> Vec<Row> {
-        let table = Table::open(&self.public).await.expect("open");
-        rows_of(&table.read_batches(&rules.public_schema()).expect("read"))
+        let table = Table::open_dir(&self.public).await.expect("open");
+        rows_of(
+            &table
+                .read_batches(&rules.public_schema())
+                .await
+                .expect("read"),
+        )
     }
 
     async fn state(&self, rules: &Rules) -> Vec<String> {
-        let table = Table::open(&self.state).await.expect("open");
-        state_rows(&table.read_batches(&rules.state_schema()).expect("read"))
+        let table = Table::open_dir(&self.state).await.expect("open");
+        state_rows(
+            &table
+                .read_batches(&rules.state_schema())
+                .await
+                .expect("read"),
+        )
     }
 }
 
 /// The rows deltalake's DataFusion scan gives for the table at `dir`.
 async fn scanned(dir: &Path, rules: &Rules) -> Vec<Row> {
-    let table = Table::open(dir).await.expect("open").table.expect("table");
+    let table = Table::open_dir(dir)
+        .await
+        .expect("open")
+        .table
+        .expect("table");
     let ctx = SessionContext::new();
     ctx.register_table("t", table.table_provider().await.expect("provider"))
         .expect("register");
@@ -301,7 +323,11 @@ fn run_deliveries(config: &Config, batches: &[Vec<Event>], crashes: &[bool]) -> 
             target.apply(&rules, &events, crash).await;
         }
         let mine = target.published(&rules).await;
-        if Table::open(&target.public).await.expect("open").exists() {
+        if Table::open_dir(&target.public)
+            .await
+            .expect("open")
+            .exists()
+        {
             assert_eq!(scanned(&target.public, &rules).await, mine);
         }
         mine

@@ -94,8 +94,8 @@ async fn check_laid_out(
 
     let dir = tempfile::tempdir().expect("tempdir");
     let (state_dir, public_dir) = (dir.path().join("state"), dir.path().join("public"));
-    let state = Table::open(&state_dir).await.expect("open");
-    let public = Table::open(&public_dir).await.expect("open");
+    let state = Table::open_dir(&state_dir).await.expect("open");
+    let public = Table::open_dir(&public_dir).await.expect("open");
     let (public_commit, state_commit) = (
         Commit {
             name: "t".into(),
@@ -125,10 +125,16 @@ async fn check_laid_out(
     assert_eq!(done.public_rows, in_memory.public_rows());
     done.commit(&targets).await.expect("commit");
 
-    let public = Table::open(&public_dir).await.expect("open");
-    let state = Table::open(&state_dir).await.expect("open");
-    let public_rows = public.read_batches(&rules.public_schema()).expect("read");
-    let state_rows_read = state.read_batches(&rules.state_schema()).expect("read");
+    let public = Table::open_dir(&public_dir).await.expect("open");
+    let state = Table::open_dir(&state_dir).await.expect("open");
+    let public_rows = public
+        .read_batches(&rules.public_schema())
+        .await
+        .expect("read");
+    let state_rows_read = state
+        .read_batches(&rules.state_schema())
+        .await
+        .expect("read");
     let expected_public = rows_of(&in_memory.public);
     assert!(expected_public.len() > KEYS as usize / 10, "a real table");
     assert_eq!(rows_of(&public_rows), expected_public);

@@ -68,7 +68,7 @@ async fn two_files(
         } else {
             Mode::Append
         };
-        write(dir, schema, vec![part], mode, &commit)
+        write(&crate::at(dir), schema, vec![part], mode, &commit)
             .await
             .expect("write");
     }
@@ -101,8 +101,8 @@ async fn check(config: Config) {
     let (state_dir, public_dir) = (dir.path().join("state"), dir.path().join("public"));
     two_files(&state_dir, &rules.state_schema(), &first.state, "t__state").await;
     two_files(&public_dir, &rules.public_schema(), &first.public, "t").await;
-    let state = Table::open(&state_dir).await.expect("open");
-    let public = Table::open(&public_dir).await.expect("open");
+    let state = Table::open_dir(&state_dir).await.expect("open");
+    let public = Table::open_dir(&public_dir).await.expect("open");
     let (public_commit, state_commit) = (
         Commit {
             name: "t".into(),
@@ -127,10 +127,16 @@ async fn check(config: Config) {
     assert_eq!(done.public_rows, in_memory.public_rows());
     done.commit(&targets).await.expect("commit");
 
-    let public = Table::open(&public_dir).await.expect("open");
-    let state = Table::open(&state_dir).await.expect("open");
-    let streamed_public = public.read_batches(&rules.public_schema()).expect("read");
-    let streamed_state = state.read_batches(&rules.state_schema()).expect("read");
+    let public = Table::open_dir(&public_dir).await.expect("open");
+    let state = Table::open_dir(&state_dir).await.expect("open");
+    let streamed_public = public
+        .read_batches(&rules.public_schema())
+        .await
+        .expect("read");
+    let streamed_state = state
+        .read_batches(&rules.state_schema())
+        .await
+        .expect("read");
     assert_eq!(rows_of(&streamed_public), rows_of(&in_memory.public));
     assert_eq!(state_rows(&streamed_state), state_rows(&in_memory.state));
 }

@@ -75,7 +75,7 @@ async fn on_disk(table: &Path) -> ((u64, usize), (u64, usize)) {
             all.1 += 1;
         }
     }
-    let live_files = Table::open(table)
+    let live_files = Table::open_dir(table)
         .await
         .expect("open")
         .files()
@@ -307,7 +307,7 @@ async fn compact_newest_file(dir: &Path) -> String {
     use deltalake::kernel::transaction::CommitBuilder;
     use deltalake::protocol::DeltaOperation;
 
-    let table = Table::open(dir).await.expect("open");
+    let table = Table::open_dir(dir).await.expect("open");
     let t = table.table.as_ref().expect("table");
     let version = t.version().expect("version");
     let bytes = t

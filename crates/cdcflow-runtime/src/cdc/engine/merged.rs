@@ -104,7 +104,7 @@ async fn apply(
 ) -> Result<Streamed, RunError> {
     let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
     let touched = touched_values(rules, &events)?;
-    let state_files = targets.state.files()?;
+    let state_files = targets.state.fetched_files().await?;
     // The state's files are read where they may hold a touched key, and where they may
     // hold an SCD type 1 tombstone past its retention, which every batch collects.
     let (op, recorded) = (
@@ -122,7 +122,7 @@ async fn apply(
             || g.may_hold_before(op, Op::Delete as i64, recorded, horizon)
     };
     let (members, member_at) = scan_state(&touch, &state_read, &state_schema, state_keep)?;
-    let public_files = targets.public.files()?;
+    let public_files = targets.public.fetched_files().await?;
     let public_read = Candidates::of(&public_files, touched.as_ref(), |_| false);
     let key_schema = key_schema(&public_schema, rules);
     let public_keep = |g: &RowGroupMetaData| {
@@ -298,7 +298,7 @@ async fn stage_parts(
     }
     let added = sink.finish_files().await?;
     Ok(StagedParts {
-        staged: merge::stage_written(table, files, deleted, schema, added)?,
+        staged: merge::stage_written(table, files, deleted, schema, added).await?,
         rows: added_rows,
         kept,
     })

@@ -41,13 +41,13 @@ impl Streamed {
         let (public_schema, state_schema) = (rules.public_schema(), rules.state_schema());
         let (public, state) = tokio::try_join!(
             delta::stage(
-                &targets.public.dir,
+                &targets.public.at,
                 &public_schema,
                 applied.public,
                 targets.public_commit
             ),
             delta::stage(
-                &targets.state.dir,
+                &targets.state.at,
                 &state_schema,
                 applied.state,
                 targets.state_commit
@@ -102,7 +102,7 @@ pub async fn apply(
     }
     let splitter = Arc::clone(&touch);
     let Some((state, members)) = rewrite(
-        &targets.state.files()?,
+        &targets.state.fetched_files().await?,
         &state_schema,
         targets.state,
         &state_schema,
@@ -121,7 +121,7 @@ pub async fn apply(
     let wanted = Arc::new(touch.wanted(&members)?);
     let prober = Arc::clone(&touch);
     let Some((public, probed)) = rewrite(
-        &targets.public.files()?,
+        &targets.public.fetched_files().await?,
         &public_schema,
         targets.public,
         &public_schema,

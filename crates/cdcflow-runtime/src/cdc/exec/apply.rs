@@ -5,10 +5,10 @@
 //! A large first batch comes as key groups (`groups.rs`), taken one after another.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use cdcflow_plan::autocdc::applied_schema;
+use cdcflow_plan::location::Location;
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
@@ -38,8 +38,8 @@ pub struct ApplyTarget {
     pub rules: Arc<Rules>,
     /// The target dataset, for messages.
     pub name: String,
-    pub state_dir: PathBuf,
-    pub public_dir: PathBuf,
+    pub state_at: Location,
+    pub public_at: Location,
     pub state_commit: Commit,
     pub public_commit: Commit,
     pub now_micros: i64,
@@ -61,8 +61,8 @@ impl ApplyTarget {
         Self {
             rules: Arc::new(rules),
             name: name.to_string(),
-            state_dir: state.dir.clone(),
-            public_dir: public.dir.clone(),
+            state_at: state.at.clone(),
+            public_at: public.at.clone(),
             state_commit,
             public_commit,
             now_micros,
@@ -78,8 +78,8 @@ impl ApplyTarget {
         match opened {
             Some(tables) => Ok(tables),
             None => Ok((
-                Table::open(&self.state_dir).await?,
-                Table::open(&self.public_dir).await?,
+                Table::open(&self.state_at).await?,
+                Table::open(&self.public_at).await?,
             )),
         }
     }
@@ -266,8 +266,8 @@ async fn stage(
         Staging::InMemory(events) => events,
     };
     let (state, public) = (targets.state, targets.public);
-    let stored = state.read_batches(&rules.state_schema())?;
-    let published = public.read_batches(&rules.public_schema())?;
+    let stored = state.read_batches(&rules.state_schema()).await?;
+    let published = public.read_batches(&rules.public_schema()).await?;
     let visible = match state.exists() && !public.exists() {
         true if rules.narrow_state() => return Err(lost_published(&target.name)),
         true => Visible::Recompute,
@@ -334,8 +334,8 @@ impl DisplayAs for AutoCdcApplyExec {
             "AutoCdcApplyExec: target={} scd_type={} state={} published={}",
             self.target.name,
             if rules.scd2 { 2 } else { 1 },
-            self.target.state_dir.display(),
-            self.target.public_dir.display()
+            self.target.state_at,
+            self.target.public_at
         )?;
         self.parts.fmt_as(f)
     }

@@ -12,6 +12,7 @@ use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use cdcflow_plan::location::Location;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
@@ -47,8 +48,8 @@ enum Wire {
     Apply {
         rules: RulesWire,
         name: String,
-        state_dir: PathBuf,
-        public_dir: PathBuf,
+        state_at: LocationWire,
+        public_at: LocationWire,
         state_commit: Box<Commit>,
         public_commit: Box<Commit>,
         now_micros: i64,
@@ -68,6 +69,31 @@ enum Wire {
         grouping: Grouping,
         projection: Option<Vec<usize>>,
     },
+}
+
+/// A table's place on the wire: a folder, or an object-store URL.
+#[derive(Serialize, Deserialize)]
+enum LocationWire {
+    Local(PathBuf),
+    Remote(String),
+}
+
+impl LocationWire {
+    fn of(at: &Location) -> Self {
+        match at {
+            Location::Local(dir) => Self::Local(dir.clone()),
+            Location::Remote(url) => Self::Remote(url.to_string()),
+        }
+    }
+
+    fn location(self) -> Result<Location> {
+        match self {
+            Self::Local(dir) => Ok(Location::Local(dir)),
+            Self::Remote(url) => url::Url::parse(&url)
+                .map(Location::Remote)
+                .map_err(|e| DataFusionError::Internal(format!("table URL `{url}`: {e}"))),
+        }
+    }
 }
 
 /// A source file of a [`GroupedLoad`] on the wire: the name messages give it, its path,
@@ -204,8 +230,8 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
             Wire::Apply {
                 rules,
                 name,
-                state_dir,
-                public_dir,
+                state_at,
+                public_at,
                 state_commit,
                 public_commit,
                 now_micros,
@@ -214,8 +240,8 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                 let target = ApplyTarget {
                     rules: Arc::new(rules.rules()?),
                     name,
-                    state_dir,
-                    public_dir,
+                    state_at: state_at.location()?,
+                    public_at: public_at.location()?,
                     state_commit: *state_commit,
                     public_commit: *public_commit,
                     now_micros,
@@ -278,8 +304,8 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
             Wire::Apply {
                 rules: RulesWire::of(&t.rules)?,
                 name: t.name.clone(),
-                state_dir: t.state_dir.clone(),
-                public_dir: t.public_dir.clone(),
+                state_at: LocationWire::of(&t.state_at),
+                public_at: LocationWire::of(&t.public_at),
                 state_commit: Box::new(t.state_commit.clone()),
                 public_commit: Box::new(t.public_commit.clone()),
                 now_micros: t.now_micros,

@@ -235,7 +235,7 @@ async fn ahead_version(
 /// The published table at its last version whose batch the state has too (none
 /// before the first batch: an empty table).
 async fn published_before(
-    dir: &std::path::Path,
+    dir: &cdcflow_plan::location::Location,
     app: &str,
     committed: Option<i64>,
 ) -> Result<Table, RunError> {
@@ -414,7 +414,7 @@ async fn compare(
             .then(|| Field::new(END_AT, snapshot.version.data_type().clone(), true)),
     };
     let read_schema = columns.read_schema();
-    let mut current = Current::read(&base.files()?, columns)?;
+    let mut current = Current::read(&base.fetched_files().await?, columns)?;
     let mut planner = Planner::with_state(rc.ctx.state());
     if snapshot.version_view.is_some() {
         planner.bind(
