@@ -89,7 +89,7 @@ fn a_run_killed_at_any_step_of_a_commit_then_rerun_gives_the_uninterrupted_table
 }
 
 /// A pipeline with enough change events that a run takes a while (debug build).
-fn big_pipeline(dir: &Path) {
+pub(crate) fn big_pipeline(dir: &Path) {
     fs::write(dir.join("pipeline.yaml"), "name: big\n").expect("write");
     fs::write(
         dir.join("flows.sql"),
@@ -125,7 +125,7 @@ fn big_pipeline(dir: &Path) {
     }
 }
 
-const BIG_SNAPSHOT: &[&str] = &[
+pub(crate) const BIG_SNAPSHOT: &[&str] = &[
     "SELECT count(*) AS n, sum(v) AS v, sum(seq) AS s FROM raw",
     "SELECT count(*) AS n, sum(id * 7 + v) AS h, sum(seq) AS s FROM cur",
     "SELECT count(*) AS n, sum(id * 7 + v) AS h, sum(__START_AT) AS s, sum(coalesce(__END_AT, 0)) AS e FROM hist",
@@ -177,6 +177,26 @@ fn killed_at_each_point(
     tables: &[&str],
     points: &[&str],
 ) {
+    killed_at_each_point_in(case, (steps, killed), tables, points, &Keep::default());
+}
+
+/// Where a kill test keeps the storage of the pipelines it kills: their folders, or
+/// prefixes under a bucket URL, with the environment that reaches the bucket.
+#[derive(Default)]
+pub(crate) struct Keep<'a> {
+    pub bucket: Option<&'a str>,
+    pub env: Vec<(&'static str, String)>,
+}
+
+/// [`killed_at_each_point`], each killed pipeline's storage kept as `keep` says (the
+/// uninterrupted reference's in its folder).
+pub(crate) fn killed_at_each_point_in(
+    case: &str,
+    (steps, killed): (&[&str], &str),
+    tables: &[&str],
+    points: &[&str],
+    keep: &Keep,
+) {
     let files = |step: &str| {
         repo()
             .join("tests/run")
@@ -185,28 +205,74 @@ fn killed_at_each_point(
             .join(step)
             .join("files")
     };
+    let run_kept = |dir: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["run", "-p", dir.to_str().expect("utf-8")])
+            .envs(keep.env.iter().map(|(k, v)| (*k, v)))
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    };
+    let snapshot_kept = |dir: &Path| -> Vec<String> {
+        tables
+            .iter()
+            .map(|sql| {
+                let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+                    .args(["query", "-p", dir.to_str().expect("utf-8"), sql])
+                    .args(["--format", "csv"])
+                    .envs(keep.env.iter().map(|(k, v)| (*k, v)))
+                    .output()
+                    .expect("query");
+                assert!(out.status.success(), "{sql}: {}", stderr(&out));
+                stdout(&out)
+            })
+            .collect()
+    };
     let reference = case_staged(case);
     for step in steps {
         copy_dir(&files(step), reference.path());
-        run(reference.path());
+        run_kept(reference.path());
     }
-    let want = snapshot(reference.path(), tables);
-    for point in points {
+    let want = snapshot_kept(reference.path());
+    for (i, point) in points.iter().enumerate() {
         let dir = case_staged(case);
+        if let Some(bucket) = keep.bucket {
+            let yaml = dir.path().join("pipeline.yaml");
+            let text = fs::read_to_string(&yaml).expect("pipeline.yaml");
+            let text = format!("{}\nstorage: {bucket}/{case}/{i}\n", text.trim_end());
+            fs::write(&yaml, text).expect("pipeline.yaml");
+        }
         for step in steps {
             copy_dir(&files(step), dir.path());
             if step == &killed {
-                run_to_failpoint(dir.path(), point);
+                run_to_failpoint_with(dir.path(), point, &keep.env);
             }
-            run(dir.path());
+            run_kept(dir.path());
         }
         assert_eq!(
-            snapshot(dir.path(), tables),
+            snapshot_kept(dir.path()),
             want,
             "{case}: after a crash at {point}"
         );
     }
 }
+
+/// The tables of the `stream_tumbling` case its kill tests compare.
+pub(crate) const TUMBLING_TABLES: &[&str] = &[
+    "SELECT * FROM per_minute ORDER BY k, window_start",
+    "SELECT k, ts, v, _batch, _window_start, _watermark FROM per_minute__late ORDER BY k, ts",
+];
+
+/// Every point of a `stream_tumbling` batch a kill test stops it at.
+pub(crate) const TUMBLING_POINTS: &[&str] = &[
+    "offsets:per_minute",
+    "state-written:per_minute",
+    "state-renamed:per_minute",
+    "before-commit:per_minute__late",
+    "committed:per_minute__late",
+    "before-commit:per_minute",
+    "committed:per_minute",
+];
 
 /// A run of an aggregation over a watermarked stream killed at any point of its batch
 /// (offsets written, state written but not in place, state in place, the late rows
@@ -218,19 +284,8 @@ fn a_stateful_aggregation_killed_at_any_point_then_rerun_gives_the_uninterrupted
         "stream_tumbling",
         &["1", "2", "4"],
         "2",
-        &[
-            "SELECT * FROM per_minute ORDER BY k, window_start",
-            "SELECT k, ts, v, _batch, _window_start, _watermark FROM per_minute__late ORDER BY k, ts",
-        ],
-        &[
-            "offsets:per_minute",
-            "state-written:per_minute",
-            "state-renamed:per_minute",
-            "before-commit:per_minute__late",
-            "committed:per_minute__late",
-            "before-commit:per_minute",
-            "committed:per_minute",
-        ],
+        TUMBLING_TABLES,
+        TUMBLING_POINTS,
     );
 }
 

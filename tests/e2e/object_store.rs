@@ -687,3 +687,110 @@ fn optimize_and_vacuum_on_a_bucket_keep_every_row_and_free_what_they_name() {
         moto.snapshot(reference.path(), SNAPSHOT)
     );
 }
+
+#[test]
+fn a_run_on_a_bucket_killed_at_random_moments_then_rerun_gives_the_tables_of_an_uninterrupted_run()
+{
+    use crate::crash::{BIG_SNAPSHOT, big_pipeline};
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    let reference = tempfile::tempdir().expect("tempdir");
+    big_pipeline(reference.path());
+    moto.run(reference.path());
+    let want = moto.snapshot(reference.path(), BIG_SNAPSHOT);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    big_pipeline(dir.path());
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
+    std::fs::write(&yaml, format!("{text}storage: s3://lake/big\n")).expect("pipeline.yaml");
+    let mut env = moto.env();
+    env.push(("CDCFLOW_LEASE_SECONDS", "1".to_string()));
+    // Each run after a kill first waits out the killed run's lease (1.33 s here), so
+    // the moments are counted from then.
+    for delay_ms in [40u64, 260, 610, 150, 900, 1400] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["run", "-p", path(dir.path())])
+            .envs(env.iter().map(|(k, v)| (*k, v)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(Duration::from_millis(1400 + delay_ms));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", path(dir.path())])
+        .envs(env)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(moto.snapshot(dir.path(), BIG_SNAPSHOT), want);
+}
+
+/// Where the stateful kill tests keep their killed pipelines: prefixes of a bucket on
+/// `moto`, with a short lease so each rerun takes the killed run's over quickly.
+fn bucket_keep<'a>(moto: &Moto, bucket: &'a str) -> crate::crash::Keep<'a> {
+    let mut env = moto.env();
+    env.push(("CDCFLOW_LEASE_SECONDS", "1".to_string()));
+    crate::crash::Keep {
+        bucket: Some(bucket),
+        env,
+    }
+}
+
+/// Stateful flows keep their state in the bucket: an aggregation over a watermarked
+/// stream killed at every point of its batch, then rerun, gives the tables of
+/// uninterrupted runs in a folder.
+#[test]
+fn a_stateful_aggregation_on_a_bucket_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables()
+ {
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    crate::crash::killed_at_each_point_in(
+        "stream_tumbling",
+        (&["1", "2", "4"], "2"),
+        crate::crash::TUMBLING_TABLES,
+        crate::crash::TUMBLING_POINTS,
+        &bucket_keep(&moto, "s3://lake/stateful"),
+    );
+}
+
+/// The same for a stream-stream join and a deduplication, at the points around their
+/// state's commit.
+#[test]
+fn a_stream_join_and_a_deduplication_on_a_bucket_killed_around_their_state_then_rerun_give_the_uninterrupted_tables()
+ {
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    let keep = bucket_keep(&moto, "s3://lake/stateful");
+    crate::crash::killed_at_each_point_in(
+        "stream_join_left_outer",
+        (&["1", "2", "3", "5", "6"], "3"),
+        &[
+            "SELECT * FROM clicked ORDER BY id, shown_at, clicked_at",
+            "SELECT id, _side, _watermark FROM clicked__late ORDER BY id",
+        ],
+        &[
+            "state-written:clicked",
+            "state-renamed:clicked",
+            "before-commit:clicked",
+        ],
+        &keep,
+    );
+    crate::crash::killed_at_each_point_in(
+        "stream_dedup",
+        (&["1", "2", "3"], "2"),
+        &[
+            "SELECT * FROM deliveries ORDER BY id, ts",
+            "SELECT id, ts, _batch, _watermark FROM deliveries__late ORDER BY id",
+        ],
+        &[
+            "state-written:deliveries",
+            "state-renamed:deliveries",
+            "before-commit:deliveries",
+        ],
+        &keep,
+    );
+}

@@ -148,6 +148,16 @@ impl Checkpoint {
         self.storage.delete_all(&self.key).await
     }
 
+    /// The storage the checkpoint is kept in.
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The checkpoint's key in its storage (`checkpoints/<flow>`).
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
+    }
+
     /// The flow's checkpoint folder (offsets, and the state of a stateful flow).
     pub fn dir(&self) -> PathBuf {
         self.storage.path(&self.key)

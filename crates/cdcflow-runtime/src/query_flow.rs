@@ -115,15 +115,15 @@ impl QueryBatch {
         }
         let (schema, batches) = match stateful {
             Some(op) => {
-                let dir = self.checkpoint.dir();
                 let at = (
                     self.progress.committed,
                     self.progress.state_version(),
                     batch,
                 );
-                let (plan, run) = crate::stateful::plan(flow, plan, &op, &dir, at, false)?;
+                let (plan, run) =
+                    crate::stateful::plan(flow, plan, &op, &self.checkpoint, at, false).await?;
                 let out = execute(&crate::stateful::session(rc), plan).await?;
-                let done = crate::stateful::finish(&run)?;
+                let done = crate::stateful::finish(&run).await?;
                 if let Some(late) = done.late {
                     let n = late.num_rows();
                     let table =
@@ -306,7 +306,7 @@ pub(crate) async fn explain(
                 batch.inputs.offsets.batch,
             );
             let (plan, _run) =
-                crate::stateful::plan(flow, logical, &op, &batch.checkpoint.dir(), at, true)?;
+                crate::stateful::plan(flow, logical, &op, &batch.checkpoint, at, true).await?;
             (plan, crate::stateful::session(rc))
         }
         None => (logical, rc.ctx.clone()),

@@ -114,9 +114,8 @@ pub async fn status_with_sources(
         };
         let checkpoint = Checkpoint::in_storage(&records, &flow.name)?;
         let progress = checkpoint.peek(&table, &layout::app_id(&flow.name)).await?;
-        // A stateful flow's state is kept in a folder only (not on object storage yet).
-        if !flow.watermarks.is_empty() && !storage.is_remote() {
-            s.state = crate::stateful::stored_state(&checkpoint.dir(), &flow.name, &progress);
+        if !flow.watermarks.is_empty() {
+            s.state = crate::stateful::stored_state(&checkpoint, &flow.name, &progress).await;
         }
         for input in &flow.inputs {
             if let (Some(sources), true) = (sources, input.reads_a_server()) {

@@ -16,7 +16,6 @@ mod operator;
 mod run;
 mod store;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use cdcflow_plan::Flow;
@@ -28,12 +27,15 @@ pub use metrics::{StateMetrics, format_micros};
 pub use store::StoredState;
 
 /// The state flow `flow` kept after batch `committed`, for `cdcflow status`.
-pub fn stored_state(
-    checkpoint_dir: &Path,
+pub async fn stored_state(
+    checkpoint: &crate::checkpoint::Checkpoint,
     flow: &str,
     progress: &crate::checkpoint::Processed,
 ) -> Option<StoredState> {
-    store::StateStore::new(checkpoint_dir, flow).peek(progress.committed, progress.state_version())
+    store::StateStore::of(checkpoint, flow)
+        .ok()?
+        .peek(progress.committed, progress.state_version())
+        .await
 }
 
 /// The name of the state version batch `batch` of this run writes, which its offsets
@@ -55,11 +57,6 @@ pub(crate) fn find(
     if flow.watermarks.is_empty() {
         return Ok(None);
     }
-    // The operators' state is kept in the checkpoint folder, as files of a folder.
-    crate::layout::local_only(
-        &rc.storage,
-        &format!("flow `{}`'s state (WATERMARK)", flow.name),
-    )?;
     let streams = flow.stream_names(|n| rc.pipeline.dataset(n).map(|d| d.kind));
     let is_stream = |t: &str| streams.iter().any(|s| s.eq_ignore_ascii_case(t));
     stream_aggregate::analyze(plan, &flow.watermarks, &is_stream)
@@ -106,15 +103,15 @@ fn growing_warning(batches: u32, metrics: &StateMetrics) -> Option<String> {
 /// `plan` with its stateful operator `op` in place ([`node`]), to run in [`session`];
 /// then [`finish`] commits the state the run wrote. `dry` (for `explain`) reads the
 /// state without tidying it and writes none.
-pub(crate) fn plan(
+pub(crate) async fn plan(
     flow: &Flow,
     plan: LogicalPlan,
     op: &StatefulOp,
-    checkpoint_dir: &Path,
+    checkpoint: &crate::checkpoint::Checkpoint,
     (committed, named, batch): (Option<i64>, Option<&str>, i64),
     dry: bool,
 ) -> Result<(LogicalPlan, Arc<StateRun>), RunError> {
-    let store = store::StateStore::new(checkpoint_dir, &flow.name);
+    let store = store::StateStore::of(checkpoint, &flow.name)?;
     let operator = match op {
         StatefulOp::Aggregate(sa) => aggregate::operator_fingerprint(sa),
         StatefulOp::Join(sj) => join::operator_fingerprint(sj),
@@ -122,13 +119,13 @@ pub(crate) fn plan(
     };
     let (before, version) = match dry {
         true => {
-            let before = store.look(committed, named, &operator)?;
-            let version = store.begin_dry(batch, before.as_ref());
+            let before = store.look(committed, named, &operator).await?;
+            let version = store.begin_dry(batch, before.as_ref()).await?;
             (before, version)
         }
         false => {
-            let before = store.load(committed, named, &operator)?;
-            let version = store.begin(batch, before.as_ref())?;
+            let before = store.load(committed, named, &operator).await?;
+            let version = store.begin(batch, before.as_ref()).await?;
             (before, version)
         }
     };
@@ -148,7 +145,7 @@ pub(crate) fn session(rc: &RunContext) -> datafusion::prelude::SessionContext {
 
 /// Commits the state batch `run` wrote, once its plan has run (before the target's
 /// commit), and gives what the flow's commit reports.
-pub(crate) fn finish(run: &StateRun) -> Result<Batch, RunError> {
+pub(crate) async fn finish(run: &StateRun) -> Result<Batch, RunError> {
     let (version, outcome) = run.finished()?;
     let metrics = outcome.metrics;
     let growing_batches = growing(run.before.as_ref(), &metrics);
@@ -164,7 +161,7 @@ pub(crate) fn finish(run: &StateRun) -> Result<Batch, RunError> {
         layout: 0,
         files: Vec::new(),
     };
-    run.store.commit(version, meta)?;
+    run.store.commit(version, meta).await?;
     Ok(Batch {
         late: outcome.late,
         warning: growing_warning(growing_batches, &metrics),

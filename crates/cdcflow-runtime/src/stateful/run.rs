@@ -131,9 +131,12 @@ fn poisoned() -> RunError {
 mod tests {
     use super::*;
 
-    fn run_after(process: String) -> StateRun {
+    async fn run_after(process: String) -> StateRun {
         let dir = std::env::temp_dir();
-        let store = StateStore::new(&dir, "f");
+        let checkpoint =
+            crate::checkpoint::Checkpoint::in_storage(&crate::storage::Storage::local(&dir), "f")
+                .expect("checkpoint");
+        let store = StateStore::of(&checkpoint, "f").expect("store");
         let before = Meta {
             batch: 0,
             watermark_micros: 10,
@@ -146,17 +149,17 @@ mod tests {
             layout: 0,
             files: Vec::new(),
         };
-        let version = store.begin_dry(1, Some(&before));
+        let version = store.begin_dry(1, Some(&before)).await.expect("version");
         StateRun::new(store, Some(before), 1, version, String::new())
     }
 
-    #[test]
-    fn inputs_keep_their_watermarks_within_a_run_of_the_query_only() {
+    #[tokio::test]
+    async fn inputs_keep_their_watermarks_within_a_run_of_the_query_only() {
         // A batch before in this process: the inputs go on from where they were.
-        let same = run_after(process());
+        let same = run_after(process()).await;
         assert_eq!(same.inputs_this_run()["left"], 40);
         // A batch of an earlier run (another process): they start afresh.
-        let other = run_after("1@1".into());
+        let other = run_after("1@1".into()).await;
         assert!(other.inputs_this_run().is_empty());
         assert_eq!(other.watermark_micros(), 10);
     }

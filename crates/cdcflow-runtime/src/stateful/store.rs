@@ -25,12 +25,20 @@
 //! folder and, later, a bucket. So target, offsets and state agree after a kill at any
 //! point. A checkpoint of an earlier cdcflow, whose versions are `state/<batch>/` and
 //! whose offsets name none, reads as it is.
+//!
+//! The state goes through the checkpoint's [`Storage`]: a folder, or a bucket. In a
+//! folder a version's files are read from the disk as the operator asks and written as
+//! it makes them. In a bucket the files of the version a batch starts from are fetched
+//! whole before it runs, and those it writes are held until its commit puts them, then
+//! `meta.json`: the operators read and write synchronously, while they run, and a bucket
+//! is reached asynchronously (docs/storage.md says what a batch so holds).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::arrow::ArrowWriter;
@@ -38,7 +46,8 @@ use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;
-use crate::checkpoint::write_atomic;
+use crate::checkpoint::Checkpoint;
+use crate::storage::{Key, Storage};
 
 /// The layout of a version this build writes and reads: files listed per bucket.
 const LAYOUT: u32 = 2;
@@ -73,7 +82,7 @@ pub(crate) struct Meta {
     /// Each watermarked input's own watermark after the batch (a join's two), carried
     /// to the next batch only within the same run of the query (see `join.rs`).
     #[serde(default)]
-    pub inputs: std::collections::BTreeMap<String, i64>,
+    pub inputs: BTreeMap<String, i64>,
     /// The process that wrote the version ([`super::run::process`]).
     #[serde(default)]
     pub process: String,
@@ -113,16 +122,20 @@ pub struct StoredState {
 }
 
 pub(crate) struct StateStore {
-    dir: PathBuf,
+    storage: Storage,
+    /// `checkpoints/<flow>/state`.
+    key: Key,
     flow: String,
 }
 
 impl StateStore {
-    pub fn new(checkpoint_dir: &Path, flow: &str) -> Self {
-        Self {
-            dir: checkpoint_dir.join("state"),
+    /// The state of `flow`, kept in its checkpoint.
+    pub fn of(checkpoint: &Checkpoint, flow: &str) -> Result<Self, RunError> {
+        Ok(Self {
+            storage: checkpoint.storage().clone(),
+            key: checkpoint.key().join("state")?,
             flow: flow.to_string(),
-        }
+        })
     }
 
     /// The version committed batch `batch` used: the one its offsets name, or the
@@ -131,17 +144,21 @@ impl StateStore {
         named.map_or_else(|| format!("{batch:020}"), str::to_string)
     }
 
-    fn read_meta(&self, name: &str) -> Result<Option<Meta>, RunError> {
-        let path = self.dir.join(name).join("meta.json");
-        let text = match fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(RunError::io(&path, e)),
+    fn shown(&self, name: &str) -> String {
+        self.key
+            .join(name)
+            .map_or_else(|_| name.to_string(), |k| self.storage.describe(&k))
+    }
+
+    async fn read_meta(&self, name: &str) -> Result<Option<Meta>, RunError> {
+        let key = self.key.join(name)?.join("meta.json")?;
+        let Some(bytes) = self.storage.get(&key).await? else {
+            return Ok(None);
         };
-        serde_json::from_str(&text)
+        serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| RunError::File {
-                path,
+                path: self.storage.path(&key),
                 message: format!("damaged state: {e}"),
             })
     }
@@ -149,7 +166,7 @@ impl StateStore {
     /// The version after batch `committed` (none before the first batch), the one
     /// `named` by its offsets, with the versions of uncommitted attempts removed; what
     /// it lists is read with [`Version::read`].
-    pub fn load(
+    pub async fn load(
         &self,
         committed: Option<i64>,
         named: Option<&str>,
@@ -159,10 +176,10 @@ impl StateStore {
             return Ok(None);
         };
         let name = Self::committed_name(batch, named);
-        let Some(meta) = self.read_meta(&name)? else {
+        let Some(meta) = self.read_meta(&name).await? else {
             return Err(RunError::input(format!(
                 "{}: the state of flow `{}` after its batch {batch} is missing",
-                self.dir.join(&name).display(),
+                self.shown(&name),
                 self.flow
             ))
             .with_help("put the folder back from a backup, or run `cdcflow run --full-refresh` on the flow's table to recompute it from its sources; running on without it would emit wrong aggregates"));
@@ -181,15 +198,16 @@ impl StateStore {
             ))
             .with_help("run `cdcflow run --full-refresh` on the flow's table to recompute it with the new query"));
         }
-        self.tidy(batch, &name, &meta)?;
+        self.tidy(batch, &name, &meta).await?;
         Ok(Some(meta))
     }
 
     /// The state after batch `committed` as `cdcflow status` shows it, changing nothing:
-    /// its watermark, rows and bytes on disk; `None` when there is none.
-    pub fn peek(&self, committed: Option<i64>, named: Option<&str>) -> Option<StoredState> {
+    /// its watermark, rows and bytes stored; `None` when there is none.
+    pub async fn peek(&self, committed: Option<i64>, named: Option<&str>) -> Option<StoredState> {
         let meta = self
             .read_meta(&Self::committed_name(committed?, named))
+            .await
             .ok()??;
         Some(StoredState {
             watermark: super::metrics::format_micros(meta.watermark_micros),
@@ -202,38 +220,33 @@ impl StateStore {
     /// Removes the versions of batches up to `committed` other than `kept` (named
     /// `kept_name`), but for the files of theirs `kept` lists; versions of later batches
     /// stay.
-    fn tidy(&self, committed: i64, kept_name: &str, kept: &Meta) -> Result<(), RunError> {
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(RunError::io(&self.dir, e)),
-        };
+    async fn tidy(&self, committed: i64, kept_name: &str, kept: &Meta) -> Result<(), RunError> {
         let listed: BTreeSet<&str> = kept.files.iter().map(|f| f.path.as_str()).collect();
-        for entry in entries {
-            let path = entry.map_err(|e| RunError::io(&self.dir, e))?.path();
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default()
-                .to_string();
+        // Each version (a folder name under the state) with its files.
+        let mut versions: BTreeMap<String, Vec<(Key, String)>> = BTreeMap::new();
+        for entry in self.storage.list(&self.key).await? {
+            let Some(relative) = entry.key.strip_prefix(&self.key) else {
+                continue;
+            };
+            let name = relative.split('/').next().unwrap_or_default().to_string();
+            let relative = relative.to_string();
+            versions
+                .entry(name)
+                .or_default()
+                .push((entry.key.clone(), relative));
+        }
+        for (name, files) in versions {
             if name == kept_name || version_batch(&name).is_some_and(|b| b > committed) {
                 continue;
             }
-            if !path.is_dir() || !listed.iter().any(|l| l.starts_with(&format!("{name}/"))) {
-                remove(&path)?;
+            if !files.iter().any(|(_, r)| listed.contains(r.as_str())) {
+                self.storage.delete_all(&self.key.join(&name)?).await?;
                 continue;
             }
             // An earlier version whose files the kept one still lists: only those stay.
-            for file in fs::read_dir(&path).map_err(|e| RunError::io(&path, e))? {
-                let file = file.map_err(|e| RunError::io(&path, e))?.path();
-                let relative = format!(
-                    "{name}/{}",
-                    file.file_name()
-                        .and_then(|n| n.to_str())
-                        .unwrap_or_default()
-                );
+            for (key, relative) in files {
                 if !listed.contains(relative.as_str()) {
-                    remove(&file)?;
+                    self.storage.delete(&key).await?;
                 }
             }
         }
@@ -242,7 +255,7 @@ impl StateStore {
 
     /// The version after batch `committed`, read as [`Self::load`] reads it but
     /// changing nothing (for `explain`, beside a run that may be writing).
-    pub fn look(
+    pub async fn look(
         &self,
         committed: Option<i64>,
         named: Option<&str>,
@@ -252,50 +265,85 @@ impl StateStore {
             return Ok(None);
         };
         Ok(self
-            .read_meta(&Self::committed_name(batch, named))?
+            .read_meta(&Self::committed_name(batch, named))
+            .await?
             .filter(|m| m.layout == LAYOUT && m.operator == operator))
     }
 
     /// Starts the version of batch `batch` over the files of `before` (none: an empty
     /// state).
-    pub fn begin(&self, batch: i64, before: Option<&Meta>) -> Result<Version, RunError> {
+    pub async fn begin(&self, batch: i64, before: Option<&Meta>) -> Result<Version, RunError> {
         let name = version_name(batch);
-        let own = self.dir.join(&name);
+        let own = self.key.join(&name)?;
         // This run's earlier attempt at the batch (continuous mode retries in-process).
-        if own.exists() {
-            remove(&own)?;
+        self.storage.delete_all(&own).await?;
+        if let Storage::Local(_) = &self.storage {
+            let dir = self.storage.path(&own);
+            fs::create_dir_all(&dir).map_err(|e| RunError::io(&dir, e))?;
         }
-        fs::create_dir_all(&own).map_err(|e| RunError::io(&own, e))?;
-        Ok(Version {
-            dir: self.dir.clone(),
-            own: Some(own),
-            name,
-            carried: before.map(|m| m.files.clone()).unwrap_or_default(),
-            written: Vec::new(),
-        })
+        self.version(name, Some(own), before).await
     }
 
     /// A version that writes nothing (`explain --analyze` runs the batch and commits
     /// nothing): what it would write is counted, not kept.
-    pub fn begin_dry(&self, batch: i64, before: Option<&Meta>) -> Version {
-        Version {
-            dir: self.dir.clone(),
-            own: None,
-            name: version_name(batch),
-            carried: before.map(|m| m.files.clone()).unwrap_or_default(),
-            written: Vec::new(),
-        }
+    pub async fn begin_dry(&self, batch: i64, before: Option<&Meta>) -> Result<Version, RunError> {
+        self.version(version_name(batch), None, before).await
     }
 
-    /// Commits `version` with `meta` (whose file list it fills): `meta.json` is written
-    /// last, then the version is the one a run after the target's commit reads (the
-    /// batch's offsets name it).
-    pub fn commit(&self, mut version: Version, mut meta: Meta) -> Result<Meta, RunError> {
+    async fn version(
+        &self,
+        name: String,
+        own: Option<Key>,
+        before: Option<&Meta>,
+    ) -> Result<Version, RunError> {
+        let carried = before.map(|m| m.files.clone()).unwrap_or_default();
+        let files = match &self.storage {
+            Storage::Local(_) => Files::Disk,
+            Storage::Remote(_) => {
+                let mut fetched = HashMap::new();
+                for file in &carried {
+                    let key = self.key.join_relative(&file.path)?;
+                    let bytes = self.storage.get(&key).await?.ok_or_else(|| {
+                        RunError::input(format!(
+                            "{}: a file of the state of flow `{}` is missing",
+                            self.storage.describe(&key),
+                            self.flow
+                        ))
+                        .with_help("run `cdcflow run --full-refresh` on the flow's table to recompute its state from its sources")
+                    })?;
+                    fetched.insert(file.path.clone(), Bytes::from(bytes));
+                }
+                Files::Held {
+                    fetched,
+                    pending: Vec::new(),
+                }
+            }
+        };
+        Ok(Version {
+            storage: self.storage.clone(),
+            key: self.key.clone(),
+            own,
+            name,
+            carried,
+            written: Vec::new(),
+            files,
+        })
+    }
+
+    /// Commits `version` with `meta` (whose file list it fills): its files are in
+    /// place first, `meta.json` is written last, then the version is the one a run
+    /// after the target's commit reads (the batch's offsets name it).
+    pub async fn commit(&self, mut version: Version, mut meta: Meta) -> Result<Meta, RunError> {
         let Some(own) = version.own.take() else {
             return Err(RunError::internal(
                 "a dry state version cannot be committed",
             ));
         };
+        if let Files::Held { pending, .. } = &mut version.files {
+            for (key, bytes) in std::mem::take(pending) {
+                self.storage.put(&key, &bytes).await?;
+            }
+        }
         crate::failpoint::hit(&format!("state-written:{}", self.flow));
         meta.layout = LAYOUT;
         meta.files = std::mem::take(&mut version.carried);
@@ -304,22 +352,39 @@ impl StateStore {
             .sort_by(|a, b| (&a.part, a.bucket).cmp(&(&b.part, b.bucket)));
         let text =
             serde_json::to_string_pretty(&meta).map_err(|e| RunError::internal(e.to_string()))?;
-        write_atomic(&own.join("meta.json"), text.as_bytes())?;
+        self.storage
+            .put(&own.join("meta.json")?, text.as_bytes())
+            .await?;
         crate::failpoint::hit(&format!("state-renamed:{}", self.flow));
         Ok(meta)
     }
+}
+
+/// Where a version's files are read from and written to.
+enum Files {
+    /// A folder's: read from the disk, written as they are made.
+    Disk,
+    /// A bucket's: those of the version before fetched, those written held until the
+    /// commit puts them.
+    Held {
+        fetched: HashMap<String, Bytes>,
+        pending: Vec<(Key, Vec<u8>)>,
+    },
 }
 
 /// A version being written: the files it carries over from the one before, and the
 /// buckets written anew (into its own folder `own`; none for a dry version). Dropped
 /// uncommitted, its files go.
 pub(crate) struct Version {
-    dir: PathBuf,
-    own: Option<PathBuf>,
+    storage: Storage,
+    /// The state's key.
+    key: Key,
+    own: Option<Key>,
     /// Its folder's name, `<batch>-<run>`.
     name: String,
     carried: Vec<StateFile>,
     written: Vec<StateFile>,
+    files: Files,
 }
 
 impl Version {
@@ -348,7 +413,19 @@ impl Version {
 
     /// The rows of `file`, one of this version's.
     pub fn read(&self, file: &StateFile) -> Result<Vec<RecordBatch>, RunError> {
-        read_parquet(&self.dir.join(&file.path))
+        let key = self.key.join_relative(&file.path)?;
+        match &self.files {
+            Files::Disk => read_parquet(&self.storage.path(&key)),
+            Files::Held { fetched, .. } => {
+                let bytes = fetched.get(&file.path).cloned().ok_or_else(|| {
+                    RunError::internal(format!(
+                        "{} was read before it was fetched",
+                        self.storage.describe(&key)
+                    ))
+                })?;
+                decode_parquet(&self.storage.path(&key), bytes)
+            }
+        }
     }
 
     /// Takes the files of `part`'s `bucket` out of the version (their rows are to be
@@ -360,7 +437,7 @@ impl Version {
         self.carried = kept;
         let mut rows = Vec::new();
         for f in taken {
-            rows.extend(read_parquet(&self.dir.join(&f.path))?);
+            rows.extend(self.read(&f)?);
         }
         Ok(rows)
     }
@@ -394,9 +471,18 @@ impl Version {
             return Ok(());
         }
         let file = format!("{part}-{bucket}.parquet");
-        let bytes = match &self.own {
-            Some(own) => write_parquet(&own.join(&file), schema, rows)?,
-            None => rows.iter().map(|b| b.get_array_memory_size() as u64).sum(),
+        let bytes = match (&self.own, &mut self.files) {
+            (None, _) => rows.iter().map(|b| b.get_array_memory_size() as u64).sum(),
+            (Some(own), Files::Disk) => {
+                write_parquet(&self.storage.path(&own.join(&file)?), schema, rows)?
+            }
+            (Some(own), Files::Held { pending, .. }) => {
+                let key = own.join(&file)?;
+                let encoded = encode_parquet(&self.storage.path(&key), schema, rows)?;
+                let size = encoded.len() as u64;
+                pending.push((key, encoded));
+                size
+            }
         };
         self.written.push(StateFile {
             part: part.to_string(),
@@ -412,9 +498,9 @@ impl Version {
 
 impl Drop for Version {
     fn drop(&mut self) {
-        if let Some(own) = &self.own {
+        if let (Some(own), Files::Disk) = (&self.own, &self.files) {
             // Best effort: a later load removes whatever is left.
-            let _ = fs::remove_dir_all(own);
+            let _ = fs::remove_dir_all(self.storage.path(own));
         }
     }
 }
@@ -431,26 +517,49 @@ fn version_batch(name: &str) -> Option<i64> {
     name.split(['-', '.']).next()?.parse().ok()
 }
 
-fn remove(path: &Path) -> Result<(), RunError> {
-    let removed = match path.is_dir() {
-        true => fs::remove_dir_all(path),
-        false => fs::remove_file(path),
-    };
-    removed.map_err(|e| RunError::io(path, e))
+fn damaged(path: &Path, e: &dyn std::fmt::Display) -> RunError {
+    RunError::File {
+        path: path.to_path_buf(),
+        message: format!("damaged state: {e}"),
+    }
 }
 
 fn read_parquet(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
-    let damaged = |e: &dyn std::fmt::Display| RunError::File {
-        path: path.to_path_buf(),
-        message: format!("damaged state: {e}"),
-    };
     let file = fs::File::open(path).map_err(|e| RunError::io(path, e))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .and_then(|b| b.build())
-        .map_err(|e| damaged(&e))?;
+        .map_err(|e| damaged(path, &e))?;
     reader
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| damaged(&e))
+        .map_err(|e| damaged(path, &e))
+}
+
+/// The rows of a Parquet file fetched whole (`path` names it in messages).
+fn decode_parquet(path: &Path, bytes: Bytes) -> Result<Vec<RecordBatch>, RunError> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.build())
+        .map_err(|e| damaged(path, &e))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| damaged(path, &e))
+}
+
+/// `rows` encoded as one Parquet file (`path` names it in messages).
+fn encode_parquet(
+    path: &Path,
+    schema: &SchemaRef,
+    rows: &[RecordBatch],
+) -> Result<Vec<u8>, RunError> {
+    let parquet_error = |e: datafusion::parquet::errors::ParquetError| RunError::File {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let mut writer =
+        ArrowWriter::try_new(Vec::new(), Arc::clone(schema), None).map_err(parquet_error)?;
+    for batch in rows {
+        writer.write(batch).map_err(parquet_error)?;
+    }
+    writer.into_inner().map_err(parquet_error)
 }
 
 /// Writes `rows` to `path`, synced; gives the file's size.
@@ -504,27 +613,32 @@ mod tests {
         rows.iter().map(RecordBatch::num_rows).sum()
     }
 
-    #[test]
-    fn a_version_rewrites_its_changed_buckets_and_lists_the_others_where_they_are() {
+    fn store_in(dir: &Path) -> StateStore {
+        let checkpoint = Checkpoint::in_storage(&Storage::local(dir), "f").unwrap();
+        StateStore::of(&checkpoint, "f").unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_version_rewrites_its_changed_buckets_and_lists_the_others_where_they_are() {
         let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::new(dir.path(), "f");
-        assert!(store.load(None, None, "op").unwrap().is_none());
+        let store = store_in(dir.path());
+        assert!(store.load(None, None, "op").await.unwrap().is_none());
         let (schema, two) = rows(&[1, 2]);
         let (_, one) = rows(&[3]);
-        let mut v = store.begin(0, None).unwrap();
+        let mut v = store.begin(0, None).await.unwrap();
         v.put("groups", 1, &schema, &two, Some(10)).unwrap();
         v.put("groups", 2, &schema, &one, Some(20)).unwrap();
         v.put("groups", 3, &schema, &[], None).unwrap();
-        let m0 = store.commit(v, meta(0)).unwrap();
+        let m0 = store.commit(v, meta(0)).await.unwrap();
         assert_eq!(m0.files.len(), 2);
         let (v0, v1, v2) = (version_name(0), version_name(1), version_name(2));
 
         // Batch 1 rewrites bucket 2 only; bucket 1 stays in batch 0's folder.
-        let loaded = store.load(Some(0), Some(&v0), "op").unwrap().unwrap();
-        let mut v = store.begin(1, Some(&loaded)).unwrap();
+        let loaded = store.load(Some(0), Some(&v0), "op").await.unwrap().unwrap();
+        let mut v = store.begin(1, Some(&loaded)).await.unwrap();
         assert_eq!(count(&v.take("groups", 2).unwrap()), 1);
         v.put("groups", 2, &schema, &two, Some(20)).unwrap();
-        let m1 = store.commit(v, meta(1)).unwrap();
+        let m1 = store.commit(v, meta(1)).await.unwrap();
         let paths: Vec<&str> = m1.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(
             paths,
@@ -533,59 +647,73 @@ mod tests {
                 format!("{v1}/groups-2.parquet")
             ]
         );
-        assert_eq!(store.peek(Some(1), Some(&v1)).unwrap().groups, 4);
+        assert_eq!(store.peek(Some(1), Some(&v1)).await.unwrap().groups, 4);
 
         // Batch 1 committed: batch 0's meta and its rewritten bucket go, its other stays.
-        let loaded = store.load(Some(1), Some(&v1), "op").unwrap().unwrap();
-        let zero = dir.path().join("state").join(&v0);
+        let loaded = store.load(Some(1), Some(&v1), "op").await.unwrap().unwrap();
+        let zero = dir.path().join("checkpoints/f/state").join(&v0);
         assert!(zero.join("groups-1.parquet").exists());
         assert!(!zero.join("groups-2.parquet").exists());
         assert!(!zero.join("meta.json").exists());
-        let mut v = store.begin(2, Some(&loaded)).unwrap();
+        let mut v = store.begin(2, Some(&loaded)).await.unwrap();
         assert_eq!(count(&v.take_part("groups").unwrap()), 4);
-        store.commit(v, meta(2)).unwrap();
+        store.commit(v, meta(2)).await.unwrap();
 
         // Batch 2 never committed: its version is left alone (a writer may be at it)
         // and never read; batch 1's is read whole.
-        let loaded = store.load(Some(1), Some(&v1), "op").unwrap().unwrap();
+        let loaded = store.load(Some(1), Some(&v1), "op").await.unwrap().unwrap();
         assert_eq!(loaded.files, m1.files);
-        assert!(dir.path().join("state").join(&v2).exists());
+        assert!(dir.path().join("checkpoints/f/state").join(&v2).exists());
         // Another attempt at batch 2 commits: the version it names is read, the
         // abandoned one goes.
         let other = format!("{:020}-other", 2);
-        fs::create_dir_all(dir.path().join("state").join(&other)).unwrap();
+        fs::create_dir_all(dir.path().join("checkpoints/f/state").join(&other)).unwrap();
         let meta2 = Meta {
             files: m1.files.clone(),
             ..meta(2)
         };
         fs::write(
-            dir.path().join("state").join(&other).join("meta.json"),
+            dir.path()
+                .join("checkpoints/f/state")
+                .join(&other)
+                .join("meta.json"),
             serde_json::to_string(&meta2).unwrap(),
         )
         .unwrap();
-        let loaded = store.load(Some(2), Some(&other), "op").unwrap().unwrap();
+        let loaded = store
+            .load(Some(2), Some(&other), "op")
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(loaded.files, m1.files);
-        assert!(!dir.path().join("state").join(&v2).exists());
+        assert!(!dir.path().join("checkpoints/f/state").join(&v2).exists());
 
         // A changed operator is refused; a missing version is an error, not empty state.
-        assert!(store.load(Some(2), Some(&other), "changed").is_err());
-        assert!(store.load(Some(5), None, "op").is_err());
+        assert!(store.load(Some(2), Some(&other), "changed").await.is_err());
+        assert!(store.load(Some(5), None, "op").await.is_err());
     }
 
-    #[test]
-    fn a_state_an_earlier_cdcflow_kept_reads_as_it_is() {
+    #[tokio::test]
+    async fn a_state_an_earlier_cdcflow_kept_reads_as_it_is() {
         let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::new(dir.path(), "f");
-        let old = dir.path().join("state").join(format!("{:020}", 3));
+        let store = store_in(dir.path());
+        let old = dir
+            .path()
+            .join("checkpoints/f/state")
+            .join(format!("{:020}", 3));
         fs::create_dir_all(&old).unwrap();
         fs::write(
             old.join("meta.json"),
             serde_json::to_string(&meta(3)).unwrap(),
         )
         .unwrap();
-        let leftover = dir.path().join("state").join(format!("{:020}.tmp", 2));
+        let leftover = dir
+            .path()
+            .join("checkpoints/f/state")
+            .join(format!("{:020}.tmp", 2));
         fs::create_dir_all(&leftover).unwrap();
-        let loaded = store.load(Some(3), None, "op").unwrap().unwrap();
+        fs::write(leftover.join("groups-1.parquet"), b"cut short").unwrap();
+        let loaded = store.load(Some(3), None, "op").await.unwrap().unwrap();
         assert_eq!(loaded.batch, 3);
         assert!(!leftover.exists(), "an old attempt's temporary folder goes");
         assert_eq!(version_batch(&format!("{:020}-abc", 7)), Some(7));

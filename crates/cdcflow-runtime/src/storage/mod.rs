@@ -56,6 +56,13 @@ impl Key {
         })
     }
 
+    /// This key with `relative` (plain names separated by `/`) appended.
+    pub fn join_relative(&self, relative: &str) -> Result<Self, RunError> {
+        relative
+            .split('/')
+            .try_fold(self.clone(), |key, name| key.join(name))
+    }
+
     /// The key as written: names separated by `/`.
     pub fn as_str(&self) -> &str {
         &self.0
