@@ -688,24 +688,36 @@ fn optimize_and_vacuum_on_a_bucket_keep_every_row_and_free_what_they_name() {
     );
 }
 
-#[test]
-fn a_run_on_a_bucket_killed_at_random_moments_then_rerun_gives_the_tables_of_an_uninterrupted_run()
-{
+/// `crash.rs`'s big pipeline with its storage at `s3://lake/<prefix>` on `moto`, the
+/// answers to its snapshot queries after an uninterrupted run in a folder, and the
+/// environment of its runs (a short lease, so a rerun takes a stopped run's over
+/// quickly).
+fn big_pipeline_in_a_bucket(
+    moto: &Moto,
+    prefix: &str,
+) -> (tempfile::TempDir, Vec<String>, Vec<(&'static str, String)>) {
     use crate::crash::{BIG_SNAPSHOT, big_pipeline};
-    let moto = Moto::start();
     moto.create_bucket("lake");
     let reference = tempfile::tempdir().expect("tempdir");
     big_pipeline(reference.path());
     moto.run(reference.path());
     let want = moto.snapshot(reference.path(), BIG_SNAPSHOT);
-
     let dir = tempfile::tempdir().expect("tempdir");
     big_pipeline(dir.path());
     let yaml = dir.path().join("pipeline.yaml");
     let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
-    std::fs::write(&yaml, format!("{text}storage: s3://lake/big\n")).expect("pipeline.yaml");
+    std::fs::write(&yaml, format!("{text}storage: s3://lake/{prefix}\n")).expect("pipeline.yaml");
     let mut env = moto.env();
     env.push(("CDCFLOW_LEASE_SECONDS", "1".to_string()));
+    (dir, want, env)
+}
+
+#[test]
+fn a_run_on_a_bucket_killed_at_random_moments_then_rerun_gives_the_tables_of_an_uninterrupted_run()
+{
+    use crate::crash::BIG_SNAPSHOT;
+    let moto = Moto::start();
+    let (dir, want, env) = big_pipeline_in_a_bucket(&moto, "big");
     // Each run after a kill first waits out the killed run's lease (1.33 s here), so
     // the moments are counted from then.
     for delay_ms in [40u64, 260, 610, 150, 900, 1400] {
@@ -793,4 +805,74 @@ fn a_stream_join_and_a_deduplication_on_a_bucket_killed_around_their_state_then_
         ],
         &keep,
     );
+}
+
+/// A run paused past its lease (SIGSTOP: a suspended machine, a long pause) while
+/// another takes the lease over and finishes: woken, it writes nothing more and fails
+/// saying it lost the lock, and the tables are those of an uninterrupted run.
+#[test]
+fn a_run_paused_past_its_lease_stops_at_its_next_write_once_another_run_took_over() {
+    use crate::crash::BIG_SNAPSHOT;
+    let moto = Moto::start();
+    let (dir, want, env) = big_pipeline_in_a_bucket(&moto, "paused");
+    let paused = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", path(dir.path())])
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Paused once it holds the lease, a moment into its work.
+    let owned = moto.options();
+    let storage =
+        cdcflow_runtime::storage::Storage::remote("s3://lake/paused", &as_str_pairs(&owned))
+            .expect("storage");
+    let lock = cdcflow_runtime::storage::Key::of(&["_run.lock"]).expect("key");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !runtime
+        .block_on(storage.get(&lock))
+        .expect("read the lock")
+        .is_some_and(|record| String::from_utf8_lossy(&record).contains("\"held\""))
+    {
+        assert!(Instant::now() < deadline, "the run never took its lease");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let signal = |name: &str| {
+        let sent = Command::new("kill")
+            .args([name, &paused.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "kill {name}");
+    };
+    signal("-STOP");
+    let taking_over = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", path(dir.path())])
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .output()
+        .expect("run");
+    assert!(
+        taking_over.status.success(),
+        "{}{}",
+        stdout(&taking_over),
+        stderr(&taking_over)
+    );
+    assert!(
+        stdout(&taking_over).contains("took over the run lock of pid"),
+        "{}",
+        stdout(&taking_over)
+    );
+    signal("-CONT");
+    let woken = paused.wait_with_output().expect("wait");
+    assert!(
+        !woken.status.success() && stderr(&woken).contains("was lost"),
+        "the paused run went on writing:\n{}{}",
+        stdout(&woken),
+        stderr(&woken)
+    );
+    assert_eq!(moto.snapshot(dir.path(), BIG_SNAPSHOT), want);
+    let again = moto.run(dir.path());
+    assert_eq!(again.matches("up to date").count(), 4, "{again}");
+    assert_eq!(moto.snapshot(dir.path(), BIG_SNAPSHOT), want);
 }

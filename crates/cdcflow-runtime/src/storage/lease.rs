@@ -110,6 +110,8 @@ struct Shared {
     ttl: Duration,
     held: Mutex<Held>,
     lost: AtomicBool,
+    /// Set when the lease is let go: the renewer stops.
+    stopped: AtomicBool,
 }
 
 impl Shared {
@@ -143,8 +145,8 @@ impl Shared {
         .with_help("nothing after the last commit was written; the next run goes on from it")
     }
 
-    /// Renews the lease once; false when it is lost.
-    async fn renew(&self) -> bool {
+    /// Renews the lease once, through `remote`; false when it is lost.
+    async fn renew(&self, remote: &Remote) -> bool {
         let (record, tag) = match self.held() {
             Ok(h) => (
                 Record {
@@ -157,13 +159,13 @@ impl Shared {
         };
         let sent = Instant::now();
         let bytes = serde_json::to_vec(&record).unwrap_or_default();
-        let landed = match self.remote.put_if(&self.key, &bytes, Some(&tag)).await {
+        let landed = match remote.put_if(&self.key, &bytes, Some(&tag)).await {
             Ok(Swap::Done(tag)) => Some(tag),
             Ok(Swap::Conflict) => return false,
             // An unknown outcome: the record says whose it is now.
             Err(e) => {
                 tracing::warn!(error = %e, "renewing the run lock failed; reading it back");
-                match self.remote.get_tagged(&self.key).await {
+                match remote.get_tagged(&self.key).await {
                     Ok(Some((bytes, tag))) => serde_json::from_slice::<Record>(&bytes)
                         .ok()
                         .filter(|r| r.token == record.token && r.state == State::Held)
@@ -188,7 +190,9 @@ impl Shared {
 /// without [`Lease::release`], it runs out after its time-to-live).
 pub struct Lease {
     shared: Arc<Shared>,
-    renewer: tokio::task::JoinHandle<()>,
+    /// The thread renewing it: a thread and a runtime of its own, so that a run keeping
+    /// its runtime's workers busy (decoding, applying) never delays a renewal.
+    renewer: Option<std::thread::JoinHandle<()>>,
     /// Whose lease this one took over, and how long it had gone unrenewed.
     took_over: Option<String>,
 }
@@ -214,14 +218,14 @@ impl Lease {
             let sent = Instant::now();
             let Some((text, tag)) = remote.get_tagged(&key).await? else {
                 match remote.put_if(&key, &bytes, None).await? {
-                    Swap::Done(tag) => return Ok(Self::start(remote, key, ttl, mine, tag, sent)),
+                    Swap::Done(tag) => return Self::start(remote, key, ttl, mine, tag, sent),
                     Swap::Conflict => continue,
                 }
             };
             let theirs = serde_json::from_slice::<Record>(&text).ok();
             if theirs.as_ref().is_some_and(|r| r.state == State::Free) {
                 match remote.put_if(&key, &bytes, Some(&tag)).await? {
-                    Swap::Done(tag) => return Ok(Self::start(remote, key, ttl, mine, tag, sent)),
+                    Swap::Done(tag) => return Self::start(remote, key, ttl, mine, tag, sent),
                     Swap::Conflict => continue,
                 }
             }
@@ -240,7 +244,7 @@ impl Lease {
                                 since.elapsed().as_secs()
                             );
                             tracing::warn!("{note}");
-                            let mut lease = Self::start(remote, key, ttl, mine, tag, sent);
+                            let mut lease = Self::start(remote, key, ttl, mine, tag, sent)?;
                             lease.took_over = Some(note);
                             Ok(lease)
                         }
@@ -267,33 +271,29 @@ impl Lease {
         record: Record,
         tag: Tag,
         sent: Instant,
-    ) -> Self {
+    ) -> Result<Self, RunError> {
         let shared = Arc::new(Shared {
             remote: remote.clone(),
             key,
             ttl,
             held: Mutex::new(Held { record, tag, sent }),
             lost: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         });
         let renewing = Arc::clone(&shared);
-        let renewer = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(renewing.ttl / 3).await;
-                if !renewing.renew().await {
-                    renewing.lost.store(true, Ordering::SeqCst);
-                    tracing::error!("{}", renewing.lost_error());
-                    return;
-                }
-            }
-        });
+        let own = remote.reopen()?;
+        let renewer = std::thread::Builder::new()
+            .name("cdcflow-lease".into())
+            .spawn(move || renew_until_stopped(&renewing, &own))
+            .map_err(|e| RunError::internal(format!("the run lock's renewer: {e}")))?;
         if let Ok(mut held) = HELD.lock() {
             held.push(Arc::clone(&shared));
         }
-        Self {
+        Ok(Self {
             shared,
-            renewer,
+            renewer: Some(renewer),
             took_over: None,
-        }
+        })
     }
 
     /// What taking the lease did beyond taking it: the run it took over, if any.
@@ -308,9 +308,13 @@ impl Lease {
     }
 
     /// Lets the lease go: the record says `free`, and the next run takes it at once.
-    pub async fn release(self) -> Result<(), RunError> {
-        self.renewer.abort();
+    pub async fn release(mut self) -> Result<(), RunError> {
+        self.shared.stopped.store(true, Ordering::SeqCst);
         unregister(&self.shared);
+        // A renewal under way lands (or not) before the record is let go.
+        if let Some(renewer) = self.renewer.take() {
+            let _ = tokio::task::spawn_blocking(move || renewer.join()).await;
+        }
         if self.shared.lost.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -341,9 +345,48 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.renewer.abort();
+        self.shared.stopped.store(true, Ordering::SeqCst);
         unregister(&self.shared);
     }
+}
+
+/// How long the renewer sleeps at a time, so it stops soon once the lease is let go.
+const RENEWER_STEP: Duration = Duration::from_millis(20);
+
+/// The renewer's thread: renews `shared` through `remote` every third of its
+/// time-to-live, in a runtime of its own, until the lease is let go or lost.
+fn renew_until_stopped(shared: &Shared, remote: &Remote) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            shared.lost.store(true, Ordering::SeqCst);
+            tracing::error!("the run lock's renewer could not start: {e}");
+            return;
+        }
+    };
+    runtime.block_on(async {
+        loop {
+            let due = Instant::now() + shared.ttl / 3;
+            while Instant::now() < due {
+                if shared.stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                tokio::time::sleep(RENEWER_STEP.min(due.saturating_duration_since(Instant::now())))
+                    .await;
+            }
+            if shared.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            if !shared.renew(remote).await {
+                shared.lost.store(true, Ordering::SeqCst);
+                tracing::error!("{}", shared.lost_error());
+                return;
+            }
+        }
+    });
 }
 
 fn held_by(pipeline: &str, who: &str, remote: &Remote, key: &Key) -> RunError {

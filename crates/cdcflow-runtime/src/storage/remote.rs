@@ -39,6 +39,8 @@ pub struct Remote {
     url: Url,
     /// Rooted at the prefix: keys are paths in it.
     store: ObjectStoreRef,
+    /// What it was opened with besides the environment (tests pass a server's address).
+    options: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Remote {
@@ -61,7 +63,22 @@ impl Remote {
         Ok(Self {
             url: url.clone(),
             store,
+            options: options
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         })
+    }
+
+    /// The same storage through a client of its own (the lease's renewer, which runs
+    /// on a thread of its own, uses one).
+    pub(super) fn reopen(&self) -> Result<Self, RunError> {
+        let options: Vec<(&str, &str)> = self
+            .options
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Self::open(&self.url, &options)
     }
 
     /// [`Self::open`] of the URL `url`.
