@@ -876,3 +876,74 @@ fn a_run_paused_past_its_lease_stops_at_its_next_write_once_another_run_took_ove
     assert_eq!(again.matches("up to date").count(), 4, "{again}");
     assert_eq!(moto.snapshot(dir.path(), BIG_SNAPSHOT), want);
 }
+
+/// `optimize` and `vacuum` on a bucket killed at each of their steps leave tables that
+/// read the same, the next command takes the killed one's lease over, and the next
+/// batch applies once.
+#[test]
+fn optimize_and_vacuum_on_a_bucket_killed_at_their_steps_leave_the_tables_and_the_next_batch_whole()
+{
+    use crate::crash::SNAPSHOT;
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    let mut env = moto.env();
+    env.push(("CDCFLOW_LEASE_SECONDS", "1".to_string()));
+    let command = |args: &[&str], failpoint: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_cdcflow"));
+        c.args(args).envs(env.iter().map(|(k, v)| (*k, v)));
+        if let Some(point) = failpoint {
+            c.env("CDCFLOW_FAILPOINT", point);
+        }
+        c.output().expect("cdcflow")
+    };
+    let two_batches = |storage: &str| {
+        let (dir, held) = orders_staged_at(storage);
+        moto.run(dir.path());
+        std::fs::write(dir.path().join("landing/orders/0002.json"), &held).expect("land");
+        moto.run(dir.path());
+        dir
+    };
+    let reference = two_batches("_storage");
+    let want = moto.snapshot(reference.path(), SNAPSHOT);
+    crate::vacuum::land(reference.path(), 3);
+    moto.run(reference.path());
+    let want_after = moto.snapshot(reference.path(), SNAPSHOT);
+
+    let vacuum = ["--retain", "0", "--force"];
+    let steps: [(&str, &[&str]); 5] = [
+        ("optimize-staged:bronze_order_changes", &[]),
+        ("optimize-committed:bronze_order_changes", &[]),
+        ("vacuum-started:silver_orders_history", &vacuum),
+        ("vacuum-deleting:silver_orders_history", &vacuum),
+        ("vacuum-ended:silver_orders_history", &vacuum),
+    ];
+    for (i, (point, extra)) in steps.into_iter().enumerate() {
+        let dir = two_batches(&format!("s3://lake/maintenance/{i}"));
+        if point.starts_with("vacuum") {
+            // Something for the vacuum to delete: the files a compaction replaced.
+            let out = command(&["optimize", "-p", path(dir.path())], None);
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+        let verb = point.split('-').next().unwrap_or_default();
+        let mut args = vec![verb, "-p", path(dir.path())];
+        args.extend_from_slice(extra);
+        let died = command(&args, Some(point));
+        assert!(
+            !died.status.success() && stderr(&died).contains("failpoint"),
+            "{point} was not reached: {}{}",
+            stdout(&died),
+            stderr(&died)
+        );
+        assert_eq!(moto.snapshot(dir.path(), SNAPSHOT), want, "after {point}");
+        let again = command(&args, None);
+        assert!(again.status.success(), "{point}: {}", stderr(&again));
+        crate::vacuum::land(dir.path(), 3);
+        let out = command(&["run", "-p", path(dir.path())], None);
+        assert!(out.status.success(), "{point}: {}", stderr(&out));
+        assert_eq!(
+            moto.snapshot(dir.path(), SNAPSHOT),
+            want_after,
+            "the batch after a crash at {point}"
+        );
+    }
+}
