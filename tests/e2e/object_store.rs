@@ -13,13 +13,13 @@ use crate::run_examples::python_with_deltalake;
 use crate::{copy_dir, repo, stderr, stdout};
 
 /// An S3-compatible server on loopback, stopped when dropped.
-struct Moto {
+pub(crate) struct Moto {
     child: Child,
     endpoint: String,
 }
 
 impl Moto {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let server = moto_server();
         assert!(
             Path::new(&server).exists(),
@@ -48,7 +48,7 @@ impl Moto {
     }
 
     /// The environment a process reads the server's credentials and endpoint from.
-    fn env(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("AWS_ENDPOINT_URL", self.endpoint.clone()),
             ("AWS_ACCESS_KEY_ID", "test".into()),
@@ -73,13 +73,13 @@ impl Moto {
 
     /// The same settings as object_store options, for a store opened in this process
     /// ([`as_str_pairs`] makes them what `Storage::remote` takes).
-    fn options(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn options(&self) -> Vec<(&'static str, String)> {
         let mut options = self.env();
         options.push(("aws_conditional_put", "etag".to_string()));
         options
     }
 
-    fn create_bucket(&self, bucket: &str) {
+    pub(crate) fn create_bucket(&self, bucket: &str) {
         self.python(&format!(
             "import urllib.request\nurllib.request.urlopen(urllib.request.Request(STORE['AWS_ENDPOINT_URL'] + '/{bucket}', method='PUT'))"
         ));
@@ -103,7 +103,7 @@ impl Moto {
         assert!(out.status.success(), "{}", stderr(&out));
     }
 
-    fn cdcflow(&self, args: &[&str]) -> Output {
+    pub(crate) fn cdcflow(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_cdcflow"))
             .args(args)
             .envs(self.env())
@@ -111,7 +111,7 @@ impl Moto {
             .expect("run cdcflow")
     }
 
-    fn query(&self, dir: &Path, sql: &str) -> String {
+    pub(crate) fn query(&self, dir: &Path, sql: &str) -> String {
         let out = self.cdcflow(&["query", "-p", path(dir), sql, "--format", "csv"]);
         assert!(out.status.success(), "{sql}: {}", stderr(&out));
         stdout(&out)
@@ -122,7 +122,7 @@ impl Moto {
         queries.iter().map(|sql| self.query(dir, sql)).collect()
     }
 
-    fn run(&self, dir: &Path) -> String {
+    pub(crate) fn run(&self, dir: &Path) -> String {
         let out = self.cdcflow(&["run", "-p", path(dir)]);
         assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
         stdout(&out)
@@ -137,7 +137,9 @@ impl Drop for Moto {
 }
 
 /// The settings of [`Moto::options`] as `Storage::remote` takes them.
-fn as_str_pairs<'a>(owned: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+pub(crate) fn as_str_pairs<'a>(
+    owned: &'a [(&'static str, String)],
+) -> Vec<(&'static str, &'a str)> {
     owned.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 

@@ -297,6 +297,83 @@ fn snapshot_then_changes_then_nothing_keeps_scd1_equal_to_the_source() {
     );
 }
 
+/// With the pipeline's storage in a bucket, the capture keeps the storage's identity
+/// and its slot record there (nothing in the pipeline folder), names the bucket in the
+/// publication's comment, and keeps SCD type 1 equal to the source across changes.
+#[test]
+fn a_pipeline_stored_in_a_bucket_captures_changes_and_keeps_its_slot_record_there() {
+    use cdcflow_runtime::storage::{Key, Storage};
+    let moto = crate::object_store::Moto::start();
+    moto.create_bucket("lake");
+    let db = Db::create("bucket_storage");
+    db.exec(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, city text NOT NULL);
+         INSERT INTO customers VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome');",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, false);
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
+    std::fs::write(&yaml, format!("{text}storage: s3://lake/pg\n")).expect("pipeline.yaml");
+    let silver_is_source = |when: &str| {
+        let ours: Vec<String> = moto
+            .query(
+                dir.path(),
+                "SELECT id, name, city FROM customers ORDER BY id",
+            )
+            .lines()
+            .skip(1)
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            ours,
+            db.rows("SELECT id, name, city FROM customers ORDER BY id"),
+            "{when}"
+        );
+    };
+    moto.run(dir.path());
+    silver_is_source("after the snapshot");
+    db.exec("UPDATE customers SET city = 'bern' WHERE id = 1; DELETE FROM customers WHERE id = 2;");
+    db.exec("INSERT INTO customers VALUES (3, 'cy', 'lima')");
+    moto.run(dir.path());
+    silver_is_source("after the changes");
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("the pipeline folder")
+            .all(|e| !e.expect("entry").file_type().expect("type").is_dir()),
+        "a bucket storage writes nothing into the pipeline folder"
+    );
+
+    let owned = moto.options();
+    let storage = Storage::remote("s3://lake/pg", &crate::object_store::as_str_pairs(&owned))
+        .expect("storage");
+    let records = db.rt.block_on(async {
+        let identity = storage
+            .get(&Key::of(&["_identity.json"]).expect("key"))
+            .await
+            .expect("read");
+        let slots = storage
+            .list(&Key::of(&["_postgres"]).expect("key"))
+            .await
+            .expect("list");
+        (identity, slots)
+    });
+    let identity: serde_json::Value =
+        serde_json::from_slice(&records.0.expect("the identity is in the bucket")).expect("json");
+    assert_eq!(identity["path"], "s3://lake/pg/", "{identity}");
+    assert_eq!(records.1.len(), 1, "one slot record: {:?}", records.1);
+    let comment = db.rows(
+        "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname LIKE 'cdcflow%'",
+    );
+    assert_eq!(
+        comment,
+        vec![format!(
+            "cdcflow storage {} s3://lake/pg/",
+            identity["id"].as_str().expect("id")
+        )]
+    );
+}
+
 #[test]
 fn a_run_killed_before_or_after_the_bronze_commit_loses_and_doubles_nothing() {
     for point in [

@@ -32,6 +32,7 @@ use crate::position;
 use crate::slots;
 use crate::source::{Changes, ReadFrom, TableSource};
 use crate::tls::Tls;
+use cdcflow_runtime::storage::Storage;
 use cdcflow_runtime::storage_id::{self, StorageId};
 
 /// Told how a table's initial copy goes (a terminal's progress line).
@@ -108,7 +109,10 @@ impl SourceFactory for PostgresSources {
         pipeline: &'a Pipeline,
     ) -> BoxFuture<'a, Result<Vec<String>, RunError>> {
         Box::pin(async move {
-            if slots::own_recorded(&pipeline.storage_dir())?.is_empty() {
+            if slots::own_recorded(&Storage::of(pipeline)?)
+                .await?
+                .is_empty()
+            {
                 return Ok(vec![]);
             }
             slots::retire(pipeline, &slots_in_use(pipeline).await?).await
@@ -123,12 +127,15 @@ impl SourceFactory for PostgresSources {
                 .into_values()
                 .flatten()
                 .collect();
-            own.extend(
-                slots::own_recorded(&pipeline.storage_dir())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|r| r.slot),
-            );
+            if let Ok(storage) = Storage::of(pipeline) {
+                own.extend(
+                    slots::own_recorded(&storage)
+                        .await
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|r| r.slot),
+                );
+            }
             slots::strays(pipeline, &own).await
         })
     }
@@ -189,7 +196,7 @@ pub fn declared<'a>(pipeline: &'a Pipeline, name: &str) -> Result<&'a Connection
 
 fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
     let connection = resolve(&rp.connection, declared(pipeline, &rp.connection)?)?;
-    let names = SlotNames::new(pipeline, &rp.connection);
+    let names = SlotNames::new(pipeline, &rp.connection)?;
     Ok(PgSource {
         source: TableSource {
             connection,
@@ -420,15 +427,15 @@ pub fn object_name(pipeline: &str, connection: &str) -> String {
 struct SlotNames {
     /// `cdcflow_<pipeline>_<connection>`.
     legacy: String,
-    storage: std::path::PathBuf,
+    storage: Storage,
 }
 
 impl SlotNames {
-    fn new(pipeline: &Pipeline, connection: &str) -> SlotNames {
-        SlotNames {
+    fn new(pipeline: &Pipeline, connection: &str) -> Result<SlotNames, RunError> {
+        Ok(SlotNames {
             legacy: object_name(&pipeline.config.name, connection),
-            storage: pipeline.storage_dir(),
-        }
+            storage: Storage::of(pipeline)?,
+        })
     }
 
     /// The name for the storage of identity `id`.
@@ -501,7 +508,8 @@ impl ExternalSource for PgSource {
                 &slot,
                 &self.connection_name,
                 &source.connection,
-            )?;
+            )
+            .await?;
             if first_read {
                 self.claim(&slot).await;
             }
@@ -586,7 +594,7 @@ impl PgSource {
             Some(p) => Some(p.slot.clone().unwrap_or_else(|| self.names.legacy.clone())),
             None => self.readers.recorded_slot(&self.names.legacy).await?,
         };
-        let ensured = storage_id::ensure(&self.names.storage)?;
+        let ensured = storage_id::ensure(&self.names.storage).await?;
         let own = self.names.of(&ensured.id);
         match recorded {
             None => Ok(own),
@@ -617,8 +625,8 @@ impl PgSource {
     /// not written (the publication made by another role) is only logged.
     async fn claim(&self, slot: &str) {
         let claim = match (
-            storage_id::read(&self.names.storage),
-            std::fs::canonicalize(&self.names.storage),
+            storage_id::read(&self.names.storage).await,
+            storage_id::place(&self.names.storage),
         ) {
             (Ok(Some(id)), Ok(here)) => slots::claim(id.as_str(), &here),
             _ => return,
@@ -648,7 +656,9 @@ impl PgSource {
         };
         Ok(match recorded {
             Some(name) => Some(name),
-            None => storage_id::read(&self.names.storage)?.map(|id| self.names.of(&id)),
+            None => storage_id::read(&self.names.storage)
+                .await?
+                .map(|id| self.names.of(&id)),
         })
     }
 
@@ -790,10 +800,10 @@ mod tests {
         assert_ne!(long, object_name(&"p".repeat(81), "crm"));
     }
 
-    #[test]
-    fn slot_names_carry_the_storage_identity_within_63_bytes() {
+    #[tokio::test]
+    async fn slot_names_carry_the_storage_identity_within_63_bytes() {
         let dir = std::env::temp_dir().join(format!("cdcflow-slot-name-{}", std::process::id()));
-        let id = storage_id::ensure(&dir).unwrap().id;
+        let id = storage_id::ensure(&Storage::local(&dir)).await.unwrap().id;
         std::fs::remove_dir_all(&dir).unwrap();
         let short = slot_name("cdcflow_crm_src", &id);
         assert_eq!(short, format!("cdcflow_crm_src_{}", id.short()));

@@ -20,18 +20,18 @@ use std::path::{Path, PathBuf};
 
 use cdcflow_plan::{Input, Pipeline};
 use cdcflow_runtime::RunError;
-use cdcflow_runtime::checkpoint::write_atomic;
 use cdcflow_runtime::sizes::bytes;
 use cdcflow_runtime::sources::StrayCursor;
+use cdcflow_runtime::storage::{Key, Storage};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Client;
 
 use crate::connection::{PgConnection, quote_ident};
 use crate::error::PgError;
 
-/// Where a storage records its slots.
-fn folder(storage: &Path) -> PathBuf {
-    storage.join("_postgres")
+/// Where a storage records its slots: `_postgres/`.
+fn folder() -> Result<Key, RunError> {
+    Key::of(&["_postgres"])
 }
 
 /// A slot a storage reads, and where.
@@ -55,17 +55,17 @@ impl Recorded {
 }
 
 /// Records that the storage reads `slot` through `connection`, once.
-pub fn record(
-    storage: &Path,
+pub async fn record(
+    storage: &Storage,
     slot: &str,
     connection: &str,
     server: &PgConnection,
 ) -> Result<(), RunError> {
-    let Some(id) = cdcflow_runtime::storage_id::read(storage)? else {
+    let Some(id) = cdcflow_runtime::storage_id::read(storage).await? else {
         return Ok(());
     };
-    let file = folder(storage).join(format!("{slot}.json"));
-    if recorded(storage)?
+    if recorded(storage)
+        .await?
         .iter()
         .any(|r| r.slot == slot && r.storage_id == id.as_str())
     {
@@ -79,68 +79,65 @@ pub fn record(
         port: server.port,
         database: server.database.clone(),
     };
-    std::fs::create_dir_all(folder(storage)).map_err(|e| RunError::io(folder(storage), e))?;
     let text =
         serde_json::to_string_pretty(&entry).map_err(|e| RunError::internal(e.to_string()))?;
-    write_atomic(&file, text.as_bytes())
+    storage
+        .put(&folder()?.join(&format!("{slot}.json"))?, text.as_bytes())
+        .await
 }
 
 /// The slots this storage recorded (not those of a storage it was copied from), by
 /// name.
-pub fn own_recorded(storage: &Path) -> Result<Vec<Recorded>, RunError> {
-    let Some(id) = cdcflow_runtime::storage_id::read(storage)? else {
+pub async fn own_recorded(storage: &Storage) -> Result<Vec<Recorded>, RunError> {
+    let Some(id) = cdcflow_runtime::storage_id::read(storage).await? else {
         return Ok(vec![]);
     };
-    Ok(recorded(storage)?
+    Ok(recorded(storage)
+        .await?
         .into_iter()
         .filter(|r| r.storage_id == id.as_str())
         .collect())
 }
 
 /// Every slot record in the storage, by name.
-fn recorded(storage: &Path) -> Result<Vec<Recorded>, RunError> {
-    let dir = folder(storage);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(RunError::io(&dir, e)),
-    };
+async fn recorded(storage: &Storage) -> Result<Vec<Recorded>, RunError> {
     let mut out = vec![];
-    for entry in entries {
-        let path = entry.map_err(|e| RunError::io(&dir, e))?.path();
-        if path.extension().is_none_or(|x| x != "json") {
+    for entry in storage.list(&folder()?).await? {
+        if !entry.key.name().ends_with(".json") {
             continue;
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| RunError::io(&path, e))?;
-        let recorded: Recorded = serde_json::from_str(&text)
-            .map_err(|e| RunError::input(format!("{} cannot be read: {e}", path.display())))?;
+        let shown = storage.describe(&entry.key);
+        let bytes = storage.get(&entry.key).await?.unwrap_or_default();
+        let recorded: Recorded = serde_json::from_slice(&bytes)
+            .map_err(|e| RunError::input(format!("{shown} cannot be read: {e}")))?;
         out.push(recorded);
     }
     out.sort_by(|a, b| a.slot.cmp(&b.slot));
     Ok(out)
 }
 
-fn forget(storage: &Path, slot: &str) -> Result<(), RunError> {
-    let file = folder(storage).join(format!("{slot}.json"));
-    match std::fs::remove_file(&file) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(RunError::io(&file, e)),
-    }
+async fn forget(storage: &Storage, slot: &str) -> Result<(), RunError> {
+    storage
+        .delete(&folder()?.join(&format!("{slot}.json"))?)
+        .await
 }
 
-/// The comment a publication carries: which storage reads it, and where.
-pub fn claim(id: &str, storage: &Path) -> String {
-    format!("cdcflow storage {id} {}", storage.display())
+/// The comment a publication carries: which storage reads it, and where (its folder,
+/// or its bucket prefix's URL: `storage_id::place`).
+pub fn claim(id: &str, place: &Path) -> String {
+    format!("cdcflow storage {id} {}", place.display())
 }
 
-/// The storage folder a publication's comment names, when it is on this machine and
-/// still holds the identity the comment names.
-pub fn claimed_by(comment: Option<&str>) -> Option<PathBuf> {
+/// The storage a publication's comment names, when it is still there (a folder of
+/// this machine, or a bucket prefix this machine can read) and holds the identity the
+/// comment names.
+pub async fn claimed_by(comment: Option<&str>) -> Option<PathBuf> {
     let rest = comment?.strip_prefix("cdcflow storage ")?;
     let (id, path) = rest.split_once(' ')?;
     let path = PathBuf::from(path);
-    let holds = cdcflow_runtime::storage_id::read(&path)
+    let storage = cdcflow_runtime::storage_id::at_place(&path).ok()?;
+    let holds = cdcflow_runtime::storage_id::read(&storage)
+        .await
         .ok()
         .flatten()
         .is_some_and(|found| found.as_str() == id);
@@ -216,9 +213,9 @@ pub async fn retire(
     pipeline: &Pipeline,
     in_use: &std::collections::BTreeMap<String, Option<String>>,
 ) -> Result<Vec<String>, RunError> {
-    let storage = pipeline.storage_dir();
+    let storage = Storage::of(pipeline)?;
     let mut notes = vec![];
-    for entry in own_recorded(&storage)? {
+    for entry in own_recorded(&storage).await? {
         let needed = match in_use.get(&entry.connection) {
             None => false,
             Some(None) => true,
@@ -251,7 +248,7 @@ pub async fn retire(
         .await;
         match dropped {
             Ok(Dropped::Done { retained }) => {
-                forget(&storage, &entry.slot)?;
+                forget(&storage, &entry.slot).await?;
                 notes.push(format!(
                     "dropped replication slot `{}` and its publication on {}: no flow reads it any more{}",
                     entry.slot,
@@ -261,7 +258,7 @@ pub async fn retire(
                         .unwrap_or_default()
                 ));
             }
-            Ok(Dropped::Missing) => forget(&storage, &entry.slot)?,
+            Ok(Dropped::Missing) => forget(&storage, &entry.slot).await?,
             Ok(Dropped::Active { pid }) => notes.push(format!(
                 "replication slot `{}` on {} is no longer read by this pipeline, but a session (pid {}) streams it: not dropped; the next run tries again",
                 entry.slot,
@@ -309,7 +306,7 @@ pub async fn strays(pipeline: &Pipeline, own: &[String]) -> Vec<StrayCursor> {
         for row in rows {
             let slot: String = row.get(0);
             let comment: Option<String> = row.get(3);
-            if own.contains(&slot) || claimed_by(comment.as_deref()).is_some() {
+            if own.contains(&slot) || claimed_by(comment.as_deref()).await.is_some() {
                 continue;
             }
             let server = format!(
@@ -357,7 +354,7 @@ pub async fn drop_named(
         ))
         .with_help("remove the read_postgres flows that read it: the next run drops it"));
     }
-    let storage = pipeline.storage_dir();
+    let storage = Storage::of(pipeline)?;
     let mut servers = vec![];
     for connection in read_connections(pipeline) {
         let Some(declared) = pipeline.config.connections.get(&connection) else {
@@ -385,7 +382,7 @@ pub async fn drop_named(
             .map_err(|e| RunError::input(format!("connection `{connection}`: {e}")))?;
         return match dropped {
             Dropped::Done { retained } => {
-                forget(&storage, name)?;
+                forget(&storage, name).await?;
                 Ok(format!(
                     "dropped replication slot `{name}` and its publication on {at}{}",
                     retained
@@ -416,19 +413,23 @@ pub async fn drop_named(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_claim_holds_only_while_its_folder_holds_the_identity() {
-        assert_eq!(claimed_by(None), None);
-        assert_eq!(claimed_by(Some("made by hand")), None);
+    #[tokio::test]
+    async fn a_claim_holds_only_while_its_folder_holds_the_identity() {
+        assert_eq!(claimed_by(None).await, None);
+        assert_eq!(claimed_by(Some("made by hand")).await, None);
         let dir = std::env::temp_dir().join(format!("cdcflow-claim-{}", std::process::id()));
-        let id = cdcflow_runtime::storage_id::ensure(&dir).unwrap().id;
+        let storage = Storage::local(&dir);
+        let id = cdcflow_runtime::storage_id::ensure(&storage)
+            .await
+            .unwrap()
+            .id;
         let here = std::fs::canonicalize(&dir).unwrap();
         assert_eq!(
-            claimed_by(Some(&claim(id.as_str(), &here))),
+            claimed_by(Some(&claim(id.as_str(), &here))).await,
             Some(here.clone())
         );
-        assert_eq!(claimed_by(Some(&claim("0123", &here))), None);
+        assert_eq!(claimed_by(Some(&claim("0123", &here))).await, None);
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(claimed_by(Some(&claim(id.as_str(), &here))), None);
+        assert_eq!(claimed_by(Some(&claim(id.as_str(), &here))).await, None);
     }
 }

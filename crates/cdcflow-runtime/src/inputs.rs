@@ -409,15 +409,6 @@ impl InputReader<'_> {
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
-        if self.storage.is_remote() && matches!(input, Input::Postgres(_) | Input::Mysql(_)) {
-            // Their slot and storage-identity records are kept in a folder only: a
-            // bucket storage would have them written where no run looks.
-            return Err(RunError::input(format!(
-                "`{name}`: reading a database's change log is not done yet with the storage in a bucket ({})",
-                self.storage
-            ))
-            .with_help("keep `storage:` a local folder for pipelines that read PostgreSQL or MySQL (docs/storage.md)"));
-        }
         let source = match self.sources {
             Some(sources) => sources.open(self.pipeline, input)?,
             None => return Err(crate::sources::missing_kind(input)),

@@ -10,12 +10,13 @@
 //! checkpoints then name the other's slot, which its sources refuse); otherwise it was
 //! moved and keeps its id.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use cdcflow_plan::location::Location;
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;
-use crate::checkpoint::write_atomic;
+use crate::storage::{Key, Storage};
 
 const FILE: &str = "_identity.json";
 
@@ -37,19 +38,23 @@ impl StorageId {
 #[derive(Debug, Serialize, Deserialize)]
 struct Stored {
     id: String,
-    /// The folder the storage was in when the id was made (or last moved to).
+    /// Where the storage was when the id was made (or last moved to): its folder, or
+    /// its bucket prefix's URL.
     path: PathBuf,
 }
 
-fn read_stored(storage: &Path) -> Result<Option<Stored>, RunError> {
-    let file = storage.join(FILE);
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(RunError::io(&file, e)),
+fn key() -> Result<Key, RunError> {
+    Key::of(&[FILE])
+}
+
+async fn read_stored(storage: &Storage) -> Result<Option<Stored>, RunError> {
+    let key = key()?;
+    let Some(bytes) = storage.get(&key).await? else {
+        return Ok(None);
     };
-    let stored: Stored = serde_json::from_str(&text).map_err(|e| {
-        RunError::input(format!("{} cannot be read: {e}", file.display())).with_help(
+    let file = storage.describe(&key);
+    let stored: Stored = serde_json::from_slice(&bytes).map_err(|e| {
+        RunError::input(format!("{file} cannot be read: {e}")).with_help(
             "it names this pipeline storage; delete it only for a storage no server object was made for",
         )
     })?;
@@ -61,47 +66,69 @@ fn read_stored(storage: &Path) -> Result<Option<Stored>, RunError> {
     match well_formed {
         true => Ok(Some(stored)),
         false => Err(RunError::input(format!(
-            "{} holds no identity (`{}`)",
-            file.display(),
+            "{file} holds no identity (`{}`)",
             stored.id
         ))),
     }
 }
 
-fn write_stored(storage: &Path, stored: &Stored) -> Result<(), RunError> {
+async fn write_stored(storage: &Storage, stored: &Stored) -> Result<(), RunError> {
     let text =
         serde_json::to_string_pretty(stored).map_err(|e| RunError::internal(e.to_string()))?;
-    write_atomic(&storage.join(FILE), text.as_bytes())
+    storage.put(&key()?, text.as_bytes()).await
 }
 
 fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// The identity of the storage at `storage` as it is, without making one (`status`).
-pub fn read(storage: &Path) -> Result<Option<StorageId>, RunError> {
-    Ok(read_stored(storage)?.map(|s| StorageId(s.id)))
+/// Where `storage` is, as its identity records it and a publication's comment names
+/// it: a folder's canonical path (made when missing), or a bucket prefix's URL.
+pub fn place(storage: &Storage) -> Result<PathBuf, RunError> {
+    match storage {
+        Storage::Local(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| RunError::io(dir, e))?;
+            std::fs::canonicalize(dir).map_err(|e| RunError::io(dir, e))
+        }
+        Storage::Remote(remote) => Ok(PathBuf::from(remote.url().as_str())),
+    }
+}
+
+/// The storage at `place` (a folder, or a bucket prefix's URL), as [`place`] names it.
+pub fn at_place(place: &std::path::Path) -> Result<Storage, RunError> {
+    let text = place.to_string_lossy();
+    match text.contains("://") {
+        true => Location::parse(std::path::Path::new("/"), &text)
+            .map_err(RunError::input)
+            .and_then(|location| Storage::at(&location)),
+        false => Ok(Storage::local(place)),
+    }
+}
+
+/// The identity of `storage` as it is, without making one (`status`).
+pub async fn read(storage: &Storage) -> Result<Option<StorageId>, RunError> {
+    Ok(read_stored(storage).await?.map(|s| StorageId(s.id)))
 }
 
 /// What [`ensure`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ensured {
     pub id: StorageId,
-    /// This storage is a copy of the one in this folder, and took an id of its own now.
+    /// This storage is a copy of the one at this place (a folder, or a bucket
+    /// prefix's URL), and took an id of its own now.
     pub copied_from: Option<PathBuf>,
 }
 
-/// The identity of the storage at `storage`, made when it has none, and made anew when
-/// the storage is a copy of one still in the folder it names.
-pub fn ensure(storage: &Path) -> Result<Ensured, RunError> {
-    std::fs::create_dir_all(storage).map_err(|e| RunError::io(storage, e))?;
-    let here = std::fs::canonicalize(storage).map_err(|e| RunError::io(storage, e))?;
-    let Some(stored) = read_stored(storage)? else {
+/// The identity of `storage`, made when it has none, and made anew when the storage
+/// is a copy of one still at the place it names.
+pub async fn ensure(storage: &Storage) -> Result<Ensured, RunError> {
+    let here = place(storage)?;
+    let Some(stored) = read_stored(storage).await? else {
         let stored = Stored {
             id: new_id(),
             path: here,
         };
-        write_stored(storage, &stored)?;
+        write_stored(storage, &stored).await?;
         return Ok(Ensured {
             id: StorageId(stored.id),
             copied_from: None,
@@ -113,7 +140,10 @@ pub fn ensure(storage: &Path) -> Result<Ensured, RunError> {
             copied_from: None,
         });
     }
-    let original = read_stored(&stored.path).ok().flatten();
+    let original = match at_place(&stored.path) {
+        Ok(there) => read_stored(&there).await.ok().flatten(),
+        Err(_) => None,
+    };
     let copied = original.is_some_and(|o| o.id == stored.id);
     let renewed = Stored {
         id: match copied {
@@ -122,7 +152,7 @@ pub fn ensure(storage: &Path) -> Result<Ensured, RunError> {
         },
         path: here,
     };
-    write_stored(storage, &renewed)?;
+    write_stored(storage, &renewed).await?;
     Ok(Ensured {
         id: StorageId(renewed.id),
         copied_from: copied.then_some(stored.path),
@@ -133,25 +163,28 @@ pub fn ensure(storage: &Path) -> Result<Ensured, RunError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_storage_keeps_its_id_moved_and_takes_a_new_one_copied() {
+    #[tokio::test]
+    async fn a_storage_keeps_its_id_moved_and_takes_a_new_one_copied() {
         let root = tempfile::tempdir().unwrap();
         let a = root.path().join("a");
-        let first = ensure(&a).unwrap();
+        let first = ensure(&Storage::local(&a)).await.unwrap();
         assert_eq!(first.copied_from, None);
         assert_eq!(first.id.as_str().len(), 32);
-        assert_eq!(ensure(&a).unwrap(), first);
-        assert_eq!(read(&a).unwrap(), Some(first.id.clone()));
+        assert_eq!(ensure(&Storage::local(&a)).await.unwrap(), first);
+        assert_eq!(
+            read(&Storage::local(&a)).await.unwrap(),
+            Some(first.id.clone())
+        );
 
         // Copied: the original still holds the id, so the copy takes another.
         let b = root.path().join("b");
         std::fs::create_dir_all(&b).unwrap();
         std::fs::copy(a.join(FILE), b.join(FILE)).unwrap();
-        let copy = ensure(&b).unwrap();
+        let copy = ensure(&Storage::local(&b)).await.unwrap();
         assert_ne!(copy.id, first.id);
         assert_eq!(copy.copied_from, Some(std::fs::canonicalize(&a).unwrap()));
         assert_eq!(
-            ensure(&a).unwrap().id,
+            ensure(&Storage::local(&a)).await.unwrap().id,
             first.id,
             "the original keeps its id"
         );
@@ -159,15 +192,18 @@ mod tests {
         // Moved: the folder it names is gone, so it keeps its id.
         let c = root.path().join("c");
         std::fs::rename(&a, &c).unwrap();
-        let moved = ensure(&c).unwrap();
+        let moved = ensure(&Storage::local(&c)).await.unwrap();
         assert_eq!((moved.id, moved.copied_from), (first.id, None));
     }
 
-    #[test]
-    fn a_damaged_identity_is_an_error_naming_the_file() {
+    #[tokio::test]
+    async fn a_damaged_identity_is_an_error_naming_the_file() {
         let root = tempfile::tempdir().unwrap();
         std::fs::write(root.path().join(FILE), "{\"id\": \"x\", \"path\": \"/\"}").unwrap();
-        let e = ensure(root.path()).unwrap_err().to_string();
+        let e = ensure(&Storage::local(root.path()))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(FILE), "{e}");
     }
 }

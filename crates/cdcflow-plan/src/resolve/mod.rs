@@ -195,9 +195,6 @@ pub fn load_discovered(
     r.check_targets();
     r.check_snapshot_targets();
     r.check_change_source_readers();
-    if let Ok(location) = crate::location::Location::parse(root, &config.storage) {
-        r.check_sources_of_a_bucket_storage(&location);
-    }
     let order = r.order_datasets();
     r.check_view_depth(&order);
     r.derive_schemas(&order);

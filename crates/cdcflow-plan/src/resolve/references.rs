@@ -394,43 +394,6 @@ impl Resolver<'_> {
         }
     }
 
-    /// A database's change log read with the pipeline's storage in a bucket: the
-    /// records a run keeps of its replication slot or binlog reader and of the storage's
-    /// identity are kept in a folder only, so the run would fail; said here, at the call.
-    pub(super) fn check_sources_of_a_bucket_storage(
-        &mut self,
-        storage: &crate::location::Location,
-    ) {
-        if !storage.is_remote() {
-            return;
-        }
-        let calls: Vec<(FileId, Span, &'static str)> = self
-            .flows
-            .iter()
-            .flat_map(|f| {
-                f.inputs.iter().filter_map(move |i| match i {
-                    Input::Postgres(rp) => Some((f.file, rp.span, "read_postgres")),
-                    Input::Mysql(rm) => Some((f.file, rm.span, "read_mysql")),
-                    _ => None,
-                })
-            })
-            .collect();
-        for (file, span, source) in calls {
-            let code = match source {
-                "read_mysql" => "cdcflow::read_mysql",
-                _ => "cdcflow::read_postgres",
-            };
-            self.error(
-                file,
-                span,
-                code,
-                format!("{source} with the pipeline's storage in a bucket ({storage}) is not supported yet: the records of its change-log reader are kept in a folder"),
-                "reads a database's change log",
-                Some("keep `storage:` a local folder for pipelines that read PostgreSQL or MySQL (docs/storage.md)".into()),
-            );
-        }
-    }
-
     /// What every source function checks (`read_postgres`, `read_query`): named
     /// literal arguments only, read as a stream (`why` says what a read does), and
     /// only options it takes. `what`: the function's name, its diagnostic code and an
