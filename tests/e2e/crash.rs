@@ -257,6 +257,19 @@ pub(crate) fn killed_at_each_point_in(
     }
 }
 
+/// The table of the `snapshot_versions_scd2` case its kill tests compare.
+pub(crate) const SNAPSHOT_VERSIONS_TABLES: &[&str] =
+    &["SELECT * FROM target ORDER BY Key, __START_AT"];
+
+/// Every point of a `snapshot_versions_scd2` batch a kill test stops it at.
+pub(crate) const SNAPSHOT_VERSIONS_POINTS: &[&str] = &[
+    "offsets:target_history",
+    "before-commit:target__state",
+    "committed:target__state",
+    "before-commit:target",
+    "committed:target",
+];
+
 /// The tables of the `stream_tumbling` case its kill tests compare.
 pub(crate) const TUMBLING_TABLES: &[&str] = &[
     "SELECT * FROM per_minute ORDER BY k, window_start",
@@ -347,14 +360,8 @@ fn a_snapshot_flow_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables
         "snapshot_versions_scd2",
         &["1"],
         "1",
-        &["SELECT * FROM target ORDER BY Key, __START_AT"],
-        &[
-            "offsets:target_history",
-            "before-commit:target__state",
-            "committed:target__state",
-            "before-commit:target",
-            "committed:target",
-        ],
+        SNAPSHOT_VERSIONS_TABLES,
+        SNAPSHOT_VERSIONS_POINTS,
     );
 }
 

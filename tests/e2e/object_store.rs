@@ -949,3 +949,18 @@ fn optimize_and_vacuum_on_a_bucket_killed_at_their_steps_leave_the_tables_and_th
         );
     }
 }
+
+/// An AUTO CDC FROM SNAPSHOT flow stored in a bucket, killed at every point of its
+/// batch, then rerun, gives the tables of uninterrupted runs in a folder.
+#[test]
+fn a_snapshot_flow_on_a_bucket_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables() {
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    crate::crash::killed_at_each_point_in(
+        "snapshot_versions_scd2",
+        (&["1"], "1"),
+        crate::crash::SNAPSHOT_VERSIONS_TABLES,
+        crate::crash::SNAPSHOT_VERSIONS_POINTS,
+        &bucket_keep(&moto, "s3://lake/snapshots"),
+    );
+}

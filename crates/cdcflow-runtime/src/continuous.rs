@@ -70,7 +70,7 @@ pub async fn run_continuous(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     let lock = PipelineLock::acquire(pipeline).await?;
-    let ended = batches(pipeline, options, on_batch, shutdown).await;
+    let ended = batches(pipeline, options, on_batch, shutdown, &lock).await;
     if let Some(sources) = &options.sources {
         sources.0.finish().await;
     }
@@ -86,6 +86,7 @@ async fn batches(
     options: &RunOptions,
     mut on_batch: impl FnMut(&RunReport),
     shutdown: impl Future<Output = ()>,
+    lock: &PipelineLock,
 ) -> Result<(), RunError> {
     let interval = pipeline.config.trigger_interval();
     let (tx, mut rx) = mpsc::channel::<()>(64);
@@ -156,7 +157,12 @@ async fn batches(
             }
         }
         first = false;
+        // A lease lost (a pause past it, a store out of reach) ends the run: another
+        // may hold it now, and batches that would only fail at their commits are not
+        // begun.
+        lock.check()?;
         let mut report = run_locked(pipeline, &options).await?;
+        lock.check()?;
         falling_behind(&mut report, pipeline.config.trigger_interval_seconds);
         options.full_refresh = None;
         pending = report.flows.iter().any(|f| f.pending_files > 0);

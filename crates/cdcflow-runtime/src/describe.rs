@@ -132,7 +132,7 @@ async fn detail(located: &Located, clustering: &[String]) -> Result<RecordBatch,
             })
             .unwrap_or_default()
     };
-    let files = table.fetched_files().await?;
+    let files = table.adds()?;
     let bytes: i64 = snapshot
         .snapshot()
         .log_data()

@@ -26,6 +26,15 @@ impl PipelineLock {
         }
     }
 
+    /// Fails when the lock is no longer held: a lease lost (not renewed in time, or
+    /// taken by another run). A folder's lock is held until the process ends.
+    pub fn check(&self) -> Result<(), RunError> {
+        match self {
+            Self::Folder(_) => Ok(()),
+            Self::Bucket(lease) => lease.check(),
+        }
+    }
+
     /// What a run's report says of taking the lock: a dead run's lease taken over.
     pub fn note(&self) -> Option<String> {
         match self {

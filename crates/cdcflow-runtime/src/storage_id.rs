@@ -140,10 +140,15 @@ pub async fn ensure(storage: &Storage) -> Result<Ensured, RunError> {
             copied_from: None,
         });
     }
-    let original = match at_place(&stored.path) {
-        Ok(there) => read_stored(&there).await.ok().flatten(),
-        Err(_) => None,
-    };
+    // Only an original that is gone means a move: one that cannot be read (another
+    // account's bucket, an endpoint not set) is an error, not taken for a move, since a
+    // copy taken for a move would read the original's slot.
+    let original = read_stored(&at_place(&stored.path)?).await.map_err(|e| {
+        e.with_help(format!(
+            "this storage's identity was made at {}, which cannot be read from here to tell a copy from a move; make it readable, or delete _identity.json if no server object was made for this storage",
+            stored.path.display()
+        ))
+    })?;
     let copied = original.is_some_and(|o| o.id == stored.id);
     let renewed = Stored {
         id: match copied {

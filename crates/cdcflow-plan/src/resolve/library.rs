@@ -162,7 +162,15 @@ impl Resolver<'_> {
         if !config.storage.contains("://") {
             return;
         }
-        if let Err(why) = crate::location::Location::parse(Path::new(""), &config.storage) {
+        let why = match crate::location::Location::parse(Path::new(""), &config.storage) {
+            Err(why) => Some(why),
+            // A `file://` URL: the storage's folder is given as a path.
+            Ok(location) if !location.is_remote() => {
+                Some("is a file:// URL: give the folder as a path".to_string())
+            }
+            Ok(_) => None,
+        };
+        if let Some(why) = why {
             self.config_error_labelled(
                 text,
                 &config.storage,

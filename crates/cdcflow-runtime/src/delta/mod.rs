@@ -853,13 +853,17 @@ impl Staged {
         crate::storage::lease::fence(&self.dir.to_string_lossy())?;
         let dir = self.dir.clone();
         let read_version = self.table.version();
+        let log_store = self.table.log_store();
         commit.check_partitioning(&dir, &self.table, mode)?;
         if mode == Mode::Append {
             commit.refuse_committed(&dir, &self.table).await?;
         }
         match self.commit_unchecked(mode, commit).await {
             Ok(()) => Ok(()),
-            Err(e) => Err(commit.interfered(&dir, read_version).await.unwrap_or(e)),
+            Err(e) => Err(commit
+                .interfered(&dir, log_store, read_version)
+                .await
+                .unwrap_or(e)),
         }
     }
 
@@ -1015,8 +1019,16 @@ impl Commit {
 
     /// After a failed commit: why, when another writer changed the table since it was
     /// read (`None` when it did not, and the failure is the commit's own).
-    async fn interfered(&self, dir: &Path, read_version: Option<u64>) -> Option<RunError> {
-        let table = deltalake::open_table(url_of(dir).ok()?).await.ok()?;
+    async fn interfered(
+        &self,
+        dir: &Path,
+        log_store: deltalake::logstore::LogStoreRef,
+        read_version: Option<u64>,
+    ) -> Option<RunError> {
+        // The table as it is now, read through the store the commit went to (a folder
+        // or a bucket alike).
+        let mut table = DeltaTable::new(log_store);
+        table.load().await.ok()?;
         if table.version() == read_version {
             return None;
         }

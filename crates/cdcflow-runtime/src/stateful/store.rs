@@ -239,6 +239,13 @@ impl StateStore {
             if name == kept_name || version_batch(&name).is_some_and(|b| b > committed) {
                 continue;
             }
+            if let [(key, relative)] = files.as_slice()
+                && !relative.contains('/')
+            {
+                // A plain file beside the versions (left by hand, or by a tool).
+                self.storage.delete(key).await?;
+                continue;
+            }
             if !files.iter().any(|(_, r)| listed.contains(r.as_str())) {
                 self.storage.delete_all(&self.key.join(&name)?).await?;
                 continue;

@@ -191,6 +191,7 @@ async fn delete(
         "numFilesToDelete": doomed.len(),
         "sizeOfDataToDelete": doomed.iter().map(|d| d.bytes).sum::<u64>(),
     });
+    crate::storage::lease::fence(&dir.to_string_lossy())?;
     let started = CommitBuilder::from(metrics_properties(metrics))
         .build(
             Some(table.snapshot().map_err(err)?),
@@ -233,6 +234,7 @@ async fn delete(
     let end = DeltaOperation::VacuumEnd {
         status: "COMPLETED".to_string(),
     };
+    crate::storage::lease::fence(&dir.to_string_lossy())?;
     CommitBuilder::from(metrics_properties(metrics))
         .build(Some(&started.snapshot), table.log_store(), end)
         .await

@@ -463,6 +463,7 @@ async fn published_rows(
     schema: &SchemaRef,
     spec: &AutoCdcSpec,
 ) -> Result<datafusion::physical_plan::SendableRecordBatchStream, RunError> {
+    table.fetch_current().await?;
     let (provider, _) = crate::delta::scan::whole(table, schema)?;
     let rows = rc.ctx.read_table(provider)?;
     let rows = match spec.scd_type == 2 {
