@@ -220,6 +220,49 @@ fn snapshot_then_changes_keep_scd1_equal_to_the_source_with_every_type() {
     );
 }
 
+/// With the pipeline's storage in a bucket, binary-log capture keeps SCD type 1 equal
+/// to the source across a snapshot and changes, and writes nothing into the pipeline
+/// folder.
+#[test]
+fn a_pipeline_stored_in_a_bucket_captures_the_binary_log() {
+    let moto = crate::object_store::Moto::start();
+    moto.create_bucket("lake");
+    let db = Maria::create("binlog_bucket");
+    db.exec(
+        Some(&db.name),
+        "CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, city VARCHAR(40) NOT NULL) ENGINE=InnoDB;
+         INSERT INTO customers VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome');",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, "");
+    let yaml = dir.path().join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
+    std::fs::write(&yaml, format!("{text}storage: s3://lake/mysql\n")).expect("pipeline.yaml");
+    let silver_is_source = |when: &str| {
+        let ours: Vec<String> = moto
+            .query(dir.path(), CURRENT)
+            .lines()
+            .skip(1)
+            .map(String::from)
+            .collect();
+        assert_eq!(ours, db.rows(CURRENT), "{when}");
+    };
+    moto.run(dir.path());
+    silver_is_source("after the snapshot");
+    db.exec(
+        Some(&db.name),
+        "UPDATE customers SET city = 'bern' WHERE id = 1; DELETE FROM customers WHERE id = 2; INSERT INTO customers VALUES (3, 'cy', 'lima');",
+    );
+    moto.run(dir.path());
+    silver_is_source("after the changes");
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("the pipeline folder")
+            .all(|e| !e.expect("entry").file_type().expect("type").is_dir()),
+        "a bucket storage writes nothing into the pipeline folder"
+    );
+}
+
 #[test]
 fn a_run_killed_at_each_failpoint_loses_and_doubles_nothing() {
     for point in [
