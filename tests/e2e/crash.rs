@@ -237,10 +237,7 @@ pub(crate) fn killed_at_each_point_in(
     for (i, point) in points.iter().enumerate() {
         let dir = case_staged(case);
         if let Some(bucket) = keep.bucket {
-            let yaml = dir.path().join("pipeline.yaml");
-            let text = fs::read_to_string(&yaml).expect("pipeline.yaml");
-            let text = format!("{}\nstorage: {bucket}/{case}/{i}\n", text.trim_end());
-            fs::write(&yaml, text).expect("pipeline.yaml");
+            crate::object_store::store_at(dir.path(), &format!("{bucket}/{case}/{i}"));
         }
         for step in steps {
             copy_dir(&files(step), dir.path());

@@ -235,9 +235,7 @@ fn a_pipeline_stored_in_a_bucket_captures_the_binary_log() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), &db, "");
-    let yaml = dir.path().join("pipeline.yaml");
-    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
-    std::fs::write(&yaml, format!("{text}storage: s3://lake/mysql\n")).expect("pipeline.yaml");
+    crate::object_store::store_at(dir.path(), "s3://lake/mysql");
     let silver_is_source = |when: &str| {
         let ours: Vec<String> = moto
             .query(dir.path(), CURRENT)
@@ -255,12 +253,7 @@ fn a_pipeline_stored_in_a_bucket_captures_the_binary_log() {
     );
     moto.run(dir.path());
     silver_is_source("after the changes");
-    assert!(
-        std::fs::read_dir(dir.path())
-            .expect("the pipeline folder")
-            .all(|e| !e.expect("entry").file_type().expect("type").is_dir()),
-        "a bucket storage writes nothing into the pipeline folder"
-    );
+    crate::object_store::assert_nothing_stored_in(dir.path());
 }
 
 #[test]

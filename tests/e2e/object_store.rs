@@ -143,6 +143,26 @@ pub(crate) fn as_str_pairs<'a>(
     owned.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
+/// Points the pipeline in `dir` at `storage` (appended to its pipeline.yaml).
+pub(crate) fn store_at(dir: &Path, storage: &str) {
+    let yaml = dir.join("pipeline.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
+    std::fs::write(&yaml, format!("{}\nstorage: {storage}\n", text.trim_end()))
+        .expect("pipeline.yaml");
+}
+
+/// Fails when the pipeline folder `dir` holds a storage folder: a bucket storage writes
+/// none (`_storage` is the default's name; `s3:` the folder a URL taken for a path
+/// would make).
+pub(crate) fn assert_nothing_stored_in(dir: &Path) {
+    for folder in ["_storage", "s3:", "s3a:"] {
+        assert!(
+            !dir.join(folder).exists(),
+            "a bucket storage writes nothing into the pipeline folder, yet {folder} is there"
+        );
+    }
+}
+
 /// `CDCFLOW_MOTO`, else where `.ci/s3` installs it.
 fn moto_server() -> String {
     std::env::var("CDCFLOW_MOTO").unwrap_or_else(|_| {
@@ -442,9 +462,7 @@ fn a_lease_in_a_bucket_is_refused_while_renewed_and_taken_over_once_its_holder_s
 fn orders_at(storage: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     copy_dir(&repo().join("pipelines/orders"), dir.path());
-    let yaml = dir.path().join("pipeline.yaml");
-    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
-    std::fs::write(&yaml, format!("{text}storage: {storage}\n")).expect("pipeline.yaml");
+    store_at(dir.path(), storage);
     dir
 }
 
@@ -462,10 +480,7 @@ fn a_pipeline_stored_in_a_bucket_runs_and_reads_as_one_stored_in_a_folder() {
     moto.run(folder.path());
     let summary = moto.run(bucket.path());
     assert!(summary.contains("orders_changes"), "{summary}");
-    assert!(
-        !bucket.path().join("s3:").exists() && !bucket.path().join("_storage").exists(),
-        "nothing of a bucket storage is written to the pipeline folder"
-    );
+    assert_nothing_stored_in(bucket.path());
     for sql in [
         ORDERS_HISTORY,
         "SELECT status, orders, total_amount FROM gold_orders_by_status ORDER BY status",
@@ -706,9 +721,7 @@ fn big_pipeline_in_a_bucket(
     let want = moto.snapshot(reference.path(), BIG_SNAPSHOT);
     let dir = tempfile::tempdir().expect("tempdir");
     big_pipeline(dir.path());
-    let yaml = dir.path().join("pipeline.yaml");
-    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
-    std::fs::write(&yaml, format!("{text}storage: s3://lake/{prefix}\n")).expect("pipeline.yaml");
+    store_at(dir.path(), &format!("s3://lake/{prefix}"));
     let mut env = moto.env();
     env.push(("CDCFLOW_LEASE_SECONDS", "1".to_string()));
     (dir, want, env)

@@ -312,9 +312,7 @@ fn a_pipeline_stored_in_a_bucket_captures_changes_and_keeps_its_slot_record_ther
     );
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), &db, false);
-    let yaml = dir.path().join("pipeline.yaml");
-    let text = std::fs::read_to_string(&yaml).expect("pipeline.yaml");
-    std::fs::write(&yaml, format!("{text}storage: s3://lake/pg\n")).expect("pipeline.yaml");
+    crate::object_store::store_at(dir.path(), "s3://lake/pg");
     let silver_is_source = |when: &str| {
         let ours: Vec<String> = moto
             .query(
@@ -337,12 +335,7 @@ fn a_pipeline_stored_in_a_bucket_captures_changes_and_keeps_its_slot_record_ther
     db.exec("INSERT INTO customers VALUES (3, 'cy', 'lima')");
     moto.run(dir.path());
     silver_is_source("after the changes");
-    assert!(
-        std::fs::read_dir(dir.path())
-            .expect("the pipeline folder")
-            .all(|e| !e.expect("entry").file_type().expect("type").is_dir()),
-        "a bucket storage writes nothing into the pipeline folder"
-    );
+    crate::object_store::assert_nothing_stored_in(dir.path());
 
     let owned = moto.options();
     let storage = Storage::remote("s3://lake/pg", &crate::object_store::as_str_pairs(&owned))
