@@ -275,6 +275,7 @@ async fn oldest_unread_version(
         return Ok(None);
     }
     let mut oldest: Option<i64> = None;
+    let records = Storage::at(storage)?;
     for flow in &pipeline.flows {
         let streams_it = flow.inputs.iter().any(|i| {
             matches!(i, Input::Dataset { name, streaming: true } if name.eq_ignore_ascii_case(&d.name))
@@ -291,7 +292,7 @@ async fn oldest_unread_version(
             FlowKind::Query { .. } => layout::table_dir(storage, target)?,
         };
         let table = Table::open(&progress_table).await?;
-        let progress = Checkpoint::in_storage(&Storage::at(storage)?, &flow.name)?
+        let progress = Checkpoint::in_storage(&records, &flow.name)?
             .peek(&table, &layout::app_id(&flow.name))
             .await?;
         if let Some(v) = progress.source_version(&d.name) {
