@@ -11,6 +11,7 @@ pub mod exec;
 pub(crate) mod flow;
 pub mod kernel;
 pub mod rules;
+pub mod slice;
 pub mod snapshot;
 
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::physical_expr::PhysicalExpr;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use cdcflow_plan::autocdc::{END_AT, START_AT};
 
@@ -219,7 +219,7 @@ impl Rules {
 }
 
 /// What one apply did, counted over the incoming events.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplyMetrics {
     /// Incoming events (keyed and truncates).
     pub events: u64,

@@ -53,6 +53,11 @@ impl DataFile {
     }
 
     /// Rows a reader sees: the file's rows less those deleted (the log's count).
+    /// Its path as the table's log names it; none for a file outside a table.
+    pub fn log_path(&self) -> Option<&str> {
+        self.add.as_ref().map(|a| a.path.as_str())
+    }
+
     pub fn live_rows(&self) -> Option<u64> {
         let physical = self.add.as_ref()?.get_stats().ok()??.num_records;
         let deleted = self.deleted.as_ref().map_or(0, |d| d.len());

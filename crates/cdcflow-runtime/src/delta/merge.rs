@@ -21,30 +21,28 @@ use super::deletion_vectors::VectorFile;
 use super::{Commit, DataFile, Staged, StagedData, Table, parallel};
 use crate::RunError;
 
-/// Stages a merge-on-write of `table`: the rows at `deleted` (positions per index into
-/// `files`, the files it was read from) deleted, and `batches` (rows of `schema`) added.
-/// The new data files and the vector file are written; nothing is committed until the
-/// [`Staged`] is, with [`super::Mode::Merge`].
-pub async fn stage(
+/// Writes `batches` (rows of `schema`) as new data files of `table`, uncommitted: the
+/// add actions of a merge-on-write ([`stage_written`]).
+pub async fn write_files(
     table: &Table,
-    files: &[DataFile],
-    deleted: BTreeMap<usize, Vec<u64>>,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
     commit: &Commit,
-) -> Result<Staged, RunError> {
-    let delta = existing(table)?;
-    let mut added = Vec::new();
-    if batches.iter().any(|b| b.num_rows() > 0) {
-        added = parallel::stage(&delta, schema, batches, &commit.file_layout())
-            .await
-            .map_err(|e| RunError::delta(&table.dir, e))?;
+) -> Result<Vec<Action>, RunError> {
+    if batches.iter().all(|b| b.num_rows() == 0) {
+        return Ok(vec![]);
     }
-    stage_written(table, files, deleted, schema, added).await
+    let delta = existing(table)?;
+    parallel::stage(&delta, schema, batches, &commit.file_layout())
+        .await
+        .map_err(|e| RunError::delta(&table.dir, e))
 }
 
-/// [`stage`] with the new rows already written, as `added` (the files' add actions,
-/// uncommitted: a [`super::Sink`]'s).
+/// Stages a merge-on-write of `table`: the rows at `deleted` (positions per index into
+/// `files`, the files it was read from) deleted, and the files of `added` (their add
+/// actions, uncommitted: [`write_files`]'s or a [`super::Sink`]'s) added. The vector
+/// file is written; nothing is committed until the [`Staged`] is, with
+/// [`super::Mode::Merge`].
 pub async fn stage_written(
     table: &Table,
     files: &[DataFile],
@@ -119,6 +117,36 @@ fn removed(add: &Add) -> Remove {
         base_row_id: add.base_row_id,
         default_row_commit_version: add.default_row_commit_version,
     }
+}
+
+/// Rows of `files` (a table's, some with deletion vectors) once `deleted` (positions by
+/// index into `files`) are deleted too and `added` (add actions) added.
+pub fn rows_after(
+    files: &[DataFile],
+    deleted: &BTreeMap<usize, Vec<u64>>,
+    added: &[Action],
+) -> Result<u64, RunError> {
+    let mut rows = 0;
+    for (index, file) in files.iter().enumerate() {
+        let mut gone = file.deleted.as_deref().cloned().unwrap_or_default();
+        if let Some(positions) = deleted.get(&index) {
+            gone.extend(positions.iter().copied());
+        }
+        let all = match &file.add {
+            Some(add) => row_count(file, add)?,
+            None => 0,
+        };
+        rows += all.saturating_sub(gone.len());
+    }
+    for action in added {
+        if let Action::Add(add) = action {
+            let stats = add.get_stats().ok().flatten().ok_or_else(|| {
+                RunError::internal(format!("{}: a new file without statistics", add.path))
+            })?;
+            rows += u64::try_from(stats.num_records).unwrap_or(0);
+        }
+    }
+    Ok(rows)
 }
 
 /// Rows the file holds, deleted ones included: from its statistics, else its footer.

@@ -44,7 +44,7 @@ pub use rewrite::{Rewrite, rewrite};
 pub use sink::Sink;
 
 /// A Delta table location and, when it exists, the table.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Table {
     /// Where it is.
     pub at: Location,
@@ -707,7 +707,7 @@ pub const UPLOAD_CONCURRENCY: &str = "2";
 pub enum Mode {
     Append,
     Overwrite,
-    /// Rows deleted by deletion vectors and rows appended ([`merge::stage`]). Like an
+    /// Rows deleted by deletion vectors and rows appended ([`merge::stage_written`]). Like an
     /// overwrite, it may carry a batch again: it replaces what it read.
     Merge,
 }

@@ -29,14 +29,14 @@ use datafusion_proto::bytes::{
 
 use crate::recovery::pipeline_of;
 
-const FLOWS: &str = "CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, v STRING, op STRING, seq BIGINT');
+pub(crate) const FLOWS: &str = "CREATE OR REFRESH STREAMING TABLE raw AS SELECT * FROM STREAM read_files('landing', format => 'json', schema => 'id BIGINT, v STRING, op STRING, seq BIGINT');
 CREATE OR REFRESH STREAMING TABLE cur;
 CREATE FLOW cur_cdc AS AUTO CDC INTO cur FROM STREAM(raw) KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op);
 CREATE OR REFRESH STREAMING TABLE hist;
 CREATE FLOW hist_cdc AS AUTO CDC INTO hist FROM STREAM(raw) KEYS (id) APPLY AS DELETE WHEN op = 'D' SEQUENCE BY seq COLUMNS * EXCEPT (op) STORED AS SCD TYPE 2;
 ";
 
-fn source_schema() -> SchemaRef {
+pub(crate) fn source_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, true),
         Field::new("v", DataType::Utf8, true),
@@ -46,9 +46,9 @@ fn source_schema() -> SchemaRef {
 }
 
 /// id, v, op, seq.
-type Change<'a> = (i64, Option<&'a str>, &'a str, i64);
+pub(crate) type Change<'a> = (i64, Option<&'a str>, &'a str, i64);
 
-fn rows(events: &[Change]) -> RecordBatch {
+pub(crate) fn rows(events: &[Change]) -> RecordBatch {
     let col = |f: fn(&Change) -> i64| {
         Arc::new(Int64Array::from(events.iter().map(f).collect::<Vec<_>>()))
     };
@@ -69,7 +69,12 @@ fn rows(events: &[Change]) -> RecordBatch {
 }
 
 /// A target's two tables under `root`, for the flow of `spec`.
-fn target(pipeline: &Pipeline, spec: &AutoCdcSpec, root: &Path, batch: i64) -> ApplyTarget {
+pub(crate) fn target(
+    pipeline: &Pipeline,
+    spec: &AutoCdcSpec,
+    root: &Path,
+    batch: i64,
+) -> ApplyTarget {
     let dataset = pipeline.dataset(&spec.target).expect("target");
     let rules = rules_for(spec, &source_schema(), &dataset.properties).expect("rules");
     let commit = |name: String| Commit {
@@ -88,11 +93,13 @@ fn target(pipeline: &Pipeline, spec: &AutoCdcSpec, root: &Path, batch: i64) -> A
         public_commit: commit(spec.target.clone()),
         now_micros: 1_000_000 * batch,
         opened: Mutex::new(None),
+        slices: 1,
+        versions: None,
     }
 }
 
 /// The AUTO CDC flow `name` of `pipeline`.
-fn spec_of(pipeline: &Pipeline, name: &str) -> Arc<AutoCdcSpec> {
+pub(crate) fn spec_of(pipeline: &Pipeline, name: &str) -> Arc<AutoCdcSpec> {
     pipeline
         .flows
         .iter()
@@ -103,7 +110,7 @@ fn spec_of(pipeline: &Pipeline, name: &str) -> Arc<AutoCdcSpec> {
 }
 
 /// The plan through bytes and back, decoded in a session of its own.
-fn round_trip(plan: &Arc<dyn ExecutionPlan>) -> BatchPlan {
+pub(crate) fn round_trip(plan: &Arc<dyn ExecutionPlan>) -> BatchPlan {
     let codec = AutoCdcCodec;
     let bytes =
         physical_plan_to_bytes_with_extension_codec(Arc::clone(plan), &codec).expect("encode");
@@ -123,7 +130,7 @@ fn round_trip(plan: &Arc<dyn ExecutionPlan>) -> BatchPlan {
 }
 
 /// Both tables of a target, sorted rows printed.
-async fn tables(root: &Path, spec: &AutoCdcSpec, target: &ApplyTarget) -> Vec<String> {
+pub(crate) async fn tables(root: &Path, spec: &AutoCdcSpec, target: &ApplyTarget) -> Vec<String> {
     let mut out = Vec::new();
     for (dir, schema) in [
         (root.join("public"), target.rules.public_schema()),

@@ -25,6 +25,7 @@ mod mv_fingerprint;
 mod partitioned;
 mod recovery;
 mod schedule;
+mod split;
 mod streamed;
 mod vacuum;
 

@@ -35,10 +35,13 @@ use super::streamed::{Streamed, Targets};
 use super::touched::Touch;
 use crate::RunError;
 use crate::cdc::kernel::{Op, Rules, filtered};
+use crate::cdc::rules::ApplyMetrics;
+use crate::cdc::slice::Slice;
 use crate::delta::pruning::KeyStats;
 use crate::delta::read::{self, Located};
-use crate::delta::{Commit, DataFile, Mode, Sink, Staged, Table, merge};
+use crate::delta::{Commit, DataFile, Mode, Sink, Table, merge};
 use crate::par;
+use deltalake::kernel::Action;
 
 /// Row positions to delete, per file index.
 type Deletes = BTreeMap<usize, Vec<u64>>;
@@ -53,6 +56,20 @@ pub struct Prepared {
     touch: Touch,
 }
 
+/// Whether both tables take merge-on-write: they exist, allow deletion vectors and keep
+/// their columns.
+pub fn mergeable(rules: &Rules, targets: &Targets<'_>) -> bool {
+    let mergeable = |table: &Table, schema: &SchemaRef, commit| {
+        table.rewritable(schema, commit) && table.has_deletion_vectors()
+    };
+    mergeable(targets.state, &rules.state_schema(), targets.state_commit)
+        && mergeable(
+            targets.public,
+            &rules.public_schema(),
+            targets.public_commit,
+        )
+}
+
 /// Whether merge-on-write can take `events` (known before anything is read or written);
 /// `None` when the batch must take another path.
 pub fn prepare(
@@ -61,16 +78,7 @@ pub fn prepare(
     events: &RecordBatch,
     now_micros: i64,
 ) -> Result<Option<Prepared>, RunError> {
-    let mergeable = |table: &Table, schema: &SchemaRef, commit| {
-        table.rewritable(schema, commit) && table.has_deletion_vectors()
-    };
-    if !mergeable(targets.state, &rules.state_schema(), targets.state_commit)
-        || !mergeable(
-            targets.public,
-            &rules.public_schema(),
-            targets.public_commit,
-        )
-    {
+    if !mergeable(rules, targets) {
         return Ok(None);
     }
     let touch = Touch::new(rules, events, false, now_micros)?;
@@ -92,16 +100,109 @@ impl Prepared {
         targets: &Targets<'_>,
         events: RecordBatch,
     ) -> Result<Streamed, RunError> {
-        apply(&self.rules, targets, self.touch, events).await
+        let written = write(&self.rules, targets, self.touch, events, false).await?;
+        let (state_schema, public_schema) = (self.rules.state_schema(), self.rules.public_schema());
+        let (public, state) = tokio::try_join!(
+            merge::stage_written(
+                targets.public,
+                &written.public_files,
+                written.public.deleted,
+                &public_schema,
+                written.public.added,
+            ),
+            merge::stage_written(
+                targets.state,
+                &written.state_files,
+                written.state.deleted,
+                &state_schema,
+                written.state.added,
+            ),
+        )?;
+        Ok(Streamed {
+            public_rows: written.public_rows,
+            public,
+            state,
+            metrics: written.metrics,
+            mode: Mode::Merge,
+        })
+    }
+
+    /// Applies `events`, the events of `slice` of a batch's keys, by merge-on-write,
+    /// writing both tables' new files but no deletion vector: what it changed comes
+    /// back for the batch's one commit (`exec/commit.rs`), with the markers the slice
+    /// would write, of which the commit keeps the newest.
+    pub async fn apply_slice(
+        mut self,
+        targets: &Targets<'_>,
+        events: RecordBatch,
+        slice: Slice,
+    ) -> Result<SliceChanges, RunError> {
+        self.touch.only_slice(slice);
+        let written = write(&self.rules, targets, self.touch, events, true).await?;
+        Ok(SliceChanges {
+            public: Changes::of(written.public, &written.public_files)?,
+            state: Changes::of(written.state, &written.state_files)?,
+            markers: written.markers,
+            metrics: written.metrics,
+        })
     }
 }
 
-async fn apply(
+/// What one slice of a batch changed in both tables, uncommitted.
+pub struct SliceChanges {
+    pub public: Changes,
+    pub state: Changes,
+    /// The state's marker rows (TRUNCATE, collected-tombstone horizon) as this slice
+    /// decided them: every slice sees the stored ones.
+    pub markers: Vec<RecordBatch>,
+    pub metrics: ApplyMetrics,
+}
+
+/// A table's changes by one slice: files written, and row positions to delete by the
+/// path of the file (as the log names it) they are in.
+#[derive(Debug, Default)]
+pub struct Changes {
+    pub added: Vec<Action>,
+    pub deleted: BTreeMap<String, Vec<u64>>,
+}
+
+impl Changes {
+    fn of(written: Written, files: &[DataFile]) -> Result<Self, RunError> {
+        let mut deleted = BTreeMap::new();
+        for (index, positions) in written.deleted {
+            let path = files
+                .get(index)
+                .and_then(DataFile::log_path)
+                .ok_or_else(|| RunError::internal("a deleted row outside the table's files"))?;
+            deleted.insert(path.to_string(), positions);
+        }
+        Ok(Self {
+            added: written.added,
+            deleted,
+        })
+    }
+}
+
+/// Both tables' new files written, and the rows they delete, by file index.
+struct BothWritten {
+    state: Written,
+    public: Written,
+    state_files: Vec<DataFile>,
+    public_files: Vec<DataFile>,
+    /// Kept apart when asked, else written with the state's rows.
+    markers: Vec<RecordBatch>,
+    metrics: ApplyMetrics,
+    /// Rows of the published table once the changes are committed.
+    public_rows: usize,
+}
+
+async fn write(
     rules: &Rules,
     targets: &Targets<'_>,
     mut touch: Touch,
     events: RecordBatch,
-) -> Result<Streamed, RunError> {
+    markers_apart: bool,
+) -> Result<BothWritten, RunError> {
     let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
     let touched = touched_values(rules, &events)?;
     let state_files = targets.state.fetched_files().await?;
@@ -148,14 +249,16 @@ async fn apply(
 
     // Each table's new rows are built and written a part at a time, the state's first:
     // a narrow state's rows say which published rows stay.
-    let markers = decisions.markers()?;
+    let (markers, apart) = match markers_apart {
+        true => (vec![], decisions.markers()?),
+        false => (decisions.markers()?, vec![]),
+    };
     let state_parts = decisions
         .state()
         .chain(markers.into_iter().map(Ok))
         .map(|part| part.map_err(RunError::from));
-    let state = stage_parts(
+    let state = write_parts(
         targets.state,
-        &state_files,
         member_at,
         &state_schema,
         targets.state_commit,
@@ -214,9 +317,8 @@ async fn apply(
         }
         None => Box::new(pending.decisions.public().map(visible)),
     };
-    let public = stage_parts(
+    let public = write_parts(
         targets.public,
-        &public_files,
         public_deletes,
         &public_schema,
         targets.public_commit,
@@ -225,42 +327,46 @@ async fn apply(
         false,
     )
     .await?;
-    Ok(Streamed {
+    Ok(BothWritten {
         public_rows: published.live_rows - deleted_rows + public.rows,
-        public: public.staged,
-        state: state.staged,
+        state,
+        public,
+        state_files,
+        public_files,
+        markers: apart,
         metrics,
-        mode: Mode::Merge,
     })
 }
 
 /// A table's new rows, a part at a time.
 type Parts<'a> = Box<dyn Iterator<Item = Result<RecordBatch, RunError>> + Send + 'a>;
 
-/// One table's merge-on-write, staged.
-struct StagedParts {
-    staged: Staged,
+/// One table's merge-on-write, its new files written.
+struct Written {
+    /// The new files' add actions, uncommitted.
+    added: Vec<Action>,
+    /// Rows to delete, by index into the table's files.
+    deleted: Deletes,
     /// Rows added.
     rows: usize,
     /// The rows added, when asked to keep them.
     kept: Vec<RecordBatch>,
 }
 
-/// Stages a merge-on-write of `table` (see [`merge::stage`]) whose new rows come a part
-/// at a time (about `rows` of them): each part is written once a file writer per core
-/// has one, and let go, unless `keep` asks for them back. A table written clustered, or
-/// that only deltalake's write operation can take, gets its rows whole.
-#[allow(clippy::too_many_arguments)]
-async fn stage_parts(
+/// Writes the new files of a merge-on-write of `table` (see [`merge::stage_written`])
+/// whose new rows come a part at a time (about `rows` of them): each part is written
+/// once a file writer per core has one, and let go, unless `keep` asks for them back.
+/// A table written clustered, or that only deltalake's write operation can take, gets
+/// its rows whole.
+async fn write_parts(
     table: &Table,
-    files: &[DataFile],
     deleted: Deletes,
     schema: &SchemaRef,
     commit: &Commit,
     rows: usize,
     parts: impl Iterator<Item = Result<RecordBatch, RunError>>,
     keep: bool,
-) -> Result<StagedParts, RunError> {
+) -> Result<Written, RunError> {
     let sink = match commit.file_layout().cluster.is_empty() {
         true => Sink::new(table, schema, commit, rows).await?,
         false => None,
@@ -272,8 +378,9 @@ async fn stage_parts(
         if keep {
             kept = batches.clone();
         }
-        return Ok(StagedParts {
-            staged: merge::stage(table, files, deleted, schema, batches, commit).await?,
+        return Ok(Written {
+            added: merge::write_files(table, schema, batches, commit).await?,
+            deleted,
             rows: added_rows,
             kept,
         });
@@ -296,9 +403,9 @@ async fn stage_parts(
     if !group.is_empty() {
         sink.write(group).await?;
     }
-    let added = sink.finish_files().await?;
-    Ok(StagedParts {
-        staged: merge::stage_written(table, files, deleted, schema, added).await?,
+    Ok(Written {
+        added: sink.finish_files().await?,
+        deleted,
         rows: added_rows,
         kept,
     })

@@ -21,6 +21,7 @@ mod touched;
 pub use load::GroupedLoad;
 pub(crate) use load::Grouping;
 pub use partitioned::{Load, PARTITION_ROWS};
+pub(crate) use shares::newest_markers;
 pub use staging::{Staging, concat_parts, stage};
 pub use streamed::{Streamed, Targets};
 pub use touched::apply;

@@ -184,7 +184,7 @@ pub(super) fn without_markers(
 
 /// Of the marker rows (of `schema`), the newest GC horizon and the newest TRUNCATE, in
 /// that order.
-pub(super) fn newest_markers(
+pub(crate) fn newest_markers(
     schema: &SchemaRef,
     markers: &[RecordBatch],
 ) -> Result<Vec<RecordBatch>, ApplyError> {

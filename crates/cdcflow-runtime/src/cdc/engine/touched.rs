@@ -15,15 +15,16 @@ use std::sync::Arc;
 
 use crate::cdc::apply_error::ApplyError;
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, RecordBatch, UInt32Array, new_null_array,
+    Array, ArrayRef, AsArray, RecordBatch, UInt32Array, UInt64Array, new_null_array,
 };
-use datafusion::arrow::compute::{concat_batches, interleave, take_record_batch};
+use datafusion::arrow::compute::{concat_batches, interleave, take, take_record_batch};
 use datafusion::arrow::datatypes::{Int8Type, Int64Type};
 
 use super::keyset::key_columns;
 use super::keyset::{KeySet, NONE, hashes};
 use super::shares::Decisions;
 use crate::cdc::kernel::{Applied, ApplyMetrics, Decided, Op, Rules, Visible, filtered, is_keyed};
+use crate::cdc::slice::{Slice, buckets};
 use crate::par;
 
 /// Applies `events` (rows of [`Rules::event_schema`]) to the `stored` state (rows of
@@ -108,6 +109,9 @@ pub(crate) struct Touch {
     /// SCD type 1 tombstones recorded before it are collected.
     horizon: i64,
     now_micros: i64,
+    /// The slice of the batch's keys this apply decides, when it is one of several:
+    /// the tombstones it collects are its own keys' (`cdc/slice.rs`).
+    owner: Option<Slice>,
 }
 
 /// A published batch probed by [`Touch::probe`].
@@ -153,7 +157,15 @@ impl Touch {
                 false => now_micros.saturating_sub(rules.tombstone_retention_micros),
             },
             now_micros,
+            owner: None,
         })
+    }
+
+    /// Decides only `slice`'s keys: the batch's events are that slice's, and of the
+    /// tombstones past their retention only its own keys' are collected, so that each
+    /// tombstone is collected by one slice.
+    pub(crate) fn only_slice(&mut self, slice: Slice) {
+        self.owner = Some(slice);
     }
 
     /// Lets the touched keys go, once every stored row has been sorted into members and
@@ -201,15 +213,33 @@ impl Touch {
         let found = self.touched.find(&keys, &hashes(&keys)?)?;
         let ops = batch.column(layout.op).as_primitive::<Int8Type>();
         let recorded = batch.column(layout.recorded).as_primitive::<Int64Type>();
-        Ok((0..batch.num_rows())
+        let mut collected = Vec::new();
+        let mut member: Vec<bool> = (0..batch.num_rows())
             .map(|r| {
                 let op = ops.value(r);
-                !is_keyed(op)
-                    || self.every_key
-                    || found[r] != NONE
-                    || (op == Op::Delete as i8 && recorded.value(r) < self.horizon)
+                if !is_keyed(op) || self.every_key || found[r] != NONE {
+                    return true;
+                }
+                let expired = op == Op::Delete as i8 && recorded.value(r) < self.horizon;
+                if expired {
+                    collected.push(r);
+                }
+                expired
             })
-            .collect())
+            .collect();
+        if let Some(slice) = self.owner
+            && !collected.is_empty()
+        {
+            let rows = UInt64Array::from_iter_values(collected.iter().map(|&r| r as u64));
+            let keys = keys
+                .iter()
+                .map(|k| take(k, &rows, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            for (&r, bucket) in collected.iter().zip(buckets(&keys)?) {
+                member[r] = slice.owns(bucket);
+            }
+        }
+        Ok(member)
     }
 
     /// Per row of published `keys` (the key columns, in KEYS order), whether an

@@ -4,10 +4,11 @@
 //! ([`cdcflow_plan::autocdc::applied_schema`]), as a DML statement returns its count.
 //! A large first batch comes as key groups (`groups.rs`), taken one after another.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use cdcflow_plan::autocdc::applied_schema;
+use cdcflow_plan::autocdc::{AutoCdcSpec, applied_schema};
 use cdcflow_plan::location::Location;
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -22,13 +23,15 @@ use datafusion::physical_plan::{
 };
 use futures::TryStreamExt;
 
+use super::changes::{Gathered, SliceSummary, TableChanges, changes_schema, to_rows};
 use super::events::{external, oldest_commit_time};
 use super::{Parts, plan_properties};
 use crate::RunError;
-use crate::cdc::engine::{self, Load, PARTITION_ROWS, Staging, Streamed, Targets};
+use crate::cdc::engine::{self, Load, PARTITION_ROWS, Staging, Streamed, Targets, merged};
 use crate::cdc::kernel::{self, Rules, Visible};
 use crate::cdc::rules::ApplyMetrics;
-use crate::delta::{self, Commit, Table};
+use crate::cdc::slice::{Slice, buckets};
+use crate::delta::{self, Commit, Mode, Staged, Table, merge};
 
 /// Where a batch is applied: the rules, the target's two tables and what their commits
 /// record. All of it is data (`codec.rs` sends it); the tables a run already opened
@@ -44,8 +47,16 @@ pub struct ApplyTarget {
     pub public_commit: Commit,
     pub now_micros: i64,
     /// The state and the published table, as the run opened them; taken by the first
-    /// execution, after which they are opened from their folders.
+    /// execution, after which they are opened from their folders. A batch applied in
+    /// slices shares them instead: every slice and the commit see the same versions.
     pub opened: Mutex<Option<(Table, Table)>>,
+    /// Into how many slices of its keys a batch may be split (`cdc/slice.rs`); 1 keeps
+    /// every batch whole. Whether a batch is split is decided at planning
+    /// ([`ApplyTarget::slices_for`]).
+    pub slices: usize,
+    /// The (state, published) versions a split batch was planned on: wherever its
+    /// slices and commit run, they open the tables at these ([`ApplyTarget::pin`]).
+    pub versions: Option<(i64, i64)>,
 }
 
 impl ApplyTarget {
@@ -67,7 +78,134 @@ impl ApplyTarget {
             public_commit,
             now_micros,
             opened: Mutex::new(Some((state, public))),
+            slices: 1,
+            versions: None,
         }
+    }
+
+    /// Pins the versions of the tables as opened for planning ([`ApplyTarget::versions`]).
+    pub fn pin(&mut self) {
+        let versions = match self.opened.lock() {
+            Ok(opened) => opened
+                .as_ref()
+                .and_then(|(state, public)| Some((state.version()?, public.version()?))),
+            Err(_) => None,
+        };
+        self.versions = versions;
+    }
+
+    /// Into how many slices a batch of `spec`'s flow is split: [`ApplyTarget::slices`]
+    /// when the batch can be, else 1. It can when both tables take merge-on-write (they
+    /// exist, keep their columns and take deletion vectors), the flow has no APPLY AS
+    /// TRUNCATE (a TRUNCATE concerns every key) and no computed column, and the batch is
+    /// not a large first batch read in key groups. Known before anything is written.
+    pub async fn slices_for(&self, spec: &AutoCdcSpec, parts: Parts) -> Result<usize, RunError> {
+        if self.slices <= 1
+            || parts != Parts::One
+            || spec.truncate_when.is_some()
+            || !self.rules.generated.is_empty()
+        {
+            return Ok(1);
+        }
+        let (state, public) = self.shared_tables().await?;
+        let mergeable = merged::mergeable(&self.rules, &self.targets(&state, &public));
+        Ok(if mergeable { self.slices } else { 1 })
+    }
+
+    /// The tables as the first slice (or the planning) opened them, shared by every
+    /// slice of the batch and its commit.
+    async fn shared_tables(&self) -> Result<(Table, Table), RunError> {
+        if let Ok(opened) = self.opened.lock()
+            && let Some((state, public)) = opened.as_ref()
+        {
+            return Ok((state.clone(), public.clone()));
+        }
+        let tables = match self.versions {
+            Some((state, public)) => (
+                Table::open_at(&self.state_at, state).await?,
+                Table::open_at(&self.public_at, public).await?,
+            ),
+            None => (
+                Table::open(&self.state_at).await?,
+                Table::open(&self.public_at).await?,
+            ),
+        };
+        if let Ok(mut opened) = self.opened.lock() {
+            match opened.as_ref() {
+                Some((state, public)) => return Ok((state.clone(), public.clone())),
+                None => *opened = Some(tables.clone()),
+            }
+        }
+        Ok(tables)
+    }
+
+    /// Applies `events`, those of `slice` of the batch's keys, by merge-on-write
+    /// against the shared tables, writing files but committing nothing: what it
+    /// changed, as rows for the batch's commit (`changes.rs`).
+    async fn apply_slice(
+        &self,
+        slice: Slice,
+        events: Vec<RecordBatch>,
+    ) -> Result<RecordBatch, RunError> {
+        let (state, public) = self.shared_tables().await?;
+        let targets = self.targets(&state, &public);
+        let rules = self.rules.as_ref();
+        let oldest_change = oldest_commit_time(&events);
+        let events = engine::concat_parts(&rules.event_schema(), events)?;
+        check_routed(rules, &events, slice)?;
+        let Some(prepared) = merged::prepare(rules, &targets, &events, self.now_micros)? else {
+            return Err(RunError::internal(format!(
+                "slice {} of a batch of `{}` cannot be applied by merge-on-write",
+                slice.index, self.name
+            )));
+        };
+        let changes = prepared.apply_slice(&targets, events, slice).await?;
+        let summary = SliceSummary {
+            metrics: changes.metrics,
+            oldest_change,
+        };
+        to_rows(slice, changes, &summary)
+    }
+
+    /// Commits the `gathered` changes of every slice of a batch: each table's
+    /// deletions by file united into one deletion vector per file, the newest marker
+    /// of each kind written, the published table committed, then the state.
+    pub(super) async fn commit_slices(&self, gathered: Gathered) -> Result<Applied, RunError> {
+        let (state, public) = self.shared_tables().await?;
+        let targets = self.targets(&state, &public);
+        let rules = self.rules.as_ref();
+        let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
+        let mut metrics = ApplyMetrics::default();
+        let mut oldest_change: Option<i64> = None;
+        for s in &gathered.summaries {
+            metrics.add(&s.metrics);
+            if let Some(o) = s.oldest_change {
+                oldest_change = Some(oldest_change.map_or(o, |c| c.min(o)));
+            }
+        }
+        let mut state_changes = gathered.state;
+        let markers = engine::newest_markers(&state_schema, &gathered.markers)?;
+        state_changes
+            .added
+            .extend(merge::write_files(&state, &state_schema, markers, &self.state_commit).await?);
+        let (public_staged, public_rows) =
+            stage_gathered(&public, &public_schema, gathered.public).await?;
+        let (state_staged, _) = stage_gathered(&state, &state_schema, state_changes).await?;
+        let done = Streamed {
+            public: public_staged,
+            state: state_staged,
+            metrics,
+            public_rows: usize::try_from(public_rows).unwrap_or(usize::MAX),
+            mode: Mode::Merge,
+        };
+        let applied = Applied {
+            metrics,
+            rows_written: public_rows,
+            oldest_change,
+            note: None,
+        };
+        done.commit(&targets).await?;
+        Ok(applied)
     }
 
     async fn tables(&self) -> Result<(Table, Table), RunError> {
@@ -282,6 +420,57 @@ async fn stage(
     Ok((Streamed::staged(applied, rules, targets).await?, note))
 }
 
+/// Stages one table's changes from every slice: the deleted positions mapped to the
+/// table's files (all of which the slices read at this version) and the added files;
+/// with the table's rows once committed.
+async fn stage_gathered(
+    table: &Table,
+    schema: &SchemaRef,
+    changes: TableChanges,
+) -> Result<(Staged, u64), RunError> {
+    table.fetch_vectors().await?;
+    let files = table.files()?;
+    let index: HashMap<&str, usize> = files
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| f.log_path().map(|p| (p, i)))
+        .collect();
+    let mut deleted = BTreeMap::new();
+    for (path, positions) in changes.deleted {
+        let Some(&i) = index.get(path.as_str()) else {
+            return Err(RunError::internal(format!(
+                "{}: a slice deleted rows of `{path}`, not a file of the version it read",
+                table.dir.display()
+            )));
+        };
+        deleted.insert(i, positions.into_iter().collect::<Vec<u64>>());
+    }
+    let rows = merge::rows_after(&files, &deleted, &changes.added)?;
+    let staged = merge::stage_written(table, &files, deleted, schema, changes.added).await?;
+    Ok((staged, rows))
+}
+
+/// Fails unless every one of `events` has a key of `slice`: an event routed to another
+/// slice's apply would be decided without its key's stored rows.
+fn check_routed(rules: &Rules, events: &RecordBatch, slice: Slice) -> Result<(), RunError> {
+    let keys: Vec<_> = rules
+        .keys
+        .iter()
+        .map(|&k| Arc::clone(events.column(k)))
+        .collect();
+    let strays = buckets(&keys)?
+        .into_iter()
+        .filter(|&b| !slice.owns(b))
+        .count();
+    match strays {
+        0 => Ok(()),
+        n => Err(RunError::internal(format!(
+            "{n} event(s) were routed to slice {} of {} whose keys are another slice's",
+            slice.index, slice.count
+        ))),
+    }
+}
+
 /// The failure when the published table is gone and the state cannot rebuild it.
 pub(crate) fn lost_published(target: &str) -> RunError {
     RunError::input(format!(
@@ -309,8 +498,14 @@ impl AutoCdcApplyExec {
             target,
             parts,
             properties: plan_properties(
-                applied_schema(),
-                Partitioning::UnknownPartitioning(1),
+                match parts {
+                    Parts::Slices { .. } => changes_schema(),
+                    _ => applied_schema(),
+                },
+                match parts {
+                    Parts::Slices { slices } => Partitioning::UnknownPartitioning(slices),
+                    _ => Partitioning::UnknownPartitioning(1),
+                },
                 EmissionType::Final,
             ),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -323,6 +518,44 @@ impl AutoCdcApplyExec {
 
     pub fn parts(&self) -> Parts {
         self.parts
+    }
+}
+
+impl AutoCdcApplyExec {
+    /// Applies `slice` of the batch's keys: its events are partition `slice.index` of
+    /// the input, with their route column last (`route.rs`), dropped here.
+    fn execute_slice(
+        &self,
+        slice: Slice,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if slice.index >= slice.count {
+            return Err(DataFusionError::Internal(format!(
+                "AutoCdcApplyExec has {} slices, not {}",
+                slice.count, slice.index
+            )));
+        }
+        let target = Arc::clone(&self.target);
+        let input = Arc::clone(&self.input);
+        let apply_time = MetricBuilder::new(&self.metrics).subset_time("apply_time", slice.index);
+        let one = futures::stream::once(async move {
+            let routed: Vec<RecordBatch> =
+                input.execute(slice.index, context)?.try_collect().await?;
+            let _timer = apply_time.timer();
+            let events = routed
+                .iter()
+                .map(|b| {
+                    let without_route: Vec<usize> = (0..b.num_columns() - 1).collect();
+                    b.project(&without_route)
+                        .and_then(|p| p.with_schema(target.rules.event_schema()))
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            target.apply_slice(slice, events).await.map_err(external)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            changes_schema(),
+            one,
+        )))
     }
 }
 
@@ -350,11 +583,9 @@ impl ExecutionPlan for AutoCdcApplyExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = children
-            .pop()
-            .ok_or_else(|| DataFusionError::Internal("AutoCdcApplyExec takes one input".into()))?;
+        let input = super::only_child(self.name(), children)?;
         Ok(Arc::new(Self::new(
             input,
             Arc::clone(&self.target),
@@ -367,6 +598,15 @@ impl ExecutionPlan for AutoCdcApplyExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        if let Parts::Slices { slices } = self.parts {
+            return self.execute_slice(
+                Slice {
+                    index: partition,
+                    count: slices,
+                },
+                context,
+            );
+        }
         super::only_partition(self.name(), partition)?;
         let target = Arc::clone(&self.target);
         let counters = Counters::new(&self.metrics);
@@ -392,6 +632,7 @@ impl ExecutionPlan for AutoCdcApplyExec {
                     let _timer = counters.apply_time.timer();
                     target.apply_groups(&input, context, groups, rows).await
                 }
+                Parts::Slices { .. } => Err(RunError::internal("a slice applied whole")),
             }
             .map_err(external)?;
             counters.record(&applied);

@@ -23,15 +23,15 @@ use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConve
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ApplyTarget, AutoCdcApplyExec, AutoCdcEventsExec, EventChecks, KeyGroupsExec, Parts,
-    SourceRowsExec,
+    ApplyTarget, AutoCdcApplyExec, AutoCdcCommitExec, AutoCdcEventsExec, AutoCdcRouteExec,
+    EventChecks, KeyGroupsExec, Parts, SourceRowsExec,
 };
 use crate::cdc::engine::{GroupedLoad, Grouping};
 use crate::cdc::kernel::Rules;
 use crate::delta::{Commit, DataFile};
 
-/// Encodes and decodes [`AutoCdcEventsExec`], [`AutoCdcApplyExec`], [`SourceRowsExec`]
-/// and [`KeyGroupsExec`].
+/// Encodes and decodes [`AutoCdcEventsExec`], [`AutoCdcApplyExec`], [`SourceRowsExec`],
+/// [`KeyGroupsExec`], and a split batch's [`AutoCdcRouteExec`] and [`AutoCdcCommitExec`].
 #[derive(Debug, Default)]
 pub struct AutoCdcCodec;
 
@@ -46,14 +46,18 @@ enum Wire {
         parts: Parts,
     },
     Apply {
-        rules: RulesWire,
-        name: String,
-        state_at: LocationWire,
-        public_at: LocationWire,
-        state_commit: Box<Commit>,
-        public_commit: Box<Commit>,
-        now_micros: i64,
+        target: TargetWire,
         parts: Parts,
+    },
+    /// The commit of a batch applied in slices.
+    Commit {
+        target: TargetWire,
+        slices: usize,
+    },
+    /// The route values of a batch's slices.
+    Route {
+        keys: Vec<usize>,
+        routes: Vec<u32>,
     },
     /// The batch's source rows, as an Arrow IPC stream.
     SourceRows {
@@ -69,6 +73,51 @@ enum Wire {
         grouping: Grouping,
         projection: Option<Vec<usize>>,
     },
+}
+
+/// An [`ApplyTarget`] on the wire: the tables a run opened are opened again there, at
+/// the versions the batch was planned on when they were pinned.
+#[derive(Serialize, Deserialize)]
+struct TargetWire {
+    rules: RulesWire,
+    name: String,
+    state_at: LocationWire,
+    public_at: LocationWire,
+    state_commit: Box<Commit>,
+    public_commit: Box<Commit>,
+    now_micros: i64,
+    #[serde(default)]
+    versions: Option<(i64, i64)>,
+}
+
+impl TargetWire {
+    fn of(t: &ApplyTarget) -> Result<Self> {
+        Ok(Self {
+            rules: RulesWire::of(&t.rules)?,
+            name: t.name.clone(),
+            state_at: LocationWire::of(&t.state_at),
+            public_at: LocationWire::of(&t.public_at),
+            state_commit: Box::new(t.state_commit.clone()),
+            public_commit: Box::new(t.public_commit.clone()),
+            now_micros: t.now_micros,
+            versions: t.versions,
+        })
+    }
+
+    fn target(self) -> Result<Arc<ApplyTarget>> {
+        Ok(Arc::new(ApplyTarget {
+            rules: Arc::new(self.rules.rules()?),
+            name: self.name,
+            state_at: self.state_at.location()?,
+            public_at: self.public_at.location()?,
+            state_commit: *self.state_commit,
+            public_commit: *self.public_commit,
+            now_micros: self.now_micros,
+            opened: Mutex::new(None),
+            slices: 1,
+            versions: self.versions,
+        }))
+    }
 }
 
 /// A table's place on the wire: a folder, or an object-store URL.
@@ -227,28 +276,13 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                 };
                 Arc::new(AutoCdcEventsExec::new(input()?, Arc::new(checks), parts))
             }
-            Wire::Apply {
-                rules,
-                name,
-                state_at,
-                public_at,
-                state_commit,
-                public_commit,
-                now_micros,
-                parts,
-            } => {
-                let target = ApplyTarget {
-                    rules: Arc::new(rules.rules()?),
-                    name,
-                    state_at: state_at.location()?,
-                    public_at: public_at.location()?,
-                    state_commit: *state_commit,
-                    public_commit: *public_commit,
-                    now_micros,
-                    opened: Mutex::new(None),
-                };
-                Arc::new(AutoCdcApplyExec::new(input()?, Arc::new(target), parts))
+            Wire::Apply { target, parts } => {
+                Arc::new(AutoCdcApplyExec::new(input()?, target.target()?, parts))
             }
+            Wire::Commit { target, slices } => {
+                Arc::new(AutoCdcCommitExec::new(input()?, target.target()?, slices))
+            }
+            Wire::Route { keys, routes } => Arc::new(AutoCdcRouteExec::new(input()?, keys, routes)),
             Wire::SourceRows { rows, projection } => {
                 let reader = StreamReader::try_new(Cursor::new(rows), None)?;
                 let schema = reader.schema();
@@ -300,16 +334,19 @@ impl PhysicalExtensionCodec for AutoCdcCodec {
                 parts: events.parts(),
             }
         } else if let Some(apply) = node.downcast_ref::<AutoCdcApplyExec>() {
-            let t = apply.target();
             Wire::Apply {
-                rules: RulesWire::of(&t.rules)?,
-                name: t.name.clone(),
-                state_at: LocationWire::of(&t.state_at),
-                public_at: LocationWire::of(&t.public_at),
-                state_commit: Box::new(t.state_commit.clone()),
-                public_commit: Box::new(t.public_commit.clone()),
-                now_micros: t.now_micros,
+                target: TargetWire::of(apply.target())?,
                 parts: apply.parts(),
+            }
+        } else if let Some(commit) = node.downcast_ref::<AutoCdcCommitExec>() {
+            Wire::Commit {
+                target: TargetWire::of(commit.target())?,
+                slices: commit.slices(),
+            }
+        } else if let Some(route) = node.downcast_ref::<AutoCdcRouteExec>() {
+            Wire::Route {
+                keys: route.keys().to_vec(),
+                routes: route.routes().to_vec(),
             }
         } else if let Some(scan) = node.downcast_ref::<SourceRowsExec>() {
             let rows = scan.unread().ok_or_else(|| {

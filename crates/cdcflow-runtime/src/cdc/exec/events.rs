@@ -239,11 +239,9 @@ impl ExecutionPlan for AutoCdcEventsExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = children
-            .pop()
-            .ok_or_else(|| DataFusionError::Internal("AutoCdcEventsExec takes one input".into()))?;
+        let input = super::only_child(self.name(), children)?;
         Ok(Arc::new(Self::new(
             input,
             Arc::clone(&self.checks),

@@ -104,9 +104,12 @@ macro_rules! leaf {
 }
 
 mod apply;
+mod changes;
 pub mod codec;
+mod commit;
 mod events;
 mod groups;
+mod route;
 mod rows;
 
 use std::sync::Arc;
@@ -129,8 +132,10 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 
 pub(crate) use apply::lost_published;
 pub use apply::{Applied, ApplyTarget, AutoCdcApplyExec};
+pub use commit::AutoCdcCommitExec;
 pub use events::{AutoCdcEventsExec, EventChecks, oldest_commit_time};
 pub use groups::{KeyGroupsExec, KeyGroupsTable};
+pub use route::{AutoCdcRouteExec, ROUTE};
 pub use rows::{SourceRowsExec, SourceRowsTable};
 
 use crate::RunError;
@@ -146,6 +151,10 @@ pub enum Parts {
     /// share no key, of about `rows` source rows in all: each is made into events on
     /// its own, and the apply takes one after another.
     KeyGroups { groups: usize, rows: u64 },
+    /// The batch's events in `slices` partitions by slice of their keys
+    /// (`cdc/slice.rs`): each is applied on its own, and [`AutoCdcCommitExec`] commits
+    /// what they wrote once.
+    Slices { slices: usize },
 }
 
 impl Parts {
@@ -155,7 +164,7 @@ impl Parts {
         match self {
             Self::One => Distribution::SinglePartition,
             // The groups are the partitions as the scan made them.
-            Self::KeyGroups { .. } => Distribution::UnspecifiedDistribution,
+            Self::KeyGroups { .. } | Self::Slices { .. } => Distribution::UnspecifiedDistribution,
         }
     }
 
@@ -180,6 +189,7 @@ impl Parts {
         match self {
             Self::One => Ok(()),
             Self::KeyGroups { groups, .. } => write!(f, " key_groups={groups}"),
+            Self::Slices { slices } => write!(f, " slices={slices}"),
         }
     }
 
@@ -188,7 +198,19 @@ impl Parts {
         match self {
             Self::One => Partitioning::UnknownPartitioning(1),
             Self::KeyGroups { groups, .. } => Partitioning::UnknownPartitioning(*groups),
+            Self::Slices { slices } => Partitioning::UnknownPartitioning(*slices),
         }
+    }
+}
+
+/// The one input among a plan's new `children` (`with_new_children`).
+fn only_child(
+    plan: &str,
+    mut children: Vec<Arc<dyn ExecutionPlan>>,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    match (children.pop(), children.is_empty()) {
+        (Some(input), true) => Ok(input),
+        _ => Err(DataFusionError::Internal(format!("{plan} takes one input"))),
     }
 }
 
@@ -220,11 +242,13 @@ fn plan_properties(
 pub type Sourced = Vec<(String, RecordBatch)>;
 
 /// Lowers an [`AutoCdcNode`] into [`AutoCdcApplyExec`] over [`AutoCdcEventsExec`] over
-/// the node's physical input (the event projection).
+/// the node's physical input (the event projection); split into `slices` when more
+/// than one ([`split`]).
 #[derive(Debug)]
 pub struct AutoCdcPlanner {
     checks: Arc<EventChecks>,
     target: Arc<ApplyTarget>,
+    slices: usize,
 }
 
 #[async_trait::async_trait]
@@ -273,10 +297,67 @@ impl QueryPlanner for AutoCdcQueryPlanner {
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let lowering: Arc<dyn ExtensionPlanner + Send + Sync> =
             Arc::<AutoCdcPlanner>::clone(&self.0);
-        DefaultPhysicalPlanner::with_extension_planners(vec![lowering])
+        let plan = DefaultPhysicalPlanner::with_extension_planners(vec![lowering])
             .create_physical_plan(logical_plan, session)
-            .await
+            .await?;
+        // After DataFusion's optimizers, which would take out a repartitioning that
+        // no node of theirs asks for.
+        match self.0.slices {
+            0 | 1 => Ok(plan),
+            slices => split(plan, slices),
+        }
     }
+}
+
+/// `plan` with its apply split into `slices` slices of the batch's keys:
+///
+/// ```text
+/// AutoCdcCommitExec: the slices' changes committed once
+///   CoalescePartitionsExec
+///     AutoCdcApplyExec slices=S: slice s applies its keys' events, writes, returns changes
+///       RepartitionExec: Hash(_cdc_route, S)
+///         AutoCdcRouteExec: each event's route value, by its key's bucket
+///           AutoCdcEventsExec …
+/// ```
+fn split(
+    plan: Arc<dyn ExecutionPlan>,
+    slices: usize,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+    use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_plan::repartition::RepartitionExec;
+    plan.transform_down(|node| {
+        let Some(apply) = node.downcast_ref::<AutoCdcApplyExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let [events] = &apply.children()[..] else {
+            return Ok(Transformed::no(node));
+        };
+        if apply.parts() != Parts::One {
+            return Ok(Transformed::no(node));
+        }
+        let target = Arc::clone(apply.target());
+        let route = Arc::new(AutoCdcRouteExec::new(
+            Arc::clone(events),
+            target.rules.keys.clone(),
+            route::routes(slices)?,
+        ));
+        let column = Column::new_with_schema(ROUTE, &route.schema())?;
+        let routed = Arc::new(RepartitionExec::try_new(
+            route,
+            Partitioning::Hash(vec![Arc::new(column)], slices),
+        )?);
+        let sliced = Arc::new(AutoCdcApplyExec::new(
+            routed,
+            Arc::clone(&target),
+            Parts::Slices { slices },
+        ));
+        let gathered = Arc::new(CoalescePartitionsExec::new(sliced));
+        let commit: Arc<dyn ExecutionPlan> =
+            Arc::new(AutoCdcCommitExec::new(gathered, target, slices));
+        Ok(Transformed::new(commit, true, TreeNodeRecursion::Jump))
+    })
+    .map(|t| t.data)
 }
 
 /// A session with the dialect's functions whose planner lowers AUTO CDC nodes with
@@ -341,9 +422,22 @@ pub async fn apply_plan(
 ) -> Result<BatchPlan, RunError> {
     let rules = Arc::clone(&target.rules);
     let checks = Arc::new(EventChecks::of(spec, rules, target.now_micros));
+    let parts = match &input {
+        BatchSource::Rows(_) => Parts::One,
+        BatchSource::KeyGroups(load) => Parts::KeyGroups {
+            groups: load.groups(),
+            rows: load.rows,
+        },
+    };
+    let slices = target.slices_for(spec, parts).await?;
+    let mut target = target;
+    if slices > 1 {
+        target.pin();
+    }
     let lowering = AutoCdcPlanner {
         checks,
         target: Arc::new(target),
+        slices,
     };
     let state = session(Some(lowering));
     let scan: Arc<dyn datafusion::catalog::TableProvider> = match input {
@@ -360,10 +454,18 @@ pub async fn apply_plan(
 /// Runs the inputs of a plan of [`apply_plan`], not the apply: the batch's events are
 /// made (and their metrics counted), and nothing is written.
 pub async fn make_events(plan: &BatchPlan) -> Result<(), RunError> {
-    for input in plan.plan.children() {
-        collect(Arc::clone(input), Arc::clone(&plan.task)).await?;
+    if let Some(events) = events_of(&plan.plan) {
+        collect(events, Arc::clone(&plan.task)).await?;
     }
     Ok(())
+}
+
+/// The node of `plan` that makes its events.
+fn events_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    if plan.downcast_ref::<AutoCdcEventsExec>().is_some() {
+        return Some(Arc::clone(plan));
+    }
+    plan.children().into_iter().find_map(events_of)
 }
 
 /// Runs a plan of [`apply_plan`]: what the apply did.

@@ -1,0 +1,159 @@
+//! Slices of a batch's keys: what lets one AUTO CDC batch be applied by several tasks
+//! at once (`exec/route.rs`, `exec/commit.rs`, docs/scale-out.md). Every key falls in
+//! one of [`BUCKETS`] buckets by a hash of its canonical bytes, and slice `s` of `n`
+//! owns the contiguous buckets `[s·256/n, (s+1)·256/n)`. Keys are independent of each
+//! other, so each slice decides its own keys against the stored rows of those keys
+//! only, and the slices' changes together are the batch's.
+//!
+//! The bytes are cdcflow's own, not DataFusion's or Arrow's hashing, so a key's bucket
+//! outlives upgrades of either (a table's files may one day be laid out by bucket):
+//! integers as a big-endian `i64`, binary values as they are, everything else as its
+//! text (`CAST(… AS STRING)`), each column's bytes length-prefixed.
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::error::ArrowError;
+use twox_hash::XxHash3_64;
+
+/// Key buckets: a slice owns a contiguous range of them.
+pub const BUCKETS: usize = 256;
+
+/// One slice of a batch's keys: `index` of `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Slice {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Slice {
+    /// The slice of `count` a key of `bucket` belongs to.
+    pub fn of_bucket(bucket: u8, count: usize) -> usize {
+        usize::from(bucket) * count / BUCKETS
+    }
+
+    /// Whether a key of `bucket` is this slice's.
+    pub fn owns(&self, bucket: u8) -> bool {
+        Self::of_bucket(bucket, self.count) == self.index
+    }
+}
+
+/// The bucket of each row's key, `keys` being its key columns in KEYS order. A null
+/// key (a marker's, never a keyed row's) hashes as its own value.
+pub fn buckets(keys: &[ArrayRef]) -> Result<Vec<u8>, ArrowError> {
+    let rows = keys.first().map_or(0, |c| c.len());
+    let columns = keys
+        .iter()
+        .map(Canonical::of)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut bytes = Vec::with_capacity(32);
+    let mut out = Vec::with_capacity(rows);
+    for row in 0..rows {
+        bytes.clear();
+        for column in &columns {
+            column.append(row, &mut bytes);
+        }
+        // The top byte of the hash: its best-mixed bits.
+        out.push((XxHash3_64::oneshot(&bytes) >> 56) as u8);
+    }
+    Ok(out)
+}
+
+/// A key column as the bytes its buckets are hashed from.
+enum Canonical {
+    Integer(ArrayRef),
+    Binary(ArrayRef),
+    Text(ArrayRef),
+}
+
+impl Canonical {
+    fn of(column: &ArrayRef) -> Result<Self, ArrowError> {
+        let t = column.data_type();
+        if t.is_integer() {
+            return Ok(Self::Integer(cast(column, &DataType::Int64)?));
+        }
+        if matches!(
+            t,
+            DataType::Binary
+                | DataType::LargeBinary
+                | DataType::BinaryView
+                | DataType::FixedSizeBinary(_)
+        ) {
+            return Ok(Self::Binary(cast(column, &DataType::LargeBinary)?));
+        }
+        Ok(Self::Text(cast(column, &DataType::LargeUtf8)?))
+    }
+
+    fn append(&self, row: usize, out: &mut Vec<u8>) {
+        let column = match self {
+            Self::Integer(c) | Self::Binary(c) | Self::Text(c) => c,
+        };
+        if column.is_null(row) {
+            out.extend_from_slice(&u32::MAX.to_be_bytes());
+            return;
+        }
+        let value: &[u8] = match self {
+            Self::Integer(c) => {
+                let v = c.as_primitive::<Int64Type>().value(row).to_be_bytes();
+                out.extend_from_slice(&8_u32.to_be_bytes());
+                out.extend_from_slice(&v);
+                return;
+            }
+            Self::Binary(c) => c.as_binary::<i64>().value(row),
+            Self::Text(c) => c.as_string::<i64>().value(row).as_bytes(),
+        };
+        let len = u32::try_from(value.len()).unwrap_or(u32::MAX - 1);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int32Array, Int64Array, StringArray};
+
+    use super::*;
+
+    #[test]
+    fn a_key_has_one_bucket_whatever_its_integer_type() {
+        let wide: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 300_000]));
+        let narrow: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, 300_000]));
+        assert_eq!(
+            buckets(&[wide]).expect("buckets"),
+            buckets(&[narrow]).expect("buckets")
+        );
+    }
+
+    #[test]
+    fn buckets_are_fixed_bytes_not_a_library_hash() {
+        // Pinned: a change here moves every stored key to another bucket.
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
+        let names: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "c"]));
+        let one = buckets(&[Arc::clone(&ids)]).expect("buckets");
+        let two = buckets(&[ids, names]).expect("buckets");
+        assert_eq!(one, vec![109, 178, 110]);
+        assert_ne!(one, two);
+        let again =
+            buckets(&[Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef]).expect("buckets");
+        assert_eq!(one, again);
+    }
+
+    #[test]
+    fn slices_cover_every_bucket_once_in_ranges() {
+        for count in [1, 2, 3, 7, 256] {
+            let mut last = 0;
+            for bucket in 0..=255_u8 {
+                let s = Slice::of_bucket(bucket, count);
+                assert!(s < count && s >= last, "{count} {bucket}");
+                last = s;
+                let owners = (0..count)
+                    .filter(|&index| Slice { index, count }.owns(bucket))
+                    .count();
+                assert_eq!(owners, 1);
+            }
+            assert_eq!(last, count - 1);
+        }
+    }
+}
