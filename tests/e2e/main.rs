@@ -11,6 +11,7 @@
 mod ci_formats;
 mod cli;
 mod closed_stdout;
+mod cluster;
 mod conf_values;
 mod containment;
 mod crash;

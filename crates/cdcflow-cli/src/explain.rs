@@ -7,7 +7,21 @@ use std::process::ExitCode;
 use crate::PipelineArgs;
 use crate::validate::print_text;
 
-pub fn run(args: &PipelineArgs, only: Option<&str>, physical: bool, analyze: bool) -> ExitCode {
+pub fn run(
+    args: &PipelineArgs,
+    only: Option<&str>,
+    physical: bool,
+    analyze: bool,
+    workers: Option<&str>,
+) -> ExitCode {
+    let cluster = match workers.map(cdcflow_runtime::cluster::Cluster::parse) {
+        None => None,
+        Some(Ok(cluster)) => Some(cluster),
+        Some(Err(e)) => {
+            errln!("error: --workers: {e}");
+            return ExitCode::from(crate::usage::EXIT);
+        }
+    };
     // A pipeline with syncs is explained as the next run would plan it, with what
     // the servers say; without them, as the last run found its tables.
     let loaded = crate::validate::load_recorded(args);
@@ -63,7 +77,10 @@ pub fn run(args: &PipelineArgs, only: Option<&str>, physical: bool, analyze: boo
         }
         if physical && flow.plan.is_some() {
             let shown = crate::runtime().block_on(cdcflow_runtime::explain::physical_plan(
-                pipeline, flow, analyze,
+                pipeline,
+                flow,
+                analyze,
+                cluster.clone(),
             ));
             match shown {
                 Ok(text) => {

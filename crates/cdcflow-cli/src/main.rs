@@ -34,6 +34,7 @@ mod syncs_report;
 mod usage;
 mod vacuum;
 mod validate;
+mod worker;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -204,6 +205,10 @@ enum Command {
         /// committed. Implies --physical.
         #[arg(long)]
         analyze: bool,
+        /// With --physical: the plan as `run --workers` would split it over these
+        /// workers (its stages, and where each runs).
+        #[arg(long, value_name = "URL,URL…")]
+        workers: Option<String>,
     },
     /// Process everything available now: every flow in dependency order, one commit each.
     Run {
@@ -232,6 +237,20 @@ enum Command {
         /// per flow) at http://ADDR/metrics, e.g. 127.0.0.1:9464.
         #[arg(long, requires = "continuous", value_name = "ADDR")]
         metrics_addr: Option<std::net::SocketAddr>,
+        /// Apply AUTO CDC batches split in one slice of their keys per worker, on these
+        /// `cdcflow worker` processes (http://HOST:PORT, comma-separated); the commits
+        /// stay in this process. Every worker must reach the pipeline's storage at the
+        /// same path or URL (docs/scale-out.md).
+        #[arg(long, value_name = "URL,URL…")]
+        workers: Option<String>,
+    },
+    /// Serve as a worker that `cdcflow run --workers` spreads AUTO CDC batches over,
+    /// until stopped; prints the address it listens on.
+    Worker {
+        /// Where to listen, e.g. 127.0.0.1:7001 (port 0 picks a free one). Bind to a
+        /// private network only: a worker runs the plans it is sent.
+        #[arg(long, value_name = "ADDR")]
+        listen: std::net::SocketAddr,
     },
     /// Run SQL over the pipeline's tables.
     Query {
@@ -347,7 +366,14 @@ fn main() -> ExitCode {
             flow,
             physical,
             analyze,
-        } => explain::run(&pipeline, flow.as_deref(), physical || analyze, analyze),
+            workers,
+        } => explain::run(
+            &pipeline,
+            flow.as_deref(),
+            physical || analyze,
+            analyze,
+            workers.as_deref(),
+        ),
         Command::Run {
             pipeline,
             flows,
@@ -357,6 +383,7 @@ fn main() -> ExitCode {
             format,
             continuous,
             metrics_addr,
+            workers,
         } => run::run(
             &pipeline,
             run::RunArgs {
@@ -367,8 +394,10 @@ fn main() -> ExitCode {
                 json: format.json(),
                 continuous,
                 metrics_addr,
+                workers,
             },
         ),
+        Command::Worker { listen } => worker::serve(listen),
         Command::Query {
             pipeline,
             sql,

@@ -16,6 +16,7 @@ pub struct RunArgs {
     pub json: bool,
     pub continuous: bool,
     pub metrics_addr: Option<std::net::SocketAddr>,
+    pub workers: Option<String>,
 }
 
 /// The source kinds this binary reads.
@@ -174,6 +175,18 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
     {
         warn_broken_readers(pipeline, tables);
     }
+    let cluster = match run
+        .workers
+        .as_deref()
+        .map(cdcflow_runtime::cluster::Cluster::parse)
+    {
+        None => None,
+        Some(Ok(cluster)) => Some(cluster),
+        Some(Err(e)) => {
+            errln!("error: --workers: {e}");
+            return ExitCode::from(crate::usage::EXIT);
+        }
+    };
     let options = RunOptions {
         flows,
         full_refresh: run.full_refresh,
@@ -184,6 +197,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
             .and_then(|v| v.parse().ok()),
         progress: None,
         sources: Some(sources()),
+        cluster,
     };
     if run.continuous {
         return continuous(pipeline, &options, run.json, run.metrics_addr);

@@ -1,12 +1,15 @@
 //! What every flow of a run shares: the pipeline, its storage, the session, the run's
 //! clock and the outside sources. Owned, since each flow runs as a task of its own.
 
+use std::sync::Arc;
+
 use cdcflow_plan::location::Location;
 use cdcflow_plan::{Flow, Pipeline};
 use datafusion::prelude::SessionContext;
 
 use crate::RunError;
 use crate::checkpoint::Checkpoint;
+use crate::cluster::Cluster;
 use crate::inputs::InputReader;
 use crate::sources::Sources;
 use crate::storage::Storage;
@@ -21,6 +24,8 @@ pub(crate) struct RunContext {
     pub ctx: SessionContext,
     pub now_micros: i64,
     pub sources: Option<Sources>,
+    /// The workers split batches are applied on; none: on this machine.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 impl RunContext {
@@ -38,6 +43,7 @@ impl RunContext {
             ctx: cdcflow_plan::functions::session_context(),
             now_micros,
             sources,
+            cluster: None,
         })
     }
 

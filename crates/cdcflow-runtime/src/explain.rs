@@ -4,18 +4,22 @@
 
 use cdcflow_plan::{Flow, FlowKind, Pipeline};
 
+use crate::cluster::Cluster;
 use crate::context::RunContext;
 use crate::{RunError, cdc, query_flow};
 
-/// The physical plan of `flow` (of `pipeline`) as text; with `analyze`, run over its
-/// next batch's input, with each operator's metrics.
+/// The physical plan of `flow` (of `pipeline`) as text, its batch split over
+/// `cluster`'s workers when given; with `analyze`, run over its next batch's input,
+/// with each operator's metrics.
 pub async fn physical_plan(
     pipeline: &Pipeline,
     flow: &Flow,
     analyze: bool,
+    cluster: Option<Cluster>,
 ) -> Result<String, RunError> {
     // Server sources are not read: reading them starts a slot or a consumer.
-    let rc = RunContext::new(pipeline, chrono::Utc::now().timestamp_micros(), None)?;
+    let mut rc = RunContext::new(pipeline, chrono::Utc::now().timestamp_micros(), None)?;
+    rc.cluster = cluster.map(std::sync::Arc::new);
     match &flow.kind {
         _ if pipeline.reads_a_server(flow) => {
             Err(RunError::input(format!(

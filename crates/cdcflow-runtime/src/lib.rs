@@ -20,6 +20,7 @@ pub mod cascade;
 pub mod catalog;
 pub mod cdc;
 pub mod checkpoint;
+pub mod cluster;
 pub mod compact;
 mod context;
 pub mod continuous;

@@ -13,6 +13,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::cascade::{self, reset_allowed};
 use crate::checkpoint::Checkpoint;
+use crate::cluster::Cluster;
 use crate::context::RunContext;
 use crate::delta::{self, Commit, Mode, Operation, Table};
 use crate::pipeline_lock::PipelineLock;
@@ -40,6 +41,9 @@ pub struct RunOptions {
     pub progress: Option<Progress>,
     /// Opens the sources outside the pipeline's storage (`read_postgres`).
     pub sources: Option<Sources>,
+    /// Apply the AUTO CDC batches that can be split on these workers
+    /// (docs/scale-out.md); none: on this machine.
+    pub cluster: Option<Cluster>,
 }
 
 /// A callback told the name of each flow as it starts.
@@ -117,11 +121,9 @@ pub(crate) async fn run_locked(
     let now_micros = options
         .now_micros
         .unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
-    let shared = Arc::new(RunContext::new(
-        pipeline,
-        now_micros,
-        options.sources.clone(),
-    )?);
+    let mut context = RunContext::new(pipeline, now_micros, options.sources.clone())?;
+    context.cluster = options.cluster.clone().map(Arc::new);
+    let shared = Arc::new(context);
     let run: Vec<usize> = pipeline
         .order
         .iter()

@@ -43,10 +43,18 @@ use datafusion_spark::SessionStateBuilderSpark;
 
 /// A session with the dialect's configuration and every function of the dialect.
 pub fn session_state(config: SessionConfig) -> SessionState {
-    let mut builder = SessionStateBuilder::new()
-        .with_config(config)
-        .with_default_features()
-        .with_spark_features();
+    with_dialect(
+        SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features(),
+    )
+    .build()
+}
+
+/// `builder` (with DataFusion's default features) with every function of the dialect:
+/// what a session that decodes a flow's physical plan needs (a worker's).
+pub fn with_dialect(builder: SessionStateBuilder) -> SessionStateBuilder {
+    let mut builder = builder.with_spark_features();
     builder
         .scalar_functions()
         .get_or_insert_with(Vec::new)
@@ -60,7 +68,7 @@ pub fn session_state(config: SessionConfig) -> SessionState {
         .expr_planners()
         .get_or_insert_with(Vec::new)
         .insert(0, Arc::new(operators::SparkOperators));
-    builder.build()
+    builder
 }
 
 /// A [`SessionContext`] over [`session_state`] of the dialect's configuration.

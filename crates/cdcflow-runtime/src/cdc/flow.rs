@@ -178,7 +178,7 @@ pub(super) async fn apply_batch(
         (state_commit, public_commit),
         rc.now_micros,
     );
-    let plan = exec::apply_plan(spec, source_schema, read, target).await?;
+    let plan = exec::apply_plan(spec, source_schema, read, target, rc.cluster.as_deref()).await?;
     let executed = Arc::clone(&plan.plan);
     let applied = exec::run_apply(plan).await?;
     checkpoint.seal(&offsets).await;
@@ -270,11 +270,13 @@ pub(crate) async fn explain(
         (state_commit, public_commit),
         rc.now_micros,
     );
-    let plan = exec::apply_plan(spec, &source_schema, read, apply).await?;
+    let plan = exec::apply_plan(spec, &source_schema, read, apply, rc.cluster.as_deref()).await?;
     if !analyze {
-        return Ok(datafusion::physical_plan::displayable(plan.plan.as_ref())
-            .indent(true)
-            .to_string());
+        let shown = crate::cluster::display(plan.plan.as_ref(), false);
+        return Ok(match rc.cluster.as_deref() {
+            Some(cluster) => format!("{shown}{}\n", crate::cluster::placement(cluster)),
+            None => shown,
+        });
     }
     exec::make_events(&plan).await?;
     let next = format!(
@@ -301,10 +303,7 @@ async fn record_executed(
 ) {
     let text = format!(
         "(batch {batch}, as the last run executed it)\n{}",
-        datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
-            executed.as_ref()
-        )
-        .indent(true)
+        crate::cluster::display(executed.as_ref(), true)
     );
     checkpoint.record_plan(&text).await;
 }

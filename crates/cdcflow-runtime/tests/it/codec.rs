@@ -176,13 +176,13 @@ async fn an_auto_cdc_plan_sent_through_the_codec_gives_the_same_tables() {
             let rows = vec![(format!("batch {b}"), batch.clone())];
             let at = |root: &Path| target(&pipeline, &spec, root, b);
             let source = BatchSource::Rows(rows.clone());
-            let plan = apply_plan(&spec, &source_schema(), source, at(here.path()))
+            let plan = apply_plan(&spec, &source_schema(), source, at(here.path()), None)
                 .await
                 .expect("plan");
             let applied_here: Applied = run_apply(plan).await.expect("apply here");
 
             let source = BatchSource::Rows(rows);
-            let plan = apply_plan(&spec, &source_schema(), source, at(there.path()))
+            let plan = apply_plan(&spec, &source_schema(), source, at(there.path()), None)
                 .await
                 .expect("plan");
             let applied_there = run_apply(round_trip(&plan.plan))
@@ -263,6 +263,7 @@ async fn a_first_batch_in_key_groups_gives_the_tables_of_one_read_and_goes_throu
             &source_schema(),
             BatchSource::Rows(rows),
             at(whole.path()),
+            None,
         )
         .await
         .expect("plan");
@@ -281,6 +282,7 @@ async fn a_first_batch_in_key_groups_gives_the_tables_of_one_read_and_goes_throu
             &source_schema(),
             BatchSource::KeyGroups(grouped()),
             at(here.path()),
+            None,
         )
         .await
         .expect("plan");
@@ -300,6 +302,7 @@ async fn a_first_batch_in_key_groups_gives_the_tables_of_one_read_and_goes_throu
             &source_schema(),
             BatchSource::KeyGroups(grouped()),
             at(there.path()),
+            None,
         )
         .await
         .expect("plan");

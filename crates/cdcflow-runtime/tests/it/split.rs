@@ -82,6 +82,7 @@ async fn apply_all(
             &source_schema(),
             BatchSource::Rows(rows),
             sliced(pipeline, spec, root, b, slices),
+            None,
         )
         .await
         .expect("plan");

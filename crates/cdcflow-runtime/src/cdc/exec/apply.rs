@@ -503,7 +503,7 @@ impl AutoCdcApplyExec {
                     _ => applied_schema(),
                 },
                 match parts {
-                    Parts::Slices { slices } => Partitioning::UnknownPartitioning(slices),
+                    Parts::Slices { .. } => parts.partitioning(),
                     _ => Partitioning::UnknownPartitioning(1),
                 },
                 EmissionType::Final,
@@ -527,6 +527,7 @@ impl AutoCdcApplyExec {
     fn execute_slice(
         &self,
         slice: Slice,
+        partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         if slice.index >= slice.count {
@@ -537,10 +538,9 @@ impl AutoCdcApplyExec {
         }
         let target = Arc::clone(&self.target);
         let input = Arc::clone(&self.input);
-        let apply_time = MetricBuilder::new(&self.metrics).subset_time("apply_time", slice.index);
+        let apply_time = MetricBuilder::new(&self.metrics).subset_time("apply_time", partition);
         let one = futures::stream::once(async move {
-            let routed: Vec<RecordBatch> =
-                input.execute(slice.index, context)?.try_collect().await?;
+            let routed: Vec<RecordBatch> = input.execute(partition, context)?.try_collect().await?;
             let _timer = apply_time.timer();
             let events = routed
                 .iter()
@@ -598,12 +598,16 @@ impl ExecutionPlan for AutoCdcApplyExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if let Parts::Slices { slices } = self.parts {
+        if let Parts::Slices { slices, tasks } = self.parts {
+            // Each task holds `slices / tasks` of them, in order.
+            let (task, _) = crate::cluster::task_of(&context);
+            let index = task * (slices / tasks.max(1)) + partition;
             return self.execute_slice(
                 Slice {
-                    index: partition,
+                    index,
                     count: slices,
                 },
+                partition,
                 context,
             );
         }

@@ -128,9 +128,12 @@ enum LocationWire {
 }
 
 impl LocationWire {
+    /// A folder by its absolute path: the process that decodes it may run elsewhere.
     fn of(at: &Location) -> Self {
         match at {
-            Location::Local(dir) => Self::Local(dir.clone()),
+            Location::Local(dir) => {
+                Self::Local(std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+            }
             Location::Remote(url) => Self::Remote(url.to_string()),
         }
     }

@@ -140,6 +140,7 @@ pub use rows::{SourceRowsExec, SourceRowsTable};
 
 use crate::RunError;
 use crate::cdc::engine::GroupedLoad;
+use crate::cluster::Cluster;
 
 /// How an AUTO CDC execution plan takes its input's partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -152,9 +153,10 @@ pub enum Parts {
     /// its own, and the apply takes one after another.
     KeyGroups { groups: usize, rows: u64 },
     /// The batch's events in `slices` partitions by slice of their keys
-    /// (`cdc/slice.rs`): each is applied on its own, and [`AutoCdcCommitExec`] commits
-    /// what they wrote once.
-    Slices { slices: usize },
+    /// (`cdc/slice.rs`), dealt to `tasks` tasks (one, or one per worker), each with
+    /// `slices / tasks` of them: each slice is applied on its own, and
+    /// [`AutoCdcCommitExec`] commits what they wrote once.
+    Slices { slices: usize, tasks: usize },
 }
 
 impl Parts {
@@ -189,7 +191,8 @@ impl Parts {
         match self {
             Self::One => Ok(()),
             Self::KeyGroups { groups, .. } => write!(f, " key_groups={groups}"),
-            Self::Slices { slices } => write!(f, " slices={slices}"),
+            Self::Slices { slices, tasks: 1 } => write!(f, " slices={slices}"),
+            Self::Slices { slices, tasks } => write!(f, " slices={slices} tasks={tasks}"),
         }
     }
 
@@ -198,7 +201,9 @@ impl Parts {
         match self {
             Self::One => Partitioning::UnknownPartitioning(1),
             Self::KeyGroups { groups, .. } => Partitioning::UnknownPartitioning(*groups),
-            Self::Slices { slices } => Partitioning::UnknownPartitioning(*slices),
+            Self::Slices { slices, tasks } => {
+                Partitioning::UnknownPartitioning((*slices / (*tasks).max(1)).max(1))
+            }
         }
     }
 }
@@ -249,6 +254,8 @@ pub struct AutoCdcPlanner {
     checks: Arc<EventChecks>,
     target: Arc<ApplyTarget>,
     slices: usize,
+    /// The slices run on workers, one task each.
+    on_workers: bool,
 }
 
 #[async_trait::async_trait]
@@ -304,7 +311,7 @@ impl QueryPlanner for AutoCdcQueryPlanner {
         // no node of theirs asks for.
         match self.0.slices {
             0 | 1 => Ok(plan),
-            slices => split(plan, slices),
+            slices => split(plan, slices, self.0.on_workers),
         }
     }
 }
@@ -319,9 +326,14 @@ impl QueryPlanner for AutoCdcQueryPlanner {
 ///         AutoCdcRouteExec: each event's route value, by its key's bucket
 ///           AutoCdcEventsExec …
 /// ```
+///
+/// `on_workers`, each slice is a task on a worker: the exchange and the gathering are
+/// datafusion-distributed's network boundaries (`cluster/`), and the commit stays in
+/// this process.
 fn split(
     plan: Arc<dyn ExecutionPlan>,
     slices: usize,
+    on_workers: bool,
 ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
     use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
     use datafusion::physical_expr::expressions::Column;
@@ -343,15 +355,23 @@ fn split(
             route::routes(slices)?,
         ));
         let column = Column::new_with_schema(ROUTE, &route.schema())?;
-        let routed = Arc::new(RepartitionExec::try_new(
+        // On workers the exchange deals the partitions to the tasks: one each.
+        let tasks = if on_workers { slices } else { 1 };
+        let mut routed: Arc<dyn ExecutionPlan> = Arc::new(RepartitionExec::try_new(
             route,
-            Partitioning::Hash(vec![Arc::new(column)], slices),
+            Partitioning::Hash(vec![Arc::new(column)], slices / tasks),
         )?);
-        let sliced = Arc::new(AutoCdcApplyExec::new(
+        if on_workers {
+            routed = crate::cluster::shuffle(routed)?;
+        }
+        let mut sliced: Arc<dyn ExecutionPlan> = Arc::new(AutoCdcApplyExec::new(
             routed,
             Arc::clone(&target),
-            Parts::Slices { slices },
+            Parts::Slices { slices, tasks },
         ));
+        if on_workers {
+            sliced = crate::cluster::gather(sliced, tasks)?;
+        }
         let gathered = Arc::new(CoalescePartitionsExec::new(sliced));
         let commit: Arc<dyn ExecutionPlan> =
             Arc::new(AutoCdcCommitExec::new(gathered, target, slices));
@@ -419,6 +439,7 @@ pub async fn apply_plan(
     source: &SchemaRef,
     input: BatchSource,
     target: ApplyTarget,
+    cluster: Option<&Cluster>,
 ) -> Result<BatchPlan, RunError> {
     let rules = Arc::clone(&target.rules);
     let checks = Arc::new(EventChecks::of(spec, rules, target.now_micros));
@@ -429,17 +450,25 @@ pub async fn apply_plan(
             rows: load.rows,
         },
     };
-    let slices = target.slices_for(spec, parts).await?;
     let mut target = target;
+    if let Some(cluster) = cluster {
+        target.slices = cluster.slices();
+    }
+    let slices = target.slices_for(spec, parts).await?;
     if slices > 1 {
         target.pin();
     }
+    let on_workers = slices > 1 && cluster.is_some();
     let lowering = AutoCdcPlanner {
         checks,
         target: Arc::new(target),
         slices,
+        on_workers,
     };
-    let state = session(Some(lowering));
+    let state = match (on_workers, cluster) {
+        (true, Some(cluster)) => crate::cluster::distribute(session(Some(lowering)), cluster)?,
+        _ => session(Some(lowering)),
+    };
     let scan: Arc<dyn datafusion::catalog::TableProvider> = match input {
         BatchSource::Rows(rows) => sourced(source, rows)?,
         BatchSource::KeyGroups(load) => Arc::new(KeyGroupsTable::new(load)),

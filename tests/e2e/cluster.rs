@@ -1,0 +1,221 @@
+//! The AUTO CDC apply spread over worker processes (docs/scale-out.md): `cdcflow worker`
+//! processes on loopback, and `cdcflow run --workers` splitting each later batch in one
+//! slice of its keys per worker, committing in the run. The tables equal a run on one
+//! machine, batch after batch, for SCD type 1 and 2; a run whose worker is gone fails
+//! and commits nothing, and a run after it, on the workers left, finishes the batch.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::{copy_dir, repo, stderr, stdout};
+
+/// A `cdcflow worker` on a free loopback port, killed when dropped.
+struct Worker {
+    child: Child,
+    url: String,
+}
+
+impl Worker {
+    fn start() -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["worker", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cdcflow worker starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the worker says where it listens");
+        let url = line
+            .trim()
+            .strip_prefix("cdcflow worker listening on ")
+            .unwrap_or_else(|| panic!("a worker's first line: {line:?}"))
+            .to_string();
+        Self { child, url }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The orders example with an SCD type 1 flow besides its SCD type 2 one, in `dir`,
+/// its landing folder holding the first of its two files.
+fn orders_in(dir: &Path) -> PathBuf {
+    let at = dir.join("orders");
+    copy_dir(&repo().join("pipelines/orders"), &at);
+    std::fs::write(
+        at.join("sql/04_current.sql"),
+        "CREATE OR REFRESH STREAMING TABLE silver_orders;
+CREATE FLOW orders_current AS AUTO CDC INTO silver_orders
+FROM STREAM(bronze_order_changes) KEYS (order_id)
+APPLY AS DELETE WHEN operation = 'DELETE'
+SEQUENCE BY (commit_ts, log_position)
+COLUMNS * EXCEPT (operation, commit_ts, log_position);
+",
+    )
+    .expect("write");
+    std::fs::rename(at.join("landing/orders/0002.json"), dir.join("0002.json"))
+        .expect("set the second file aside");
+    at
+}
+
+/// Lands `events` (one JSON object per line) as the file `name` of the pipeline.
+fn land(pipeline: &Path, name: &str, events: &str) {
+    std::fs::write(pipeline.join("landing/orders").join(name), events).expect("land");
+}
+
+fn run(pipeline: &Path, workers: &[&Worker]) -> std::process::Output {
+    let mut args = vec!["run", "-p", pipeline.to_str().expect("utf-8")];
+    let list = workers
+        .iter()
+        .map(|w| w.url.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    if !workers.is_empty() {
+        args.extend(["--workers", &list]);
+    }
+    Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(&args)
+        .output()
+        .expect("run cdcflow")
+}
+
+/// Both silver tables and the gold view, sorted.
+fn tables(pipeline: &Path) -> String {
+    let mut all = String::new();
+    for sql in [
+        "SELECT * FROM silver_orders ORDER BY order_id",
+        "SELECT * FROM silver_orders_history ORDER BY order_id, __START_AT",
+        "SELECT * FROM gold_orders_by_status ORDER BY status",
+    ] {
+        let out = crate::cdcflow(&[
+            "query",
+            "-p",
+            pipeline.to_str().expect("utf-8"),
+            sql,
+            "--format",
+            "csv",
+        ]);
+        assert!(out.status.success(), "{sql}: {}", stderr(&out));
+        all.push_str(&stdout(&out));
+    }
+    all
+}
+
+/// The plan the last batch of `flow` ran, as the run recorded it.
+fn last_plan(pipeline: &Path, flow: &str) -> String {
+    fn find(dir: &Path, flow: &str) -> Option<PathBuf> {
+        for entry in std::fs::read_dir(dir).ok()? {
+            let path = entry.ok()?.path();
+            if path.is_dir() {
+                if let Some(found) = find(&path, flow) {
+                    return Some(found);
+                }
+            } else if path.file_name().is_some_and(|n| n == "last_batch_plan.txt")
+                && path.to_string_lossy().contains(flow)
+            {
+                return Some(path);
+            }
+        }
+        None
+    }
+    let path = find(pipeline, flow).unwrap_or_else(|| panic!("no recorded plan of {flow}"));
+    std::fs::read_to_string(path).expect("read the plan")
+}
+
+/// More changes: new orders, updates and deletes of them, late events for the
+/// example's orders, and later changes of them.
+fn third_batch() -> String {
+    let mut lines = Vec::new();
+    for id in 1..=60_i64 {
+        let (op, status) = match id % 4 {
+            0 => ("DELETE", "cancelled"),
+            1 => ("UPDATE", "shipped"),
+            _ => ("INSERT", "placed"),
+        };
+        let order = if id % 15 == 0 { 100 + id / 15 } else { id };
+        let month = if id % 2 == 0 { 3 } else { 7 };
+        lines.push(format!(
+            r#"{{"order_id": {order}, "customer_id": {}, "status": "{status}", "amount": {}.50, "operation": "{op}", "commit_ts": "2024-0{month}-0{}T10:00:00Z", "log_position": {}}}"#,
+            id % 7,
+            id * 3,
+            1 + id % 5,
+            1000 + id
+        ));
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn a_run_on_two_and_three_workers_gives_the_tables_of_a_run_on_one_machine() {
+    let dir = tempfile::tempdir().expect("dir");
+    let workers = [Worker::start(), Worker::start(), Worker::start()];
+    for n in [2, 3] {
+        let root = dir.path().join(format!("on{n}"));
+        let here = orders_in(&root.join("here"));
+        let there = orders_in(&root.join("there"));
+        let second = std::fs::read_to_string(root.join("here/0002.json")).expect("read");
+        // The first batch makes the tables: on one machine.
+        for pipeline in [&here, &there] {
+            let out = run(pipeline, &[]);
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+        let used: Vec<&Worker> = workers.iter().take(n).collect();
+        for (name, events) in [("0002.json", second), ("0003.json", third_batch())] {
+            land(&here, name, &events);
+            land(&there, name, &events);
+            let out = run(&here, &[]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            let out = run(&there, &used);
+            assert!(
+                out.status.success(),
+                "{name} on {n} workers: {}",
+                stderr(&out)
+            );
+            assert_eq!(tables(&there), tables(&here), "{name} on {n} workers");
+            for flow in ["orders_changes", "orders_current"] {
+                let plan = last_plan(&there, flow);
+                assert!(
+                    plan.contains("AutoCdcCommitExec")
+                        && plan.contains(&format!("slices={n} tasks={n}")),
+                    "{flow}, {name} on {n} workers: {plan}"
+                );
+            }
+        }
+        assert!(tables(&here).lines().count() > 60, "{}", tables(&here));
+        // `explain --physical` shows where the stages of the next batch would run.
+        let list = used
+            .iter()
+            .map(|w| w.url.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let out = crate::cdcflow(&[
+            "explain",
+            "-p",
+            there.to_str().expect("utf-8"),
+            "--flow",
+            "orders_current",
+            "--physical",
+            "--workers",
+            &list,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let shown = stdout(&out);
+        for part in [
+            "DistributedExec",
+            &format!("Stage 2 ── tasks={n}"),
+            "NetworkShuffleExec",
+            "NetworkCoalesceExec",
+            "AutoCdcCommitExec",
+            &format!("one per worker of {}", used[0].url),
+        ] {
+            assert!(shown.contains(part), "{part}: {shown}");
+        }
+    }
+}
