@@ -18,8 +18,14 @@ struct Worker {
 
 impl Worker {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A worker with `env` (a failpoint).
+    fn start_with(env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
             .args(["worker", "--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -71,6 +77,11 @@ fn land(pipeline: &Path, name: &str, events: &str) {
 }
 
 fn run(pipeline: &Path, workers: &[&Worker]) -> std::process::Output {
+    run_with(pipeline, workers, &[])
+}
+
+/// [`run`] with `env` (a failpoint).
+fn run_with(pipeline: &Path, workers: &[&Worker], env: &[(&str, &str)]) -> std::process::Output {
     let mut args = vec!["run", "-p", pipeline.to_str().expect("utf-8")];
     let list = workers
         .iter()
@@ -82,6 +93,7 @@ fn run(pipeline: &Path, workers: &[&Worker]) -> std::process::Output {
     }
     Command::new(env!("CARGO_BIN_EXE_cdcflow"))
         .args(&args)
+        .envs(env.iter().copied())
         .output()
         .expect("run cdcflow")
 }
@@ -218,4 +230,77 @@ fn a_run_on_two_and_three_workers_gives_the_tables_of_a_run_on_one_machine() {
             assert!(shown.contains(part), "{part}: {shown}");
         }
     }
+}
+
+/// The Parquet files under `dir`.
+fn parquet_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .map(|p| match p.is_dir() {
+                    true => parquet_files(&p),
+                    false => usize::from(p.extension().is_some_and(|x| x == "parquet")),
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_worker_killed_in_its_apply_task_commits_nothing_and_a_rerun_on_the_others_finishes_the_batch()
+{
+    let dir = tempfile::tempdir().expect("dir");
+    let here = orders_in(&dir.path().join("here"));
+    let there = orders_in(&dir.path().join("there"));
+    let second = std::fs::read_to_string(dir.path().join("here/0002.json")).expect("read");
+    for pipeline in [&here, &there] {
+        let out = run(pipeline, &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        land(pipeline, "0002.json", &second);
+    }
+    let out = run(&here, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A worker aborts once its slice's files are written, before it returns them.
+    let before = tables(&there);
+    let storage = there.join("_storage");
+    let files_before = parquet_files(&storage);
+    let dying = Worker::start_with(&[("CDCFLOW_FAILPOINT", "apply-task:silver_orders")]);
+    let (good, other) = (Worker::start(), Worker::start());
+    let out = run(&there, &[&dying, &good]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(stderr(&out).contains("orders_current"), "{}", stderr(&out));
+    assert_eq!(tables(&there), before, "a failed batch committed");
+    let orphans = parquet_files(&storage) - files_before;
+
+    // Run again on the workers left (and one more): the batch is applied once.
+    let out = run(&there, &[&good, &other]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(tables(&there), tables(&here));
+
+    // The run killed between its two commits of a batch recovers as on one machine.
+    for pipeline in [&here, &there] {
+        land(pipeline, "0003.json", &third_batch());
+    }
+    let out = run(&here, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run_with(
+        &there,
+        &[&good, &other],
+        &[("CDCFLOW_FAILPOINT", "committed:silver_orders")],
+    );
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let out = run(&there, &[&good, &other]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(tables(&there), tables(&here));
+    assert!(last_plan(&there, "orders_current").contains("AutoCdcCommitExec"));
+
+    // The failed attempt's files are named by no commit: vacuum removes them.
+    assert!(orphans > 0, "the dying worker wrote no file");
+    let shown = there.to_str().expect("utf-8");
+    let out = crate::cdcflow(&["vacuum", "-p", shown, "--retain", "0", "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(tables(&there), tables(&here));
 }

@@ -5,7 +5,10 @@
 //! `optimize-staged:<table>` and `optimize-committed:<table>` around a compaction's
 //! commit; in a vacuum `vacuum-started:<table>` (`VACUUM START` committed, nothing
 //! deleted), `vacuum-deleting:<table>` (one file deleted) and `vacuum-ended:<table>`
-//! (`VACUUM END` committed). An AUTO CDC state table is `<target>__state`.
+//! (`VACUUM END` committed). An AUTO CDC state table is `<target>__state`. A slice
+//! of a split AUTO CDC batch (on a worker, or in the run): `apply-task-start:<target>`
+//! (nothing read) and `apply-task:<target>` (its files written, its changes not
+//! returned).
 
 /// Aborts the process when `CDCFLOW_FAILPOINT` names `point`.
 pub fn hit(point: &str) {

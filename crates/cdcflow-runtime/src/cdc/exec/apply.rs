@@ -147,6 +147,7 @@ impl ApplyTarget {
         slice: Slice,
         events: Vec<RecordBatch>,
     ) -> Result<RecordBatch, RunError> {
+        crate::failpoint::hit(&format!("apply-task-start:{}", self.name));
         let (state, public) = self.shared_tables().await?;
         let targets = self.targets(&state, &public);
         let rules = self.rules.as_ref();
@@ -160,6 +161,7 @@ impl ApplyTarget {
             )));
         };
         let changes = prepared.apply_slice(&targets, events, slice).await?;
+        crate::failpoint::hit(&format!("apply-task:{}", self.name));
         let summary = SliceSummary {
             metrics: changes.metrics,
             oldest_change,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cdcflow_plan::autocdc::applied_schema;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder};
@@ -25,6 +25,7 @@ use super::apply::ApplyTarget;
 use super::changes::gather;
 use super::events::external;
 use super::{Parts, plan_properties};
+use crate::RunError;
 
 /// The execution plan of a batch's commit over its slices' changes (one partition).
 #[derive(Debug)]
@@ -60,6 +61,15 @@ impl AutoCdcCommitExec {
     pub fn slices(&self) -> usize {
         self.slices
     }
+}
+
+/// A slice of a batch failed (its apply, or the worker it ran on): nothing of the
+/// batch was committed, and the next run applies it again from the same events.
+fn slices_failed(target: &str, e: DataFusionError) -> RunError {
+    RunError::input(format!(
+        "a slice of the batch of `{target}` failed, so nothing of the batch was committed: {e}"
+    ))
+    .with_help("run again: the batch is applied again from the same events; a worker that is gone must be left out of --workers")
 }
 
 impl DisplayAs for AutoCdcCommitExec {
@@ -104,7 +114,10 @@ impl ExecutionPlan for AutoCdcCommitExec {
         );
         let commit_time = MetricBuilder::new(&self.metrics).subset_time("commit_time", 0);
         let one = futures::stream::once(async move {
-            let rows: Vec<RecordBatch> = input.execute(0, context)?.try_collect().await?;
+            let rows: Vec<RecordBatch> = match input.execute(0, context)?.try_collect().await {
+                Ok(rows) => rows,
+                Err(e) => return Err(external(slices_failed(&target.name, e))),
+            };
             let _timer = commit_time.timer();
             let gathered = gather(&rows, slices).map_err(external)?;
             let applied = target.commit_slices(gathered).await.map_err(external)?;
