@@ -303,6 +303,9 @@ fn print_summary(name: &str, report: &RunReport, stamp: &str) {
         if let Some(lag) = f.partition_lag_line() {
             outln!("{stamp}  {:width$}  lag per partition: {lag}", "");
         }
+        for slice in &f.slices {
+            outln!("{stamp}  {:width$}  {}", "", slice.line());
+        }
         for w in &f.warnings {
             outln!("{stamp}  {:width$}  warning: {w}", "");
         }

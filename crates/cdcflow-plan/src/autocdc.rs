@@ -127,9 +127,12 @@ pub const APPLIED_OLDEST_CHANGE: &str = "oldest_change";
 /// Beside the counts: a warning to show (the columns the batch added to the published
 /// table; null when none).
 pub const APPLIED_NOTE: &str = "note";
+/// A batch applied in slices: each slice's task (where it ran, its counts and time) as
+/// JSON; null for a batch applied whole.
+pub const APPLIED_SLICES: &str = "slices";
 
 /// The schema of an AUTO CDC node's result: [`APPLIED_COLUMNS`], then
-/// [`APPLIED_OLDEST_CHANGE`] and [`APPLIED_NOTE`].
+/// [`APPLIED_OLDEST_CHANGE`], [`APPLIED_NOTE`] and [`APPLIED_SLICES`].
 pub fn applied_schema() -> SchemaRef {
     let mut fields: Vec<Field> = APPLIED_COLUMNS
         .iter()
@@ -137,6 +140,7 @@ pub fn applied_schema() -> SchemaRef {
         .collect();
     fields.push(Field::new(APPLIED_OLDEST_CHANGE, DataType::Int64, true));
     fields.push(Field::new(APPLIED_NOTE, DataType::Utf8, true));
+    fields.push(Field::new(APPLIED_SLICES, DataType::Utf8, true));
     Arc::new(Schema::new(fields))
 }
 

@@ -133,6 +133,10 @@ pub async fn append(
         if let Some(state) = &f.state {
             notes.push(format!("state: {}", state.summary()));
         }
+        if !f.slices.is_empty() {
+            let tasks: Vec<String> = f.slices.iter().map(|s| s.line()).collect();
+            notes.push(format!("applied in slices: {}", tasks.join("; ")));
+        }
         let cdc = f.cdc;
         rows.push(Row {
             timestamp: f.ended_micros.max(f.started_micros),

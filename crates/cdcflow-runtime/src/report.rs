@@ -75,6 +75,9 @@ pub struct FlowReport {
     pub partition_lag: Vec<crate::sources::PartitionLag>,
     /// AUTO CDC flows: what the apply did.
     pub cdc: Option<ApplyMetrics>,
+    /// An AUTO CDC batch applied in slices (on workers): each slice's task.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<crate::cdc::exec::SliceSummary>,
     /// AUTO CDC FROM SNAPSHOT flows: each snapshot applied, with what it changed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<crate::cdc::snapshot::counts::AppliedSnapshot>,
@@ -118,6 +121,7 @@ impl FlowReport {
             tombstones: 0,
             partition_lag: vec![],
             cdc: None,
+            slices: vec![],
             snapshots: vec![],
             state: None,
             expectations: vec![],

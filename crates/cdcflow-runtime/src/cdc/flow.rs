@@ -22,7 +22,6 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::engine::GroupedLoad;
 use super::exec::{self, BatchSource};
 use super::kernel::{Rules, Visible};
-use super::rules::ApplyMetrics;
 use super::rules_for;
 use crate::checkpoint::{Offsets, Processed};
 use crate::context::RunContext;
@@ -116,8 +115,8 @@ pub(crate) async fn run(
     )
     .await?;
     report.oldest_change_micros = applied.oldest_change;
+    report_applied(&applied, report);
     report.warnings.extend(applied.note);
-    report_applied(&applied.metrics, applied.rows_written, report);
     report.outcome = FlowOutcome::Committed { batch };
     Ok(())
 }
@@ -309,7 +308,9 @@ async fn record_executed(
 }
 
 /// What the batch did, in the flow's report.
-fn report_applied(metrics: &ApplyMetrics, rows_written: u64, report: &mut FlowReport) {
+fn report_applied(applied: &exec::Applied, report: &mut FlowReport) {
+    let (metrics, rows_written) = (&applied.metrics, applied.rows_written);
+    report.slices = applied.slices.clone();
     if metrics.late_after_gc > 0 {
         report.warnings.push(format!(
             "{} upsert(s) older than a collected tombstone were dropped: they may resurrect deleted rows (raise {} to keep tombstones longer)",

@@ -109,7 +109,18 @@ async fn check(flow: &str, batches: &[Vec<Event>], slices: usize, sent: bool) ->
         tempfile::tempdir().expect("dir"),
     );
     let (expected, unsplit) = apply_all(&pipeline, &spec, whole.path(), batches, 1, false).await;
-    let (got, split) = apply_all(&pipeline, &spec, parts.path(), batches, slices, sent).await;
+    let (mut got, split) = apply_all(&pipeline, &spec, parts.path(), batches, slices, sent).await;
+    // A split batch says what each slice's task did; the sums are the batch's.
+    for (applied, was_split) in got.iter_mut().zip(&split) {
+        let tasks = std::mem::take(&mut applied.slices);
+        let indexes: Vec<usize> = tasks.iter().map(|t| t.slice).collect();
+        match was_split {
+            true => assert_eq!(indexes, (0..slices).collect::<Vec<_>>()),
+            false => assert!(indexes.is_empty()),
+        }
+        let events: u64 = tasks.iter().map(|t| t.metrics.events).sum();
+        assert!(!was_split || events == applied.metrics.events, "{tasks:?}");
+    }
     assert!(unsplit.iter().all(|s| !s), "{unsplit:?}");
     // The first batch creates the tables: whole. Every later one is split.
     let want: Vec<bool> = (0..batches.len()).map(|b| b > 0).collect();

@@ -23,7 +23,7 @@ use datafusion::physical_plan::{
 };
 use futures::TryStreamExt;
 
-use super::changes::{Gathered, SliceSummary, TableChanges, changes_schema, to_rows};
+use super::changes::{Gathered, SliceSummary, TableChanges, changes_schema, this_worker, to_rows};
 use super::events::{external, oldest_commit_time};
 use super::{Parts, plan_properties};
 use crate::RunError;
@@ -148,6 +148,7 @@ impl ApplyTarget {
         events: Vec<RecordBatch>,
     ) -> Result<RecordBatch, RunError> {
         crate::failpoint::hit(&format!("apply-task-start:{}", self.name));
+        let started = std::time::Instant::now();
         let (state, public) = self.shared_tables().await?;
         let targets = self.targets(&state, &public);
         let rules = self.rules.as_ref();
@@ -163,8 +164,11 @@ impl ApplyTarget {
         let changes = prepared.apply_slice(&targets, events, slice).await?;
         crate::failpoint::hit(&format!("apply-task:{}", self.name));
         let summary = SliceSummary {
+            slice: slice.index,
+            worker: this_worker(),
             metrics: changes.metrics,
             oldest_change,
+            millis: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         };
         to_rows(slice, changes, &summary)
     }
@@ -205,6 +209,7 @@ impl ApplyTarget {
             rows_written: public_rows,
             oldest_change,
             note: None,
+            slices: gathered.summaries,
         };
         done.commit(&targets).await?;
         Ok(applied)
@@ -276,6 +281,7 @@ impl ApplyTarget {
             rows_written: done.public_rows as u64,
             oldest_change,
             note: None,
+            slices: vec![],
         };
         done.commit(&targets).await?;
         Ok(applied)
@@ -294,6 +300,7 @@ impl ApplyTarget {
             rows_written: done.public_rows as u64,
             oldest_change,
             note,
+            slices: vec![],
         };
         done.commit(targets).await?;
         Ok(applied)
@@ -320,6 +327,8 @@ pub struct Applied {
     pub oldest_change: Option<i64>,
     /// A warning for the user (the columns the batch added to the published table).
     pub note: Option<String>,
+    /// A batch applied in slices: each slice's task.
+    pub slices: Vec<SliceSummary>,
 }
 
 impl Applied {
@@ -349,6 +358,14 @@ impl Applied {
             .collect();
         columns.push(Arc::new(Int64Array::from(vec![self.oldest_change])));
         columns.push(Arc::new(StringArray::from(vec![self.note.clone()])));
+        let slices = match self.slices.is_empty() {
+            true => None,
+            false => Some(
+                serde_json::to_string(&self.slices)
+                    .map_err(|e| RunError::internal(format!("a batch's slices: {e}")))?,
+            ),
+        };
+        columns.push(Arc::new(StringArray::from(vec![slices])));
         Ok(RecordBatch::try_new(applied_schema(), columns)?)
     }
 
@@ -385,6 +402,12 @@ impl Applied {
                 let note = b.column(12).as_string::<i32>();
                 if !note.is_null(row) {
                     out.note = Some(note.value(row).to_string());
+                }
+                let slices = b.column(13).as_string::<i32>();
+                if !slices.is_null(row) {
+                    let tasks: Vec<SliceSummary> = serde_json::from_str(slices.value(row))
+                        .map_err(|e| RunError::internal(format!("a batch's slices: {e}")))?;
+                    out.slices.extend(tasks);
                 }
             }
         }

@@ -65,7 +65,7 @@ impl AutoCdcCommitExec {
 
 /// A slice of a batch failed (its apply, or the worker it ran on): nothing of the
 /// batch was committed, and the next run applies it again from the same events.
-fn slices_failed(target: &str, e: DataFusionError) -> RunError {
+fn slices_failed(target: &str, e: &DataFusionError) -> RunError {
     RunError::input(format!(
         "a slice of the batch of `{target}` failed, so nothing of the batch was committed: {e}"
     ))
@@ -116,7 +116,7 @@ impl ExecutionPlan for AutoCdcCommitExec {
         let one = futures::stream::once(async move {
             let rows: Vec<RecordBatch> = match input.execute(0, context)?.try_collect().await {
                 Ok(rows) => rows,
-                Err(e) => return Err(external(slices_failed(&target.name, e))),
+                Err(e) => return Err(external(slices_failed(&target.name, &e))),
             };
             let _timer = commit_time.timer();
             let gathered = gather(&rows, slices).map_err(external)?;

@@ -132,6 +132,7 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 
 pub(crate) use apply::lost_published;
 pub use apply::{Applied, ApplyTarget, AutoCdcApplyExec};
+pub use changes::SliceSummary;
 pub use commit::AutoCdcCommitExec;
 pub use events::{AutoCdcEventsExec, EventChecks, oldest_commit_time};
 pub use groups::{KeyGroupsExec, KeyGroupsTable};
