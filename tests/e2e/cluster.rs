@@ -100,20 +100,29 @@ fn run_with(pipeline: &Path, workers: &[&Worker], env: &[(&str, &str)]) -> std::
 
 /// Both silver tables and the gold view, sorted.
 fn tables(pipeline: &Path) -> String {
+    tables_with(pipeline, &[])
+}
+
+/// [`tables`] with `env` (an object store's settings).
+fn tables_with(pipeline: &Path, env: &[(&str, &str)]) -> String {
     let mut all = String::new();
     for sql in [
         "SELECT * FROM silver_orders ORDER BY order_id",
         "SELECT * FROM silver_orders_history ORDER BY order_id, __START_AT",
         "SELECT * FROM gold_orders_by_status ORDER BY status",
     ] {
-        let out = crate::cdcflow(&[
-            "query",
-            "-p",
-            pipeline.to_str().expect("utf-8"),
-            sql,
-            "--format",
-            "csv",
-        ]);
+        let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args([
+                "query",
+                "-p",
+                pipeline.to_str().expect("utf-8"),
+                sql,
+                "--format",
+                "csv",
+            ])
+            .envs(env.iter().copied())
+            .output()
+            .expect("query");
         assert!(out.status.success(), "{sql}: {}", stderr(&out));
         all.push_str(&stdout(&out));
     }
@@ -332,4 +341,40 @@ fn a_worker_killed_in_its_apply_task_commits_nothing_and_a_rerun_on_the_others_f
     let out = crate::cdcflow(&["vacuum", "-p", shown, "--retain", "0", "--force"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(tables(&there), tables(&here));
+}
+
+#[test]
+fn a_pipeline_stored_in_a_bucket_runs_on_two_workers_as_in_a_folder_on_one_machine() {
+    let moto = crate::object_store::Moto::start();
+    moto.create_bucket("lake");
+    let owned = moto.env();
+    let env = crate::object_store::as_str_pairs(&owned);
+    let dir = tempfile::tempdir().expect("dir");
+    let here = orders_in(&dir.path().join("here"));
+    let there = orders_in(&dir.path().join("there"));
+    crate::object_store::store_at(&there, "s3://lake/pipelines/orders");
+    let second = std::fs::read_to_string(dir.path().join("here/0002.json")).expect("read");
+    let workers = [Worker::start_with(&env), Worker::start_with(&env)];
+    let used: Vec<&Worker> = workers.iter().collect();
+    for (name, events) in [
+        ("", String::new()),
+        ("0002.json", second),
+        ("0003.json", third_batch()),
+    ] {
+        if !name.is_empty() {
+            land(&here, name, &events);
+            land(&there, name, &events);
+        }
+        let out = run(&here, &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        // The first batch makes the tables on one machine; later ones on the workers.
+        let on = if name.is_empty() { &[][..] } else { &used[..] };
+        let out = run_with(&there, on, &env);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        if !name.is_empty() {
+            assert!(stdout(&out).contains("slice 1 on "), "{}", stdout(&out));
+        }
+        assert_eq!(tables_with(&there, &env), tables(&here), "{name}");
+    }
+    crate::object_store::assert_nothing_stored_in(&there);
 }
