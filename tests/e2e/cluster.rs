@@ -378,3 +378,79 @@ fn a_pipeline_stored_in_a_bucket_runs_on_two_workers_as_in_a_folder_on_one_machi
     }
     crate::object_store::assert_nothing_stored_in(&there);
 }
+
+/// `n` changes of about `n / 4` orders (every fourth a delete), their sequence from
+/// `base` on: a batch long enough for a kill to land inside it.
+fn many_changes(n: i64, base: i64) -> String {
+    let mut lines = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+    for i in 0..n {
+        let order = (i * 7919 + base) % (n / 4) + 1000;
+        let op = if i % 4 == 3 { "DELETE" } else { "UPDATE" };
+        lines.push(format!(
+            r#"{{"order_id": {order}, "customer_id": {}, "status": "s{}", "amount": {}.25, "operation": "{op}", "commit_ts": "2024-08-01T00:00:00Z", "log_position": {}}}"#,
+            i % 13,
+            i % 5,
+            i % 1000,
+            base + i
+        ));
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn workers_and_the_run_killed_at_random_moments_then_rerun_give_the_tables_of_one_machine() {
+    let dir = tempfile::tempdir().expect("dir");
+    let here = orders_in(&dir.path().join("here"));
+    let there = orders_in(&dir.path().join("there"));
+    for pipeline in [&here, &there] {
+        let out = run(pipeline, &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // Each round lands a large batch and kills a worker, or the run itself, a little
+    // later each time; the next round's run (on fresh workers) finishes what it left.
+    let mut killed = 0;
+    for round in 0..4_u64 {
+        let events = many_changes(20_000, 100_000 * i64::try_from(round + 1).unwrap_or(0));
+        let name = format!("big{round}.json");
+        land(&here, &name, &events);
+        land(&there, &name, &events);
+        let workers = [Worker::start(), Worker::start()];
+        let list = workers
+            .iter()
+            .map(|w| w.url.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut run = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args([
+                "run",
+                "-p",
+                there.to_str().expect("utf-8"),
+                "--workers",
+                &list,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run");
+        std::thread::sleep(std::time::Duration::from_millis(150 + 250 * round));
+        let ended = run.try_wait().expect("wait").is_some();
+        match round % 2 {
+            0 => drop(workers),
+            _ => {
+                let _ = run.kill();
+            }
+        }
+        let _ = run.wait();
+        killed += usize::from(!ended);
+    }
+    assert!(
+        killed > 0,
+        "every run ended before its kill: land larger batches"
+    );
+    let workers = [Worker::start(), Worker::start()];
+    let out = run(&there, &workers.iter().collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(&here, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(tables(&there), tables(&here));
+}
