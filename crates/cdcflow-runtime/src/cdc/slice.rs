@@ -26,6 +26,11 @@ pub struct Slice {
     pub count: usize,
 }
 
+/// The tag of a data file written by a slice (the log's `add.tags`): the buckets of
+/// the keys it holds, `lo-hi` inclusive. Delta readers ignore tags; a file without one
+/// (written by a batch applied whole, or by another engine) may hold any key.
+pub const TAG: &str = "cdcflow.buckets";
+
 impl Slice {
     /// The slice of `count` a key of `bucket` belongs to.
     pub fn of_bucket(bucket: u8, count: usize) -> usize {
@@ -35,6 +40,30 @@ impl Slice {
     /// Whether a key of `bucket` is this slice's.
     pub fn owns(&self, bucket: u8) -> bool {
         Self::of_bucket(bucket, self.count) == self.index
+    }
+
+    /// The first and last bucket this slice owns.
+    pub fn buckets(&self) -> (usize, usize) {
+        let first = |s: usize| (s * BUCKETS).div_ceil(self.count.max(1));
+        (first(self.index), first(self.index + 1).saturating_sub(1))
+    }
+
+    /// The [`TAG`] of the files this slice writes.
+    pub fn tag(&self) -> String {
+        let (lo, hi) = self.buckets();
+        format!("{lo}-{hi}")
+    }
+
+    /// Whether a file tagged `tag` (none: untagged) may hold keys of this slice.
+    pub fn may_hold(&self, tag: Option<&str>) -> bool {
+        let Some((lo, hi)) = tag.and_then(|t| {
+            let (lo, hi) = t.split_once('-')?;
+            Some((lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?))
+        }) else {
+            return true;
+        };
+        let (first, last) = self.buckets();
+        lo <= last && first <= hi
     }
 }
 
@@ -138,6 +167,32 @@ mod tests {
         let again =
             buckets(&[Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef]).expect("buckets");
         assert_eq!(one, again);
+    }
+
+    #[test]
+    fn a_slice_reads_the_files_tagged_with_its_buckets_and_the_untagged() {
+        for count in [1, 2, 3, 7] {
+            for index in 0..count {
+                let slice = Slice { index, count };
+                let (lo, hi) = slice.buckets();
+                for b in 0..=255_u8 {
+                    assert_eq!(slice.owns(b), (lo..=hi).contains(&usize::from(b)));
+                }
+                assert!(slice.may_hold(Some(&slice.tag())));
+                assert!(slice.may_hold(None) && slice.may_hold(Some("garbled")));
+                for other in (0..count).filter(|&o| o != index) {
+                    let tag = Slice {
+                        index: other,
+                        count,
+                    }
+                    .tag();
+                    assert!(!slice.may_hold(Some(&tag)), "{count}: {index} reads {tag}");
+                }
+            }
+        }
+        // A file written with another slice count overlaps by its range.
+        assert!(Slice { index: 1, count: 2 }.may_hold(Some("0-130")));
+        assert!(!Slice { index: 0, count: 2 }.may_hold(Some("128-255")));
     }
 
     #[test]

@@ -53,6 +53,11 @@ impl DataFile {
     }
 
     /// Rows a reader sees: the file's rows less those deleted (the log's count).
+    /// The value of its log entry's tag `name`.
+    pub fn tag(&self, name: &str) -> Option<&str> {
+        self.add.as_ref()?.tags.as_ref()?.get(name)?.as_deref()
+    }
+
     /// Its path as the table's log names it; none for a file outside a table.
     pub fn log_path(&self) -> Option<&str> {
         self.add.as_ref().map(|a| a.path.as_str())

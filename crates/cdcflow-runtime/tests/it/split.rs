@@ -213,3 +213,54 @@ proptest! {
         runtime.block_on(check(flow, &batches, slices, false));
     }
 }
+
+#[tokio::test]
+async fn a_slices_files_are_tagged_with_its_buckets_and_read_only_by_the_slices_they_concern() {
+    let dir = pipeline_of("split_tags", FLOWS);
+    let pipeline = cdcflow_plan::load(dir.path(), &BTreeMap::new())
+        .pipeline
+        .expect("pipeline");
+    let spec = spec_of(&pipeline, "cur_cdc");
+    let root = tempfile::tempdir().expect("dir");
+    let batches = scenario();
+    let (earlier, last) = batches.split_at(batches.len() - 1);
+    let _ = apply_all(&pipeline, &spec, root.path(), earlier, 3, false).await;
+    // The first batch's files are untagged (it was applied whole); the second's are
+    // tagged with the buckets of the slice that wrote them.
+    let mut untagged = 0;
+    let mut tagged = 0;
+    for table in ["state", "public"] {
+        let t = cdcflow_runtime::delta::Table::open_dir(&root.path().join(table))
+            .await
+            .expect("open");
+        for file in t.files().expect("files") {
+            match file.tag(cdcflow_runtime::cdc::slice::TAG) {
+                None => untagged += 1,
+                Some(tag) => {
+                    let parsed = tag
+                        .split_once('-')
+                        .map(|(a, b)| (a.parse::<u8>(), b.parse::<u8>()));
+                    assert!(matches!(parsed, Some((Ok(_), Ok(_)))), "{tag}");
+                    tagged += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        untagged > 0 && tagged >= 3,
+        "{untagged} untagged, {tagged} tagged"
+    );
+    // The last batch: every slice reads the untagged files and its own tagged ones.
+    let at = sliced(&pipeline, &spec, root.path(), 4, 3);
+    let rows = vec![("batch 4".to_string(), batch_of(&last[0]))];
+    let plan = apply_plan(&spec, &source_schema(), BatchSource::Rows(rows), at, None)
+        .await
+        .expect("plan");
+    let applied = run_apply(plan).await.expect("apply");
+    let read: Vec<usize> = applied.slices.iter().map(|s| s.files_read).collect();
+    assert_eq!(read.len(), 3);
+    assert!(
+        read.iter().all(|&r| r >= untagged && r < untagged + tagged),
+        "{read:?}: {untagged} untagged, {tagged} tagged"
+    );
+}

@@ -36,7 +36,7 @@ use super::touched::Touch;
 use crate::RunError;
 use crate::cdc::kernel::{Op, Rules, filtered};
 use crate::cdc::rules::ApplyMetrics;
-use crate::cdc::slice::Slice;
+use crate::cdc::slice::{Slice, TAG};
 use crate::delta::pruning::KeyStats;
 use crate::delta::read::{self, Located};
 use crate::delta::{Commit, DataFile, Mode, Sink, Table, merge};
@@ -100,7 +100,7 @@ impl Prepared {
         targets: &Targets<'_>,
         events: RecordBatch,
     ) -> Result<Streamed, RunError> {
-        let written = write(&self.rules, targets, self.touch, events, false).await?;
+        let written = write(&self.rules, targets, self.touch, events, None).await?;
         let (state_schema, public_schema) = (self.rules.state_schema(), self.rules.public_schema());
         let (public, state) = tokio::try_join!(
             merge::stage_written(
@@ -138,13 +138,30 @@ impl Prepared {
         slice: Slice,
     ) -> Result<SliceChanges, RunError> {
         self.touch.only_slice(slice);
-        let written = write(&self.rules, targets, self.touch, events, true).await?;
-        Ok(SliceChanges {
+        let written = write(&self.rules, targets, self.touch, events, Some(slice)).await?;
+        let files_read = written.state_files.len() + written.public_files.len();
+        let mut changes = SliceChanges {
             public: Changes::of(written.public, &written.public_files)?,
             state: Changes::of(written.state, &written.state_files)?,
             markers: written.markers,
             metrics: written.metrics,
-        })
+            files_read,
+        };
+        // Each file it wrote says which keys it may hold: later slices read only those
+        // of their own buckets.
+        for action in changes
+            .public
+            .added
+            .iter_mut()
+            .chain(&mut changes.state.added)
+        {
+            if let Action::Add(add) = action {
+                add.tags
+                    .get_or_insert_with(Default::default)
+                    .insert(TAG.to_string(), Some(slice.tag()));
+            }
+        }
+        Ok(changes)
     }
 }
 
@@ -156,6 +173,8 @@ pub struct SliceChanges {
     /// decided them: every slice sees the stored ones.
     pub markers: Vec<RecordBatch>,
     pub metrics: ApplyMetrics,
+    /// Files of both tables it considered reading: those its buckets' keys may be in.
+    pub files_read: usize,
 }
 
 /// A table's changes by one slice: files written, and row positions to delete by the
@@ -183,6 +202,17 @@ impl Changes {
     }
 }
 
+/// The files of `all` a slice's keys may be in ([`Slice::may_hold`], by their tags);
+/// all of them for a batch applied whole.
+fn of_slice(all: Vec<DataFile>, slice: Option<Slice>) -> Vec<DataFile> {
+    let Some(slice) = slice else {
+        return all;
+    };
+    all.into_iter()
+        .filter(|f| slice.may_hold(f.tag(TAG)))
+        .collect()
+}
+
 /// Both tables' new files written, and the rows they delete, by file index.
 struct BothWritten {
     state: Written,
@@ -201,11 +231,12 @@ async fn write(
     targets: &Targets<'_>,
     mut touch: Touch,
     events: RecordBatch,
-    markers_apart: bool,
+    slice: Option<Slice>,
 ) -> Result<BothWritten, RunError> {
+    let markers_apart = slice.is_some();
     let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
     let touched = touched_values(rules, &events)?;
-    let state_files = targets.state.fetched_files().await?;
+    let state_files = of_slice(targets.state.fetched_files().await?, slice);
     // The state's files are read where they may hold a touched key, and where they may
     // hold an SCD type 1 tombstone past its retention, which every batch collects.
     let (op, recorded) = (
@@ -223,7 +254,7 @@ async fn write(
             || g.may_hold_before(op, Op::Delete as i64, recorded, horizon)
     };
     let (members, member_at) = scan_state(&touch, &state_read, &state_schema, state_keep)?;
-    let public_files = targets.public.fetched_files().await?;
+    let public_files = of_slice(targets.public.fetched_files().await?, slice);
     let public_read = Candidates::of(&public_files, touched.as_ref(), |_| false);
     let key_schema = key_schema(&public_schema, rules);
     let public_keep = |g: &RowGroupMetaData| {

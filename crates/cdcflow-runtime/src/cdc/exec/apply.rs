@@ -167,6 +167,7 @@ impl ApplyTarget {
             slice: slice.index,
             worker: this_worker(),
             metrics: changes.metrics,
+            files_read: changes.files_read,
             oldest_change,
             millis: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         };

@@ -50,6 +50,9 @@ pub struct SliceSummary {
     /// The process that applied it, `host:pid`.
     pub worker: String,
     pub metrics: ApplyMetrics,
+    /// Files of both tables its keys may be in, which it read (or pruned by their
+    /// statistics): the key-bucketed layout keeps this to about 1/n of the tables'.
+    pub files_read: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oldest_change: Option<i64>,
     /// Its apply, from its events in hand to its files written.
@@ -60,8 +63,8 @@ impl SliceSummary {
     /// `slice 0 on host:pid: 1200 events in 35 ms`.
     pub fn line(&self) -> String {
         format!(
-            "slice {} on {}: {} events in {} ms",
-            self.slice, self.worker, self.metrics.events, self.millis
+            "slice {} on {}: {} events, {} files read, in {} ms",
+            self.slice, self.worker, self.metrics.events, self.files_read, self.millis
         )
     }
 }
@@ -261,6 +264,7 @@ mod tests {
             state: Changes::default(),
             markers: vec![],
             metrics: ApplyMetrics::default(),
+            files_read: 0,
         };
         to_rows(Slice { index, count }, changes, &SliceSummary::default()).unwrap()
     }
