@@ -182,15 +182,17 @@ fn a_run_on_two_and_three_workers_gives_the_tables_of_a_run_on_one_machine() {
         let here = orders_in(&root.join("here"));
         let there = orders_in(&root.join("there"));
         let second = std::fs::read_to_string(root.join("here/0002.json")).expect("read");
-        // The first batch makes the tables: on one machine.
-        for pipeline in [&here, &there] {
-            let out = run(pipeline, &[]);
-            assert!(out.status.success(), "{}", stderr(&out));
-        }
         let used: Vec<&Worker> = workers.iter().take(n).collect();
-        for (name, events) in [("0002.json", second), ("0003.json", third_batch())] {
-            land(&here, name, &events);
-            land(&there, name, &events);
+        // The first batch too: its tables are created empty, then merged into.
+        for (name, events) in [
+            ("", String::new()),
+            ("0002.json", second),
+            ("0003.json", third_batch()),
+        ] {
+            if !name.is_empty() {
+                land(&here, name, &events);
+                land(&there, name, &events);
+            }
             let out = run(&here, &[]);
             assert!(out.status.success(), "{}", stderr(&out));
             let out = run(&there, &used);
@@ -283,9 +285,25 @@ fn a_worker_killed_in_its_apply_task_commits_nothing_and_a_rerun_on_the_others_f
     let here = orders_in(&dir.path().join("here"));
     let there = orders_in(&dir.path().join("there"));
     let second = std::fs::read_to_string(dir.path().join("here/0002.json")).expect("read");
+    let (good, other) = (Worker::start(), Worker::start());
+    let out = run(&here, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A first batch on workers whose worker dies: its tables were made empty, and the
+    // rerun applies the batch into them.
+    let first = orders_in(&dir.path().join("first"));
+    let dying = Worker::start_with(&[("CDCFLOW_FAILPOINT", "apply-task:silver_orders")]);
+    let out = run(&first, &[&dying, &good]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let out = run(&first, &[&good, &other]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(tables(&first), tables(&here));
+
     for pipeline in [&here, &there] {
-        let out = run(pipeline, &[]);
-        assert!(out.status.success(), "{}", stderr(&out));
+        if pipeline == &there {
+            let out = run(pipeline, &[]);
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
         land(pipeline, "0002.json", &second);
     }
     let out = run(&here, &[]);
@@ -305,7 +323,6 @@ fn a_worker_killed_in_its_apply_task_commits_nothing_and_a_rerun_on_the_others_f
     let storage = there.join("_storage");
     let files_before = parquet_files(&storage);
     let dying = Worker::start_with(&[("CDCFLOW_FAILPOINT", "apply-task:silver_orders")]);
-    let (good, other) = (Worker::start(), Worker::start());
     let out = run(&there, &[&dying, &good]);
     assert!(!out.status.success(), "{}", stdout(&out));
     assert!(stderr(&out).contains("orders_current"), "{}", stderr(&out));
@@ -402,12 +419,11 @@ fn workers_and_the_run_killed_at_random_moments_then_rerun_give_the_tables_of_on
     let dir = tempfile::tempdir().expect("dir");
     let here = orders_in(&dir.path().join("here"));
     let there = orders_in(&dir.path().join("there"));
-    for pipeline in [&here, &there] {
-        let out = run(pipeline, &[]);
-        assert!(out.status.success(), "{}", stderr(&out));
-    }
+    let out = run(&here, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
     // Each round lands a large batch and kills a worker, or the run itself, a little
     // later each time; the next round's run (on fresh workers) finishes what it left.
+    // The first round's run also makes the tables, on the workers.
     let mut killed = 0;
     for round in 0..4_u64 {
         let events = many_changes(20_000, 100_000 * i64::try_from(round + 1).unwrap_or(0));

@@ -72,7 +72,10 @@ pub(crate) async fn run(
         check_shape(&shape, checkpoint.shape().await?, &target.name)?;
     }
     let batch = progress.next_batch();
-    let first_load = !state.exists() && !public.exists();
+    // A large first batch is read a group of keys at a time, unless workers apply it:
+    // its rows then go through the one task that makes the events.
+    let on_workers = rc.cluster.as_ref().is_some_and(|c| c.slices() > 1);
+    let first_load = !state.exists() && !public.exists() && !on_workers;
     let (read, offsets, has_new) = read_source(
         rc,
         spec,
@@ -169,6 +172,14 @@ pub(super) async fn apply_batch(
         public_commit.doing(operation.clone()),
         state_commit.doing(operation),
     );
+    // Split over workers, a first batch needs tables to merge into.
+    let tables = match rc.cluster.as_deref() {
+        Some(cluster) if cluster.slices() > 1 && matches!(read, BatchSource::Rows(_)) => {
+            super::first_split::created_empty(spec, &rules, tables, (&state_commit, &public_commit))
+                .await?
+        }
+        _ => tables,
+    };
     // The planner's plan of the flow over the batch's input, lowered to apply it.
     let target = exec::ApplyTarget::of_opened(
         rules,

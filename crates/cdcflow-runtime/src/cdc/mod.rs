@@ -8,6 +8,7 @@ mod decision;
 pub mod engine;
 pub mod events;
 pub mod exec;
+mod first_split;
 pub(crate) mod flow;
 pub mod kernel;
 pub mod rules;
