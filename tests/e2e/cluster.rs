@@ -231,6 +231,15 @@ fn a_run_on_two_and_three_workers_gives_the_tables_of_a_run_on_one_machine() {
             }
         }
         assert!(tables(&here).lines().count() > 60, "{}", tables(&here));
+        // Every batch ran on the workers: every file ever added to the tables says
+        // which keys' buckets it holds, compacted ones too.
+        let out = crate::cdcflow(&["optimize", "-p", there.to_str().expect("utf-8")]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let (adds, untagged) = added_files(&there.join("_storage"));
+        assert!(
+            adds > 0 && untagged == 0,
+            "{untagged} of {adds} files untagged"
+        );
         // `explain --physical` shows where the stages of the next batch would run.
         let list = used
             .iter()
@@ -469,4 +478,37 @@ fn workers_and_the_run_killed_at_random_moments_then_rerun_give_the_tables_of_on
     let out = run(&here, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(tables(&there), tables(&here));
+}
+
+/// Data files added in every Delta log under `dir`, and those without a bucket tag.
+fn added_files(dir: &Path) -> (usize, usize) {
+    let (mut adds, mut untagged) = (0, 0);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "system") {
+                continue;
+            }
+            let (a, u) = added_files(&path);
+            (adds, untagged) = (adds + a, untagged + u);
+            continue;
+        }
+        let in_log = path.parent().is_some_and(|p| p.ends_with("_delta_log"));
+        let is_table = ["silver_orders", "silver_orders_history"]
+            .iter()
+            .any(|t| path.to_string_lossy().contains(&format!("/{t}/")));
+        if !in_log || !is_table || path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap_or_default().lines() {
+            let action: serde_json::Value = serde_json::from_str(line).expect("a log action");
+            if let Some(add) = action.get("add") {
+                adds += 1;
+                if add.pointer("/tags/cdcflow.buckets").is_none() {
+                    untagged += 1;
+                }
+            }
+        }
+    }
+    (adds, untagged)
 }

@@ -20,6 +20,7 @@ use deltalake::{DeltaTable, DeltaTableError};
 
 use super::TableCompaction;
 use super::choose::{self, FileFacts, Policy};
+use crate::cdc::slice::TAG;
 use crate::delta::{self, Commit, Table};
 use crate::{RunError, failpoint};
 
@@ -79,15 +80,17 @@ impl Target {
             .collect();
         let facts: Vec<FileFacts> = views.iter().map(|v| facts(v, keys.first())).collect();
         out.files_before = views.len();
-        // Files of different partitions are never written together: each partition
-        // is judged and rewritten on its own.
+        // Files of different partitions, or of different key buckets (written by the
+        // slices of split batches, `cdc/slice.rs`), are never written together: each
+        // is judged and rewritten on its own, and keeps its bucket tag.
         let mut victims = Vec::new();
         let mut groups = Vec::new();
-        for members in partitions(&views) {
+        for (bucket_tag, members) in partitions(&views) {
             let part: Vec<FileFacts> = members.iter().map(|&i| facts[i].clone()).collect();
             let chosen = choose::victims(&part, policy, !keys.is_empty());
             for group in choose::groups(&part, &chosen) {
-                groups.push(group.into_iter().map(|j| members[j]).collect::<Vec<_>>());
+                let group = group.into_iter().map(|j| members[j]).collect::<Vec<_>>();
+                groups.push((bucket_tag.clone(), group));
             }
             victims.extend(chosen.into_iter().map(|j| members[j]));
         }
@@ -97,7 +100,7 @@ impl Target {
         let target = choose::target_rows(&facts);
         let mut adds = Vec::new();
         table.fetch_vectors().await?;
-        for group in groups {
+        for (bucket_tag, group) in groups {
             // A bucket's files are fetched a group at a time: one group is held.
             let paths: Vec<String> = group.iter().map(|&i| views[i].path().to_string()).collect();
             table.fetch(paths.clone()).await?;
@@ -105,7 +108,15 @@ impl Target {
             table.forget(&paths)?;
             out.rows += rows.num_rows() as u64;
             let rows = delta::sorted(rows, &keys)?;
-            adds.extend(write_files(t, &schema, &rows, target).await.map_err(err)?);
+            let mut written = write_files(t, &schema, &rows, target).await.map_err(err)?;
+            if let Some(tag) = &bucket_tag {
+                for add in &mut written {
+                    add.tags
+                        .get_or_insert_with(Default::default)
+                        .insert(TAG.to_string(), Some(tag.clone()));
+                }
+            }
+            adds.extend(written);
         }
         out.files_removed = victims.len();
         out.bytes_removed = victims.iter().map(|&i| facts[i].size).sum();
@@ -154,18 +165,22 @@ fn read_group(
 }
 
 /// The indexes of `views` by partition (all of them together for an unpartitioned
-/// table), each in log order.
-fn partitions(views: &[LogicalFileView]) -> Vec<Vec<usize>> {
-    let mut by_values: std::collections::BTreeMap<Vec<(String, Option<String>)>, Vec<usize>> =
-        Default::default();
+/// table) and key-bucket tag, each in log order, with the tag.
+fn partitions(views: &[LogicalFileView]) -> Vec<(Option<String>, Vec<usize>)> {
+    type Place = (Vec<(String, Option<String>)>, Option<String>);
+    let mut by_place: std::collections::BTreeMap<Place, Vec<usize>> = Default::default();
     for (i, view) in views.iter().enumerate() {
         #[allow(deprecated)]
-        let mut values: Vec<(String, Option<String>)> =
-            view.add_action().partition_values.into_iter().collect();
+        let add = view.add_action();
+        let mut values: Vec<(String, Option<String>)> = add.partition_values.into_iter().collect();
         values.sort();
-        by_values.entry(values).or_default().push(i);
+        let tag = add.tags.and_then(|mut t| t.remove(TAG)).flatten();
+        by_place.entry((values, tag)).or_default().push(i);
     }
-    by_values.into_values().collect()
+    by_place
+        .into_iter()
+        .map(|((_, tag), members)| (tag, members))
+        .collect()
 }
 
 /// The live rows of one data file, in `schema`.
