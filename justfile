@@ -33,6 +33,10 @@ bench-apply n="1000000" m="100000":
 bench-cost bin=(env_var_or_default("CARGO_TARGET_DIR", "target") + "/release/cdcflow") *args="":
     bash benches/cost_follows_change/run.sh {{bin}} {{args}}
 
+# Issue 33's apply on workers against one machine (docs/benchmarks.md), release binary.
+bench-workers bin=(env_var_or_default("CARGO_TARGET_DIR", "target") + "/release/cdcflow") *args="":
+    bash benches/workers/run.sh {{bin}} {{args}}
+
 # Issue 30's convergence check, long: the random PostgreSQL workload (four writers,
 # TOASTed values, key changes, rollbacks, a TRUNCATE, two SIGKILLs) at a larger size;
 # CI runs the same test short. Needs `bash .ci/postgres`.

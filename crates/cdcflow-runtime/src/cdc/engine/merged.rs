@@ -202,15 +202,24 @@ impl Changes {
     }
 }
 
-/// The files of `all` a slice's keys may be in ([`Slice::may_hold`], by their tags);
-/// all of them for a batch applied whole.
-fn of_slice(all: Vec<DataFile>, slice: Option<Slice>) -> Vec<DataFile> {
+/// The files of `table` a slice's keys may be in ([`Slice::may_hold`], by their tags),
+/// a remote table's fetched (only those); every file for a batch applied whole.
+async fn files_of(table: &Table, slice: Option<Slice>) -> Result<Vec<DataFile>, RunError> {
     let Some(slice) = slice else {
-        return all;
+        return table.fetched_files().await;
     };
-    all.into_iter()
+    table.fetch_vectors().await?;
+    let files: Vec<DataFile> = table
+        .files()?
+        .into_iter()
         .filter(|f| slice.may_hold(f.tag(TAG)))
-        .collect()
+        .collect();
+    let paths = files
+        .iter()
+        .filter_map(|f| f.log_path().map(str::to_string))
+        .collect();
+    table.fetch(paths).await?;
+    Ok(files)
 }
 
 /// Both tables' new files written, and the rows they delete, by file index.
@@ -236,7 +245,7 @@ async fn write(
     let markers_apart = slice.is_some();
     let (state_schema, public_schema) = (rules.state_schema(), rules.public_schema());
     let touched = touched_values(rules, &events)?;
-    let state_files = of_slice(targets.state.fetched_files().await?, slice);
+    let state_files = files_of(targets.state, slice).await?;
     // The state's files are read where they may hold a touched key, and where they may
     // hold an SCD type 1 tombstone past its retention, which every batch collects.
     let (op, recorded) = (
@@ -254,7 +263,7 @@ async fn write(
             || g.may_hold_before(op, Op::Delete as i64, recorded, horizon)
     };
     let (members, member_at) = scan_state(&touch, &state_read, &state_schema, state_keep)?;
-    let public_files = of_slice(targets.public.fetched_files().await?, slice);
+    let public_files = files_of(targets.public, slice).await?;
     let public_read = Candidates::of(&public_files, touched.as_ref(), |_| false);
     let key_schema = key_schema(&public_schema, rules);
     let public_keep = |g: &RowGroupMetaData| {
