@@ -8,6 +8,7 @@
     clippy::cast_possible_truncation
 )]
 
+mod azure;
 mod ci_formats;
 mod cli;
 mod closed_stdout;

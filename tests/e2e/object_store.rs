@@ -152,10 +152,10 @@ pub(crate) fn store_at(dir: &Path, storage: &str) {
 }
 
 /// Fails when the pipeline folder `dir` holds a storage folder: a bucket storage writes
-/// none (`_storage` is the default's name; `s3:` the folder a URL taken for a path
-/// would make).
+/// none (`_storage` is the default's name; `s3:` and the like the folder a URL taken
+/// for a path would make).
 pub(crate) fn assert_nothing_stored_in(dir: &Path) {
-    for folder in ["_storage", "s3:", "s3a:"] {
+    for folder in ["_storage", "s3:", "s3a:", "gs:", "az:", "abfss:"] {
         assert!(
             !dir.join(folder).exists(),
             "a bucket storage writes nothing into the pipeline folder, yet {folder} is there"
@@ -171,7 +171,7 @@ fn moto_server() -> String {
     })
 }
 
-fn path(dir: &Path) -> &str {
+pub(crate) fn path(dir: &Path) -> &str {
     dir.to_str().expect("utf-8")
 }
 
@@ -298,30 +298,94 @@ fn a_table_with_deletion_vectors_read_from_a_bucket_gives_its_live_rows() {
     assert!(!want.contains("Edsger"), "customer 4 was deleted: {want}");
 }
 
+/// The orders example reading its landing folder at `s3://lake/landing` (`--conf`).
+fn run_landing_in_bucket(moto: &Moto, dir: &Path) -> String {
+    let out = moto.cdcflow(&[
+        "run",
+        "-p",
+        path(dir),
+        "--conf",
+        "landing=s3://lake/landing",
+    ]);
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    stdout(&out)
+}
+
 #[test]
-fn a_landing_folder_given_as_a_url_fails_the_run_naming_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path();
-    pipeline(
-        p,
-        "name: landing_url\n",
-        "CREATE OR REFRESH STREAMING TABLE orders AS SELECT * FROM STREAM read_files('s3://lake/landing/orders', format => 'json', schema => 'id BIGINT');\n",
-    );
-    // Validate warns (a Databricks pipeline reading a bucket still validates) ...
-    let validated = crate::cdcflow(&["validate", "-p", path(p)]);
+fn a_landing_folder_in_a_bucket_is_read_once_per_object_as_a_folder_is() {
+    use crate::crash::SNAPSHOT;
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    let (folder, held) = orders_staged_at("_storage");
+    let (bucket, _) = orders_staged_at("s3://lake/pipelines/orders");
+    moto.upload(&bucket.path().join("landing"), "lake", "landing");
+    std::fs::remove_dir_all(bucket.path().join("landing")).expect("rm landing");
+
+    let validated = moto.cdcflow(&[
+        "validate",
+        "-p",
+        path(bucket.path()),
+        "--conf",
+        "landing=s3://lake/landing",
+    ]);
     assert!(validated.status.success(), "{}", stderr(&validated));
     assert!(
-        stderr(&validated).contains("is a URL: cdcflow reads files from folders of this machine"),
+        !stderr(&validated).contains("warning"),
         "{}",
         stderr(&validated)
     );
-    // ... and the run fails rather than read a folder that is not there as empty.
-    let out = crate::cdcflow(&["run", "-p", path(p)]);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let said = format!("{}{}", stdout(&out), stderr(&out));
+
+    moto.run(folder.path());
+    let first = run_landing_in_bucket(&moto, bucket.path());
+    assert!(first.contains("bronze_order_changes"), "{first}");
+    // The second object lands (without a final line end: an object is whole once seen).
+    std::fs::write(folder.path().join("landing/orders/0002.json"), &held).expect("land");
+    let late = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(late.path().join("orders")).expect("mkdir");
+    let trimmed = held.strip_suffix(b"\n").unwrap_or(&held);
+    std::fs::write(late.path().join("orders/0002.json"), trimmed).expect("land");
+    // Objects a folder listing leaves out are left out here too.
+    std::fs::write(late.path().join("orders/_SUCCESS"), b"").expect("marker");
+    moto.upload(late.path(), "lake", "landing");
+    moto.run(folder.path());
+    run_landing_in_bucket(&moto, bucket.path());
+    assert_eq!(
+        moto.snapshot(bucket.path(), SNAPSHOT),
+        moto.snapshot(folder.path(), SNAPSHOT)
+    );
+    assert_nothing_stored_in(bucket.path());
+
+    // Read objects are not read again: the next run finds nothing new.
+    let again = run_landing_in_bucket(&moto, bucket.path());
+    assert_eq!(again.matches("up to date").count(), 3, "{again}");
+
+    // An object rewritten after it was read is named, by its URL, and not read again.
+    let rewritten = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(rewritten.path().join("orders")).expect("mkdir");
+    std::fs::write(rewritten.path().join("orders/0001.json"), b"{}\n").expect("rewrite");
+    moto.upload(rewritten.path(), "lake", "landing");
+    let said = run_landing_in_bucket(&moto, bucket.path());
     assert!(
-        said.contains("`s3://lake/landing/orders` is a URL"),
+        said.contains("changed after a batch read them")
+            && said.contains("s3://lake/landing/orders/0001.json"),
         "{said}"
+    );
+    assert_eq!(
+        moto.snapshot(bucket.path(), SNAPSHOT),
+        moto.snapshot(folder.path(), SNAPSHOT)
+    );
+
+    // `_metadata` gives each row's object URL.
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(
+        dir.path(),
+        "name: landing_metadata\nstorage: s3://lake/pipelines/landing_metadata\n",
+        "CREATE OR REFRESH MATERIALIZED VIEW files AS SELECT DISTINCT _metadata.file_path AS file, _metadata.file_size AS size FROM read_files('s3://lake/landing/orders', format => 'json', schema => 'order_id BIGINT');\n",
+    );
+    moto.run(dir.path());
+    assert_eq!(
+        moto.query(dir.path(), "SELECT file FROM files ORDER BY file"),
+        "file\ns3://lake/landing/orders/0001.json\ns3://lake/landing/orders/0002.json\n"
     );
 }
 
@@ -459,7 +523,7 @@ fn a_lease_in_a_bucket_is_refused_while_renewed_and_taken_over_once_its_holder_s
 
 /// The orders example (landing files → bronze streaming table → AUTO CDC SCD type 2 →
 /// gold materialized view) copied, its storage at `storage`.
-fn orders_at(storage: &str) -> tempfile::TempDir {
+pub(crate) fn orders_at(storage: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     copy_dir(&repo().join("pipelines/orders"), dir.path());
     store_at(dir.path(), storage);
@@ -593,7 +657,7 @@ fn a_run_on_a_bucket_is_refused_while_another_holds_its_lease() {
 
 /// The orders example at `storage` with its second landing file held back (the file's
 /// bytes), as `crash.rs` stages it.
-fn orders_staged_at(storage: &str) -> (tempfile::TempDir, Vec<u8>) {
+pub(crate) fn orders_staged_at(storage: &str) -> (tempfile::TempDir, Vec<u8>) {
     let dir = orders_at(storage);
     let second = dir.path().join("landing/orders/0002.json");
     let held = std::fs::read(&second).expect("0002.json");

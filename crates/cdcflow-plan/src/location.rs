@@ -1,8 +1,10 @@
 //! Where a table's files are: a folder of this machine, or a URL of an object store
-//! (`s3://bucket/prefix`). Paths in pipeline.yaml are either; a relative path starts at
-//! the pipeline folder. Credentials never come from a location: a URL with a user or
-//! password is refused, and the object store's credentials come from the environment
-//! (`AWS_ACCESS_KEY_ID`, …; docs/storage.md).
+//! (`s3://bucket/prefix`, `gs://bucket/prefix`, `az://container/prefix`,
+//! `abfss://container@account.dfs.core.windows.net/prefix`). Paths in pipeline.yaml
+//! are either; a relative path starts at the pipeline folder. Credentials never come
+//! from a location: a URL with a password (or, but for Azure's `container@account`, a
+//! user) is refused, and the object store's credentials come from the environment
+//! (`AWS_*`, `GOOGLE_*`, `AZURE_*`; docs/storage.md).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -10,7 +12,22 @@ use std::path::{Path, PathBuf};
 use url::Url;
 
 /// The object stores a location may name.
-pub const SCHEMES: &[&str] = &["s3", "s3a"];
+pub const SCHEMES: &[&str] = &["s3", "s3a", "gs", "az", "abfs", "abfss"];
+
+/// The environment variables that configure the store of `scheme`, for messages.
+pub fn credentials_from(scheme: &str) -> &'static str {
+    match scheme {
+        "gs" => "GOOGLE_SERVICE_ACCOUNT, GOOGLE_APPLICATION_CREDENTIALS, …",
+        "az" | "abfs" | "abfss" => "AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, …",
+        _ => "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, …",
+    }
+}
+
+/// Whether a URL's user part names a container rather than a credential (Azure's
+/// `abfss://container@account.dfs.core.windows.net/`).
+fn user_is_container(scheme: &str) -> bool {
+    matches!(scheme, "abfs" | "abfss")
+}
 
 /// A table's place.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,9 +64,10 @@ impl Location {
             ));
         }
         let mut url = Url::parse(text).map_err(|e| format!("`{text}` is not a URL: {e}"))?;
-        if !url.username().is_empty() || url.password().is_some() {
+        if (!url.username().is_empty() && !user_is_container(&scheme)) || url.password().is_some() {
             return Err(format!(
-                "`{scheme}://` URLs carry no credentials: they come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, …)"
+                "`{scheme}://` URLs carry no credentials: they come from the environment ({})",
+                credentials_from(&scheme)
             ));
         }
         if url.host_str().is_none_or(str::is_empty) {
@@ -144,6 +162,7 @@ impl Location {
             }),
             (Self::Remote(url), Self::Remote(base)) => {
                 url.scheme() == base.scheme()
+                    && url.username() == base.username()
                     && url.host_str() == base.host_str()
                     && url.port() == base.port()
                     && url.path().len() > base.path().len()
@@ -189,8 +208,21 @@ mod tests {
             "s3://lake/crm/export/"
         );
         let refused = |text: &str| Location::parse(root, text).unwrap_err();
-        assert!(refused("gs://lake/crm").contains("not an object store cdcflow reads"));
+        assert!(refused("hdfs://lake/crm").contains("not an object store cdcflow reads"));
         assert!(refused("s3://key:secret@lake/crm").contains("carry no credentials"));
+        assert!(refused("gs://key@lake/crm").contains("GOOGLE_SERVICE_ACCOUNT"));
+        assert!(refused("abfss://c:key@acct.dfs.core.windows.net/crm").contains("AZURE_STORAGE"));
+        for url in [
+            "gs://lake/crm/",
+            "az://container/crm/",
+            "abfss://container@acct.dfs.core.windows.net/crm/",
+        ] {
+            assert_eq!(Location::parse(root, url).unwrap().to_string(), url);
+        }
+        let azure = Location::parse(root, "abfss://c@acct.dfs.core.windows.net/p").unwrap();
+        let other = Location::parse(root, "abfss://d@acct.dfs.core.windows.net/p/t").unwrap();
+        assert!(azure.join("t").is_inside(&azure));
+        assert!(!other.is_inside(&azure));
         assert!(refused("s3:///crm").contains("names no bucket"));
         assert!(refused("s3://lake/crm?region=x").contains("no `?`"));
     }

@@ -301,7 +301,7 @@ pub fn list_folder(path: &Path, links: Links) -> std::io::Result<Listing> {
 
 /// Entries a listing leaves out: hidden and `_`-prefixed names (engine metadata) and
 /// `.tmp`/`.crc` files (files still being written, checksums).
-pub(crate) fn skipped(name: &str) -> bool {
+pub fn skipped(name: &str) -> bool {
     name.starts_with('.')
         || name.starts_with('_')
         || name.ends_with(".tmp")

@@ -15,14 +15,16 @@ use crate::RunError;
 use crate::landing::Stamp;
 
 /// `batches` (read from the file at `path`) with the column `_metadata` added, as in
-/// `schema` (the file schema with the column).
+/// `schema` (the file schema with the column). `url` is the file's as `_metadata`
+/// gives it: the `file://` URL of `path`, or for a file fetched from an object store
+/// the object's URL.
 pub fn attach(
     batches: Vec<RecordBatch>,
-    path: &Path,
+    (path, url): (&Path, Option<String>),
     stamp: &Stamp,
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, RunError> {
-    let url = file_metadata::file_url(path);
+    let url = url.unwrap_or_else(|| file_metadata::file_url(path));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

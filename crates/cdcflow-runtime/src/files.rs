@@ -96,7 +96,9 @@ pub fn read_file(
             ..FileRead::default()
         });
     }
-    if !bytes.ends_with(b"\n") {
+    // A local file without a final line end may still be being written; an object of
+    // an object store is visible only once it is whole.
+    if !bytes.ends_with(b"\n") && crate::landing_remote::url_of(source).is_none() {
         return Ok(FileRead {
             incomplete: true,
             ..FileRead::default()

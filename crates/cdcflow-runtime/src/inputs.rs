@@ -470,14 +470,27 @@ impl InputReader<'_> {
         planner: &mut Planner,
         batch: &mut BatchInputs,
     ) -> Result<(), RunError> {
-        if rf.path_text.contains("://") {
+        let staged = match crate::landing_remote::url_of(rf) {
+            Some(url) => {
+                Some(crate::landing_remote::stage(rf, &url, progress.files.get(&rf.table)).await?)
+            }
             // Taken for a local folder, it would not exist and be read as empty.
-            return Err(RunError::input(format!(
-                "`{}` is a URL: cdcflow reads files from folders of this machine",
-                rf.path_text
-            ))
-            .with_help("give a folder path; Delta tables at s3:// URLs can be read as external_tables (docs/storage.md)"));
-        }
+            None if rf.path_text.contains("://") => {
+                return Err(RunError::input(format!(
+                    "`{}` is not a URL of an object store cdcflow reads",
+                    rf.path_text
+                ))
+                .with_help(format!(
+                    "give a folder path, or a URL of {} (docs/storage.md)",
+                    cdcflow_plan::location::SCHEMES.join("://, ")
+                )));
+            }
+            None => None,
+        };
+        // A landing folder at a URL is read from the scratch folder its objects were
+        // fetched into; messages still name the URL.
+        let remote_source = staged.as_ref().map(|s| s.source(rf));
+        let rf = remote_source.as_ref().unwrap_or(rf);
         let schema = rf
             .schema()
             .map_err(|e| RunError::input(format!("{}: {e}", rf.path_text)))?
@@ -530,7 +543,9 @@ impl InputReader<'_> {
             }
             new.push((path, name));
         }
-        if self.lazy_files && rf.metadata && !rf.streaming {
+        // The lazy table reads its files after this returns, when a remote folder's
+        // scratch copy is gone.
+        if self.lazy_files && rf.metadata && !rf.streaming && staged.is_none() {
             let table = files_table::FilesTable {
                 read: rf.clone(),
                 schema,
@@ -655,6 +670,10 @@ pub(crate) async fn read_listed(
     settle: Duration,
     batch: &mut BatchInputs,
 ) -> Result<(Vec<RecordBatch>, Vec<ReadRecord>), RunError> {
+    // Fetched from an object store: whole once visible, so never left to settle; and
+    // `_metadata` gives the object's URL.
+    let remote = crate::landing_remote::url_of(rf).is_some();
+    let settle = if remote { Duration::ZERO } else { settle };
     let paths: Vec<PathBuf> = new.iter().map(|(p, _)| p.clone()).collect();
     let readiness = landing::settle(&paths, settle).await;
     let mut rows = Vec::new();
@@ -700,7 +719,10 @@ pub(crate) async fn read_listed(
         match rf.metadata {
             true => rows.extend(file_metadata::attach(
                 read.batches,
-                &path,
+                (
+                    &path,
+                    remote.then(|| landing::readable(&name.bytes_under(rf))),
+                ),
                 &stamp,
                 read_schema,
             )?),

@@ -40,6 +40,7 @@ pub mod history;
 mod identity;
 mod inputs;
 pub mod landing;
+mod landing_remote;
 pub mod layout;
 pub mod lock;
 pub mod metrics;

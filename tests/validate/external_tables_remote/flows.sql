@@ -4,7 +4,7 @@ CREATE OR REFRESH MATERIALIZED VIEW names AS SELECT id, naem FROM lake.customers
 -- Validate does not read object storage: the columns must be declared.
 CREATE OR REFRESH MATERIALIZED VIEW undeclared AS SELECT * FROM lake.undeclared;
 
--- Only s3:// is read.
+-- Only object stores (s3://, gs://, az://, abfss://) are read.
 CREATE OR REFRESH MATERIALIZED VIEW gcs AS SELECT * FROM lake.gcs;
 
 -- Credentials come from the environment, never from a URL.

@@ -142,7 +142,7 @@ impl Resolver<'_> {
                     return fail(
                         self,
                         format!("external table `{name}`: {why}"),
-                        "`path:` is a folder (relative to the pipeline folder) or an s3:// URL; credentials come from the environment",
+                        "`path:` is a folder (relative to the pipeline folder) or an object-store URL (s3://, gs://, az://, abfss://); credentials come from the environment",
                     );
                 }
             };

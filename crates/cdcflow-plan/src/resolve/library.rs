@@ -155,7 +155,7 @@ impl Resolver<'_> {
         self.diags.push(d);
     }
 
-    /// `storage:` is a folder of this machine or a bucket prefix (`s3://bucket/prefix`);
+    /// `storage:` is a folder of this machine or a bucket prefix (`s3://bucket/prefix`, `gs://…`, `az://…`);
     /// any other URL would be taken for a local folder named after its scheme, and the
     /// tables written where nobody looks. A bucket does not keep `syncs:` yet.
     pub(super) fn check_storage_location(&mut self, config: &PipelineConfig, text: &Arc<str>) {
@@ -176,7 +176,7 @@ impl Resolver<'_> {
                 &config.storage,
                 format!("`storage:` {why}"),
                 "not a storage cdcflow writes",
-                Some("give a local folder, or an s3:// prefix (docs/storage.md, \"The pipeline's storage in a bucket\")"),
+                Some("give a local folder, or an object-store prefix (s3://, gs://, az://, abfss://) (docs/storage.md, \"The pipeline's storage in a bucket\")"),
             );
             return;
         }

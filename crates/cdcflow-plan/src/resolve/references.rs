@@ -225,19 +225,32 @@ impl Resolver<'_> {
         }
     }
 
-    /// A warning at `span` when `path_text` is a URL: files are read from folders of this
-    /// machine, and a run fails on it (`inputs.rs`). Not an error, so that a Databricks
-    /// pipeline reading a bucket still validates everything else.
+    /// A warning at `span` when `path_text` is a URL cdcflow does not read there (any URL
+    /// for list_files, one of another scheme for read_files): a run fails on it
+    /// (`inputs.rs`). Not an error, so that a Databricks pipeline reading one still
+    /// validates everything else.
     fn warn_if_url(&mut self, path_text: &str, span: Span, file: FileId, code: &'static str) {
         if !path_text.contains("://") {
             return;
         }
-        let d = Diagnostic::warning(
-            code,
-            format!("`{path_text}` is a URL: cdcflow reads files from folders of this machine, so a run fails on it"),
-        )
-        .at(self.locate(file, span, "not a local folder"))
-        .help("give a folder path, or a `${key}` that --conf sets to one (relative paths start at the pipeline folder); Delta tables at s3:// URLs can be read as external_tables (docs/storage.md)");
+        let message = match code {
+            "cdcflow::read_files" => format!(
+                "`{path_text}` is not a folder or a URL of an object store cdcflow reads, so a run fails on it"
+            ),
+            _ => format!(
+                "`{path_text}` is a URL: list_files lists folders of this machine, so a run fails on it"
+            ),
+        };
+        let d = Diagnostic::warning(code, message)
+            .at(self.locate(file, span, "not a local folder"))
+            .help(format!(
+                "give a folder path, or a `${{key}}` that --conf sets to one (relative paths start at the pipeline folder); read_files reads landing folders at {} URLs, and Delta tables there can be read as external_tables (docs/storage.md)",
+                crate::location::SCHEMES
+                    .iter()
+                    .map(|s| format!("{s}://"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         self.diags.push(d);
     }
 
@@ -261,7 +274,13 @@ impl Resolver<'_> {
             );
             return None;
         };
-        self.warn_if_url(&path_text, call.span, file, "cdcflow::read_files");
+        // A landing folder at an object-store URL is fetched by the run (docs/storage.md);
+        // any other URL would be taken for a local folder.
+        let remote =
+            crate::location::Location::parse(self.root, &path_text).is_ok_and(|l| l.is_remote());
+        if !remote {
+            self.warn_if_url(&path_text, call.span, file, "cdcflow::read_files");
+        }
         let path = self.root.join(&path_text);
         if !path.exists() && !path_text.contains("://") {
             self.missing_landing(call, file, &path_text, &path);
@@ -342,6 +361,18 @@ impl Resolver<'_> {
         }
         if call.auto_loader {
             self.auto_loader_notes(call, file);
+        }
+        if remote && declared_schema.is_none() {
+            // Left to inference, the flow would wait for a schema no run infers.
+            self.error(
+                file,
+                call.span,
+                "cdcflow::read_files",
+                format!("`{path_text}` is on object storage: its files' columns must be declared"),
+                "no schema =>",
+                Some("add schema => 'id BIGINT, …': cdcflow fetches the objects a run reads, but does not infer columns from a bucket (docs/storage.md)".into()),
+            );
+            return None;
         }
         Some(ReadFiles {
             table,

@@ -1,13 +1,15 @@
-//! Delta tables at an object-store URL (`s3://bucket/prefix`), read and never written:
+//! Delta tables at an object-store URL (`s3://`, `gs://`, `az://`, `abfss://`), read and never written:
 //! external tables another tool exports. deltalake reads the log through the store.
 //! cdcflow's Parquet reading (`read.rs`) is synchronous, so the files a read needs
 //! (data files and deletion vector files) are fetched whole, concurrently, before it
 //! runs ([`Fetched`]), and it decodes them from memory. A read so holds the files it
 //! reads (compressed) for its length; docs/storage.md says so.
 //!
-//! Credentials and endpoints come from the environment, as the AWS tools read them
-//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
-//! `AWS_ALLOW_HTTP` for a server on plain HTTP); never from pipeline.yaml.
+//! Credentials and endpoints come from the environment, as each cloud's tools read them
+//! (`AWS_ACCESS_KEY_ID`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP` for a server
+//! on plain HTTP; `GOOGLE_SERVICE_ACCOUNT`, `GOOGLE_APPLICATION_CREDENTIALS`;
+//! `AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_USE_EMULATOR`);
+//! never from pipeline.yaml.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -26,10 +28,14 @@ use crate::RunError;
 /// Object-store requests in flight while fetching a read's files.
 const FETCHES_IN_FLIGHT: usize = 8;
 
-/// Makes deltalake open `s3://` URLs (once per process).
+/// Makes deltalake open `s3://`, `gs://` and Azure's URLs (once per process).
 pub(crate) fn register_stores() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| deltalake::aws::register_handlers(None));
+    ONCE.call_once(|| {
+        deltalake::aws::register_handlers(None);
+        deltalake::gcp::register_handlers(None);
+        deltalake::azure::register_handlers(None);
+    });
 }
 
 /// The files of one remote table fetched so far, by their path relative to the table.

@@ -106,7 +106,7 @@ impl FilesTable {
         for (path, _) in &self.files {
             let stamp = Stamp::of(path).map_err(|e| external(RunError::io(path, e)))?;
             rows.extend(
-                crate::file_metadata::attach(vec![one_row.clone()], path, &stamp, &schema)
+                crate::file_metadata::attach(vec![one_row.clone()], (path, None), &stamp, &schema)
                     .map_err(external)?,
             );
         }

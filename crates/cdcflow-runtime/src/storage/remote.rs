@@ -1,9 +1,11 @@
 //! Records in a bucket, through the object store deltalake opens for the same URL
-//! (its S3 client, the AWS credential chain and `AWS_*` settings from the
-//! environment). A put is atomic per object on S3; creating only if absent is S3's
-//! conditional put (`If-None-Match: *`), which object_store sends for
-//! [`PutMode::Create`]. A store that cannot do it (`AWS_CONDITIONAL_PUT=disabled`)
-//! is refused with the reason rather than written without the guarantee.
+//! (its S3, GCS or Azure client, with credentials and settings from the environment:
+//! `AWS_*`, `GOOGLE_*`, `AZURE_*`). A put is atomic per object on all three; creating
+//! only if absent is the store's conditional put (`If-None-Match: *` on S3 and Azure,
+//! `ifGenerationMatch=0` on GCS), which object_store sends for [`PutMode::Create`], and
+//! a swap is conditional on the ETag or generation ([`PutMode::Update`]). A store that
+//! cannot do it (`AWS_CONDITIONAL_PUT=disabled`) is refused with the reason rather
+//! than written without the guarantee.
 
 use std::path::PathBuf;
 
