@@ -369,6 +369,60 @@ fn a_worker_killed_in_its_apply_task_commits_nothing_and_a_rerun_on_the_others_f
     assert_eq!(tables(&there), tables(&here));
 }
 
+/// A worker that stops answering in its apply task, as a machine gone without closing
+/// its connections (its process stops itself with SIGSTOP at a failpoint): the batch
+/// fails once the channels' keep-alive gives up (`CDCFLOW_WORKER_TIMEOUT_SECS`,
+/// shortened here), committing nothing, and the run after it, on workers that answer,
+/// finishes it. A worker stopped before the run is named by the run's version check.
+#[test]
+fn a_worker_that_stops_answering_fails_the_batch_after_the_timeout_and_a_rerun_finishes_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let here = orders_in(&dir.path().join("here"));
+    let there = orders_in(&dir.path().join("there"));
+    let out = run(&here, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let frozen =
+        Worker::start_with(&[("CDCFLOW_FAILPOINT", "apply-task-start:silver_orders=stop")]);
+    let good = Worker::start();
+    let started = std::time::Instant::now();
+    let out = run_with(
+        &there,
+        &[&frozen, &good],
+        &[("CDCFLOW_WORKER_TIMEOUT_SECS", "2")],
+    );
+    let waited = started.elapsed();
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("nothing of the batch was committed"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        waited < std::time::Duration::from_secs(60),
+        "the run waited {waited:?} for a worker that does not answer"
+    );
+
+    // The frozen worker, still stopped, is named before a batch is planned.
+    let out = run_with(
+        &there,
+        &[&frozen, &good],
+        &[("CDCFLOW_WORKER_TIMEOUT_SECS", "2")],
+    );
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(&format!("worker {} did not answer", frozen.url))
+            || stderr(&out).contains(&format!("worker {}/ did not answer", frozen.url)),
+        "{}",
+        stderr(&out)
+    );
+
+    let other = Worker::start();
+    let out = run(&there, &[&good, &other]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(tables(&there), tables(&here));
+}
+
 #[test]
 fn a_pipeline_stored_in_a_bucket_runs_on_two_workers_as_in_a_folder_on_one_machine() {
     let moto = crate::object_store::Moto::start();

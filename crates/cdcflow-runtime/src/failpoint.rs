@@ -8,17 +8,27 @@
 //! (`VACUUM END` committed). An AUTO CDC state table is `<target>__state`. A slice
 //! of a split AUTO CDC batch (on a worker, or in the run): `apply-task-start:<target>`
 //! (nothing read) and `apply-task:<target>` (its files written, its changes not
-//! returned).
+//! returned). `name=stop` stops the process instead (SIGSTOP, its connections left
+//! open), as a machine that vanishes without a word: the worker-timeout test uses it.
 
-/// Aborts the process when `CDCFLOW_FAILPOINT` names `point`.
+/// Aborts (or stops) the process when `CDCFLOW_FAILPOINT` names `point`.
 pub fn hit(point: &str) {
     let Ok(wanted) = std::env::var("CDCFLOW_FAILPOINT") else {
         return;
     };
-    if wanted
-        .split(',')
-        .any(|w| w.trim().eq_ignore_ascii_case(point))
-    {
+    for w in wanted.split(',') {
+        let (name, action) = w.trim().split_once('=').unwrap_or((w.trim(), "abort"));
+        if !name.eq_ignore_ascii_case(point) {
+            continue;
+        }
+        if action == "stop" {
+            eprintln!("cdcflow: failpoint {point}: stopping");
+            let me = std::process::id().to_string();
+            let _ = std::process::Command::new("kill")
+                .args(["-STOP", &me])
+                .status();
+            return;
+        }
         eprintln!("cdcflow: failpoint {point}: aborting");
         std::process::abort();
     }

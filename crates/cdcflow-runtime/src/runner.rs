@@ -121,6 +121,9 @@ pub(crate) async fn run_locked(
     let now_micros = options
         .now_micros
         .unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
+    if let Some(cluster) = &options.cluster {
+        crate::cluster::check(cluster).await?;
+    }
     let mut context = RunContext::new(pipeline, now_micros, options.sources.clone())?;
     context.cluster = options.cluster.clone().map(Arc::new);
     let shared = Arc::new(context);

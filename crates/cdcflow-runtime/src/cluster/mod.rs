@@ -101,19 +101,28 @@ pub fn placement(cluster: &Cluster) -> String {
 }
 
 #[cfg(feature = "cluster")]
-pub use workers::serve;
+pub use workers::{check, serve};
+
+/// Without the `cluster` feature: a run given workers fails.
+#[cfg(not(feature = "cluster"))]
+pub async fn check(_cluster: &Cluster) -> Result<(), RunError> {
+    Err(not_built_error())
+}
 #[cfg(feature = "cluster")]
 pub(crate) use workers::{distribute, gather, shuffle};
+
+#[cfg(not(feature = "cluster"))]
+fn not_built_error() -> RunError {
+    RunError::input(
+        "this cdcflow was built without the `cluster` feature: it cannot run batches on workers",
+    )
+    .with_help("build cdcflow with `--features cluster`")
+}
 
 /// Without the `cluster` feature: a run given workers fails.
 #[cfg(not(feature = "cluster"))]
 fn not_built() -> datafusion::error::DataFusionError {
-    datafusion::error::DataFusionError::External(Box::new(
-        RunError::input(
-            "this cdcflow was built without the `cluster` feature: it cannot use workers",
-        )
-        .with_help("build cdcflow with `--features cluster`"),
-    ))
+    datafusion::error::DataFusionError::External(Box::new(not_built_error()))
 }
 
 #[cfg(not(feature = "cluster"))]
@@ -122,7 +131,7 @@ pub(crate) fn distribute(
     _cluster: &Cluster,
 ) -> Result<datafusion::execution::SessionState, RunError> {
     Err(RunError::input(
-        "this cdcflow was built without the `cluster` feature: it cannot use workers",
+        "this cdcflow was built without the `cluster` feature: it cannot run batches on workers",
     ))
 }
 
