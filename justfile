@@ -21,9 +21,10 @@ run-example:
 bench:
     cargo bench --locked -p cdcflow-plan --bench validate
 
-# The CDC-apply benchmark against DuckDB, Polars and delta-rs (docs/benchmarks.md).
+# The CDC-apply benchmark against DuckDB, Polars and delta-rs (docs/benchmarks.md). Built
+# with the workspace's features, as the release binary is, so it reuses that build.
 bench-apply n="1000000" m="100000":
-    cargo bench --locked -p cdcflow-runtime --bench apply_peer --no-run
+    cargo bench --workspace --locked --bench apply_peer --no-run
     bash ../shared/bench/run_all.sh {{n}} {{m}} --reps 3 --peer "cdcflow=$(ls -t ${CARGO_TARGET_DIR:-target}/release/deps/apply_peer-* | grep -v '\.d$' | head -1)"
 
 
