@@ -224,6 +224,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         }
     };
     let strays = crate::runtime().block_on(sources.0.strays(&pipeline));
+    let record = crate::runtime().block_on(cdcflow_runtime::syncs::read_record(&pipeline));
     // A flow whose table cannot be read is shown, and fails the command.
     let unreadable = flows.iter().any(|f| f.unreadable.is_some());
     let done = || match unreadable {
@@ -237,7 +238,7 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         for stray in &strays {
             outln!("{}", serde_json::to_string(stray).unwrap_or_default());
         }
-        for gone in cdcflow_runtime::syncs::read_record(&pipeline.storage_dir()).gone {
+        for gone in &record.gone {
             outln!("{}", serde_json::json!({ "gone_table": gone }).to_string());
         }
         return done();
@@ -341,14 +342,13 @@ pub fn status(args: &PipelineArgs, json: bool) -> ExitCode {
         }
     }
     print_strays(&strays, &args.dir);
-    print_gone(&pipeline);
+    print_gone(&record);
     done()
 }
 
 /// Tables of syncs that their servers no longer have: their pipeline tables are kept,
 /// no longer updated.
-fn print_gone(pipeline: &cdcflow_plan::Pipeline) {
-    let record = cdcflow_runtime::syncs::read_record(&pipeline.storage_dir());
+fn print_gone(record: &cdcflow_runtime::syncs::SyncRecord) {
     for g in &record.gone {
         let since = chrono_text(g.since_micros);
         outln!(

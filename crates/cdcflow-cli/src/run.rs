@@ -66,7 +66,9 @@ fn load_asking(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, cdcflow_runt
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-        for note in cdcflow_runtime::syncs::record(pipeline, &tables, now)? {
+        let notes =
+            crate::runtime().block_on(cdcflow_runtime::syncs::record(pipeline, &tables, now))?;
+        for note in notes {
             errln!("note: {note}");
         }
     }
@@ -94,9 +96,11 @@ pub async fn load_discovering(
     };
     if !pipeline.syncs.is_empty() {
         discovered.tables = cdcflow_runtime::syncs::ask_tables(&pipeline, &sources).await?;
-        let record = cdcflow_runtime::syncs::read_record(&pipeline.storage_dir());
+        let record = cdcflow_runtime::syncs::read_record(&pipeline).await;
         discovered.gone =
             cdcflow_runtime::syncs::gone_since(&record, &discovered.tables, &pipeline.syncs);
+        discovered.stored =
+            cdcflow_runtime::syncs::stored_in_bucket(&pipeline, &discovered.gone).await?;
         loaded = crate::validate::load_discovered(args, &discovered);
     }
     let Some(pipeline) = usable(&loaded) else {

@@ -232,10 +232,31 @@ pub fn fill(template: &str, sync: &str, table: &SourceTable) -> Option<String> {
     (!filled.contains(['{', '}'])).then_some(filled)
 }
 
-/// The names of the published tables a sync's `table` fed that `storage` holds, by the
-/// sync's templates (for a table gone from the server, whose expansion is no more).
+/// The names of the published tables a sync's `table` fed that `storage` (a folder)
+/// holds, by the sync's templates (for a table gone from the server, whose expansion
+/// is no more).
 pub fn stored_names(
     storage: &std::path::Path,
+    sync_name: &str,
+    sync: &SyncConfig,
+    source: (ConnectionKind, &str),
+    table: &SourceTable,
+) -> Vec<String> {
+    fed_names(sync_name, sync, source, table)
+        .into_iter()
+        .filter(|name| {
+            storage
+                .join("tables")
+                .join(crate::names::folder_name(name))
+                .join("_delta_log")
+                .is_dir()
+        })
+        .collect()
+}
+
+/// The names of the published tables (bronze, SCD, history) a sync's `table` feeds by
+/// the sync's templates, whether or not they were made.
+pub fn fed_names(
     sync_name: &str,
     sync: &SyncConfig,
     (kind, default_schema): (ConnectionKind, &str),
@@ -258,13 +279,6 @@ pub fn stored_names(
     ]
     .into_iter()
     .filter_map(|t| fill(t, sync_name, table))
-    .filter(|name| {
-        storage
-            .join("tables")
-            .join(crate::names::folder_name(name))
-            .join("_delta_log")
-            .is_dir()
-    })
     .collect()
 }
 

@@ -47,6 +47,12 @@ pub fn state_dir(storage: &Location, dataset: &str) -> Result<Location, RunError
     table_under(storage, "state", dataset)
 }
 
+/// The Delta table of a published dataset named `name` (`tables/`), as [`table_dir`]
+/// places it.
+pub fn published_dir(storage: &Location, name: &str) -> Result<Location, RunError> {
+    table_under(storage, "tables", name)
+}
+
 /// `<storage>/<area>/<folder name of name>`, checked.
 fn table_under(storage: &Location, area: &str, name: &str) -> Result<Location, RunError> {
     let at = storage.join(area).join(&folder_name(name));
@@ -56,16 +62,6 @@ fn table_under(storage: &Location, area: &str, name: &str) -> Result<Location, R
             "{at} is not inside the storage {storage}"
         ))),
     }
-}
-
-/// The folder of `at` for `what`, which is done on a folder only: on a bucket, an error
-/// saying it is not done there yet (docs/storage.md lists what is).
-pub fn local_only<'a>(at: &'a Location, what: &str) -> Result<&'a Path, RunError> {
-    at.local().ok_or_else(|| {
-        RunError::input(format!("{what} is not done on object storage yet ({at})")).with_help(
-            "docs/storage.md, \"The pipeline's storage in a bucket\", lists what a bucket storage does",
-        )
-    })
 }
 
 /// The checkpoint folder of a flow.

@@ -1,17 +1,18 @@
 //! The tables of `syncs:` (pipeline.yaml): asked of their servers before each run, and
-//! kept in the storage (`_syncs.json`) as the last run found them, so that `tables`,
-//! `status` and `explain` list the same flows without a server, and a table gone from
-//! the server since is reported rather than forgotten.
+//! kept in the storage (the record `_syncs.json`, in a folder or a bucket) as the last
+//! run found them, so that `tables`, `status` and `explain` list the same flows without
+//! a server, and a table gone from the server since is reported rather than forgotten.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
 
 use cdcflow_plan::Pipeline;
+use cdcflow_plan::location::Location;
 use cdcflow_plan::syncs::SourceTable;
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;
 use crate::sources::Sources;
+use crate::storage::{Key, Storage};
 
 /// What the storage keeps of the syncs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,17 +46,47 @@ impl SyncRecord {
     }
 }
 
-fn record_path(storage: &Path) -> PathBuf {
-    storage.join("_syncs.json")
+fn record_key() -> Result<Key, RunError> {
+    Key::of(&["_syncs.json"])
 }
 
 /// The record of the last run (empty before the first, or when unreadable: it is only
 /// a listing, never a position).
-pub fn read_record(storage: &Path) -> SyncRecord {
-    std::fs::read(record_path(storage))
+pub async fn read_record(pipeline: &Pipeline) -> SyncRecord {
+    let Ok((storage, key)) = Storage::of(pipeline).and_then(|s| Ok((s, record_key()?))) else {
+        return SyncRecord::default();
+    };
+    storage
+        .get(&key)
+        .await
         .ok()
+        .flatten()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default()
+}
+
+/// Of the tables that the `gone` tables fed, those a bucket storage holds (the loader
+/// looks in a folder itself: `None` there).
+pub async fn stored_in_bucket(
+    pipeline: &Pipeline,
+    gone: &BTreeMap<String, Vec<SourceTable>>,
+) -> Result<Option<BTreeSet<String>>, RunError> {
+    let storage = pipeline.storage();
+    if !storage.is_remote() {
+        return Ok(None);
+    }
+    let mut stored = BTreeSet::new();
+    for (sync, tables) in gone {
+        for table in tables {
+            for name in fed_names(pipeline, sync, table) {
+                let at = crate::layout::published_dir(&storage, &name)?;
+                if crate::catalog::exists(&at).await? {
+                    stored.insert(name);
+                }
+            }
+        }
+    }
+    Ok(Some(stored))
 }
 
 /// The tables every sync's server has in the schemas the sync names.
@@ -125,15 +156,12 @@ pub fn gone_since(
 
 /// Records the tables this run's expansion synced; those the last record synced that
 /// have left the server since are kept as gone, each said once in the returned notes.
-pub fn record(
+pub async fn record(
     pipeline: &Pipeline,
     found: &BTreeMap<String, Vec<SourceTable>>,
     now_micros: i64,
 ) -> Result<Vec<String>, RunError> {
-    // Syncs read database servers, which a bucket storage does not read yet
-    // (`inputs.rs`); their record is kept in a folder only.
-    let storage = crate::layout::local_only(&pipeline.storage(), "`syncs:`")?.to_path_buf();
-    let before = read_record(&storage);
+    let before = read_record(pipeline).await;
     let synced: BTreeMap<String, Vec<SourceTable>> = pipeline
         .syncs
         .iter()
@@ -158,7 +186,7 @@ pub fn record(
             if known || !left_server(&pipeline.syncs, found, sync, table) {
                 continue;
             }
-            let datasets = datasets_of(pipeline, sync, table);
+            let datasets = datasets_of(pipeline, sync, table).await?;
             notes.push(format!(
                 "sync `{sync}`: table {table} is no longer on the server (dropped or renamed){}; `cdcflow status` lists it until it is back",
                 match datasets.is_empty() {
@@ -181,27 +209,41 @@ pub fn record(
             && left_server(&pipeline.syncs, found, &g.sync, &g.table)
     });
     if record != before {
-        std::fs::create_dir_all(&storage).map_err(|e| RunError::io(&storage, e))?;
+        let storage = Storage::of(pipeline)?;
+        let key = record_key()?;
         let text = serde_json::to_string_pretty(&record).map_err(|e| RunError::File {
-            path: record_path(&storage),
+            path: storage.path(&key),
             message: e.to_string(),
         })?;
-        crate::checkpoint::write_atomic(&record_path(&storage), text.as_bytes())?;
+        storage.put(&key, text.as_bytes()).await?;
     }
     Ok(notes)
 }
 
-/// The pipeline's tables a sync's table fed that the storage holds.
-fn datasets_of(pipeline: &Pipeline, sync: &str, table: &SourceTable) -> Vec<String> {
+/// The names of the published tables a sync's table feeds by the sync's templates.
+fn fed_names(pipeline: &Pipeline, sync: &str, table: &SourceTable) -> Vec<String> {
     let expanded = pipeline.syncs.iter().find(|s| s.name == sync);
     match (pipeline.config.syncs.get(sync), expanded) {
-        (Some(config), Some(s)) => cdcflow_plan::syncs::stored_names(
-            &pipeline.storage_dir(),
-            sync,
-            config,
-            (s.kind, &s.default_schema),
-            table,
-        ),
+        (Some(config), Some(s)) => {
+            cdcflow_plan::syncs::fed_names(sync, config, (s.kind, &s.default_schema), table)
+        }
         _ => vec![],
     }
+}
+
+/// The pipeline's tables a sync's table fed that the storage holds.
+async fn datasets_of(
+    pipeline: &Pipeline,
+    sync: &str,
+    table: &SourceTable,
+) -> Result<Vec<String>, RunError> {
+    let storage: Location = pipeline.storage();
+    let mut held = vec![];
+    for name in fed_names(pipeline, sync, table) {
+        let at = crate::layout::published_dir(&storage, &name)?;
+        if crate::catalog::exists(&at).await? {
+            held.push(name);
+        }
+    }
+    Ok(held)
 }

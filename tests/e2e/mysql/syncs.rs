@@ -11,23 +11,38 @@ use crate::{cdcflow, stderr, stdout};
 
 use super::query;
 
-fn pipeline(dir: &Path, db: &Maria) {
-    std::fs::write(
-        dir.join("pipeline.yaml"),
-        format!(
-            "name: mysql_syncs
+/// pipeline.yaml's connection `shop` to `db` and a sync `shop` of all its tables, then
+/// `more` (the sync's further keys).
+fn sync_yaml(name: &str, db: &Maria, more: &str) -> String {
+    format!(
+        "name: {name}
 connections:
   shop:
     kind: mariadb
     host: {host}
     port: {port}
-    database: {name}
+    database: {db_name}
     user: {user}
 syncs:
   shop:
     connection: shop
-    tables: '{name}.*'
-    exclude: ['{name}.tmp_*']
+    tables: '{db_name}.*'
+{more}",
+        host = db.host,
+        port = db.port,
+        db_name = db.name,
+        user = db.user,
+    )
+}
+
+fn pipeline(dir: &Path, db: &Maria) {
+    std::fs::write(
+        dir.join("pipeline.yaml"),
+        sync_yaml(
+            "mysql_syncs",
+            db,
+            &format!(
+                "    exclude: ['{name}.tmp_*']
     max_changes_per_batch: 3
     overrides:
       customers:
@@ -38,10 +53,8 @@ syncs:
         keys: [ref]
         target: silver_payments
 ",
-            host = db.host,
-            port = db.port,
-            name = db.name,
-            user = db.user,
+                name = db.name
+            ),
         ),
     )
     .expect("pipeline.yaml");
@@ -262,4 +275,62 @@ fn the_sync_example_keeps_every_table_of_its_database() {
     );
     let tables = stdout(&cdcflow(&["tables", "-p", p.to_str().expect("utf-8")]));
     assert!(!tables.contains("tmp_import"), "{tables}");
+}
+
+/// A sync whose pipeline's storage is in a bucket (moto) keeps its record there: a
+/// table dropped on the server is reported once, its tables stay readable, and
+/// `status` lists it from the bucket's record; nothing is written to a folder.
+#[test]
+fn a_sync_stored_in_a_bucket_keeps_its_record_there() {
+    let moto = crate::object_store::Moto::start();
+    moto.create_bucket("lake");
+    let db = Maria::create("binlog_syncs_bucket");
+    db.exec(
+        Some(&db.name),
+        "CREATE TABLE orders (id INT PRIMARY KEY, amount INT);
+         CREATE TABLE payments (id INT PRIMARY KEY, amount INT);
+         INSERT INTO orders VALUES (1, 10), (2, 20);
+         INSERT INTO payments VALUES (1, 5);",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path();
+    let yaml = sync_yaml("mysql_syncs_bucket", &db, "");
+    std::fs::write(
+        p.join("pipeline.yaml"),
+        format!("{yaml}storage: s3://lake/pipelines/mysql_syncs\n"),
+    )
+    .expect("pipeline.yaml");
+    let shown = p.to_str().expect("utf-8");
+    let run = || {
+        let out = moto.cdcflow(&["run", "-p", shown]);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        stderr(&out)
+    };
+    run();
+    db.exec(
+        Some(&db.name),
+        "UPDATE orders SET amount = 11 WHERE id = 1; DROP TABLE payments;",
+    );
+    let said = run();
+    assert!(
+        said.contains("is no longer on the server (dropped or renamed): payments_changes, payments kept as they were"),
+        "{said}"
+    );
+    assert_eq!(
+        moto.query(p, "SELECT id, amount FROM orders ORDER BY id"),
+        "id,amount\n1,11\n2,20\n"
+    );
+    assert_eq!(
+        moto.query(p, "SELECT id, amount FROM payments ORDER BY id"),
+        "id,amount\n1,5\n"
+    );
+    let status = moto.cdcflow(&["status", "-p", shown]);
+    assert!(
+        stdout(&status).contains("is gone from the server"),
+        "{}",
+        stdout(&status)
+    );
+    // Said once: the next run keeps it as gone without a new note.
+    assert!(!run().contains("is no longer on the server"));
+    crate::object_store::assert_nothing_stored_in(p);
 }

@@ -157,7 +157,7 @@ impl Resolver<'_> {
 
     /// `storage:` is a folder of this machine or a bucket prefix (`s3://bucket/prefix`, `gs://…`, `az://…`);
     /// any other URL would be taken for a local folder named after its scheme, and the
-    /// tables written where nobody looks. A bucket does not keep `syncs:` yet.
+    /// tables written where nobody looks.
     pub(super) fn check_storage_location(&mut self, config: &PipelineConfig, text: &Arc<str>) {
         if !config.storage.contains("://") {
             return;
@@ -177,17 +177,6 @@ impl Resolver<'_> {
                 format!("`storage:` {why}"),
                 "not a storage cdcflow writes",
                 Some("give a local folder, or an object-store prefix (s3://, gs://, az://, abfss://) (docs/storage.md, \"The pipeline's storage in a bucket\")"),
-            );
-            return;
-        }
-        // The record of the tables each sync found is kept in a folder only.
-        if !config.syncs.is_empty() {
-            self.config_error_labelled(
-                text,
-                &config.storage,
-                "`syncs:` with the pipeline's storage in a bucket is not supported yet: the record of the tables each sync found is kept in a folder".to_string(),
-                "a bucket",
-                Some("keep `storage:` a local folder for pipelines that declare syncs (docs/storage.md)"),
             );
         }
     }

@@ -85,6 +85,10 @@ pub struct Discovered {
     /// Tables a sync synced once that its server no longer has, by sync: their
     /// tables stay in the pipeline, readable, without flows.
     pub gone: BTreeMap<String, Vec<crate::syncs::SourceTable>>,
+    /// Of the tables `gone` tables fed, those the storage holds, when the caller looked
+    /// (a storage in a bucket, which the loader does not read); `None`: the loader looks
+    /// in the storage folder.
+    pub stored: Option<std::collections::BTreeSet<String>>,
 }
 
 /// As [`load`], with what the servers said ([`Discovered`]).

@@ -76,7 +76,8 @@ impl Resolver<'_> {
                     .map(Vec::as_slice)
                     .unwrap_or_default();
                 let storage = self.root.join(&config.storage);
-                self.keep_gone(&expanded, sync, gone, &storage, &mut claimed);
+                let stored = (storage.as_path(), discovered.stored.as_ref());
+                self.keep_gone(&expanded, sync, gone, stored, &mut claimed);
                 syncs.push(expanded);
             }
         }
@@ -549,7 +550,10 @@ impl Resolver<'_> {
         expanded: &Sync,
         sync: &SyncConfig,
         gone: &[SourceTable],
-        storage: &std::path::Path,
+        (storage, stored): (
+            &std::path::Path,
+            Option<&std::collections::BTreeSet<String>>,
+        ),
         claimed: &mut Claimed,
     ) {
         let synced = expanded.tables.iter().flatten();
@@ -564,13 +568,15 @@ impl Resolver<'_> {
                 "-- Synced by pipeline.yaml, syncs: {}, until {table} left the server: kept, without flows.\n",
                 expanded.name
             );
-            for name in crate::syncs::stored_names(
-                storage,
-                &expanded.name,
-                sync,
-                (expanded.kind, &expanded.default_schema),
-                table,
-            ) {
+            let source = (expanded.kind, expanded.default_schema.as_str());
+            let names = match stored {
+                Some(stored) => crate::syncs::fed_names(&expanded.name, sync, source, table)
+                    .into_iter()
+                    .filter(|n| stored.contains(n))
+                    .collect(),
+                None => crate::syncs::stored_names(storage, &expanded.name, sync, source, table),
+            };
+            for name in names {
                 if claimed.by.contains_key(&name.to_lowercase()) {
                     continue;
                 }
