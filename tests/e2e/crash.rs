@@ -369,17 +369,26 @@ fn a_snapshot_flow_killed_at_any_point_then_rerun_gives_the_uninterrupted_tables
 /// both, so the published history is that of uninterrupted runs.
 #[test]
 fn a_periodic_snapshot_killed_between_its_commits_then_changed_gives_the_uninterrupted_history() {
+    periodic_snapshot_killed_between_its_commits("_storage", &[]);
+}
+
+/// The periodic snapshot kill test with the killed pipeline's storage at `storage` and
+/// its runs given `env` (a bucket's settings); the reference runs in a folder.
+pub(crate) fn periodic_snapshot_killed_between_its_commits(
+    storage: &str,
+    env: &[(&'static str, String)],
+) {
     const FLOWS: &str = "CREATE OR REFRESH STREAMING TABLE users;
 CREATE FLOW users_cdc AS AUTO CDC INTO users
 FROM SNAPSHOT (SELECT id, city FROM read_files('landing/users', format => 'csv',
   header => true, schema => 'id INT, city STRING'))
 KEYS (id)
 STORED AS SCD TYPE 2;";
-    let staged = || {
+    let staged = |storage: &str| {
         let dir = tempfile::tempdir().expect("tempdir");
         fs::write(
             dir.path().join("pipeline.yaml"),
-            "name: periodic\nlanding_settle_seconds: 0\n",
+            format!("name: periodic\nlanding_settle_seconds: 0\nstorage: {storage}\n"),
         )
         .expect("pipeline.yaml");
         fs::write(dir.path().join("flows.sql"), FLOWS).expect("flows.sql");
@@ -397,6 +406,7 @@ STORED AS SCD TYPE 2;";
         let mut command = Command::new(env!("CARGO_BIN_EXE_cdcflow"));
         command
             .args(["run", "-p", dir.to_str().expect("utf-8")])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("CDCFLOW_NOW_MICROS", (seconds * 1_000_000).to_string());
         if let Some(point) = failpoint {
             command.env("CDCFLOW_FAILPOINT", point);
@@ -412,21 +422,31 @@ STORED AS SCD TYPE 2;";
             None => assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out)),
         }
     };
-    let history = ["SELECT * FROM users ORDER BY id, __START_AT"];
+    let history = "SELECT * FROM users ORDER BY id, __START_AT";
+    let query = |dir: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+            .args(["query", "-p", dir.to_str().expect("utf-8"), history])
+            .args(["--format", "csv"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .expect("query");
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
     let (s0, s1, s2) = (
         "1,Oslo\n2,Bergen\n",
         "1,Paris\n2,Bergen\n",
         "1,Oslo\n2,Rome\n",
     );
 
-    let reference = staged();
+    let reference = staged("_storage");
     for (rows, at) in [(s0, 1_000), (s1, 2_000), (s2, 4_000)] {
         land(reference.path(), rows);
         run_at(reference.path(), at, None);
     }
-    let want = snapshot(reference.path(), &history);
+    let want = query(reference.path());
 
-    let dir = staged();
+    let dir = staged(storage);
     land(dir.path(), s0);
     run_at(dir.path(), 1_000, None);
     land(dir.path(), s1);
@@ -434,5 +454,5 @@ STORED AS SCD TYPE 2;";
     land(dir.path(), s2);
     run_at(dir.path(), 3_000, None); // the batch of 2,000 applied to the state again
     run_at(dir.path(), 4_000, None);
-    assert_eq!(snapshot(dir.path(), &history), want);
+    assert_eq!(query(dir.path()), want);
 }

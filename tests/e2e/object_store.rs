@@ -1027,6 +1027,15 @@ fn optimize_and_vacuum_on_a_bucket_killed_at_their_steps_leave_the_tables_and_th
     }
 }
 
+/// A periodic snapshot flow stored in a bucket, killed between its two commits, its
+/// source changed before the rerun: the history of uninterrupted runs in a folder.
+#[test]
+fn a_periodic_snapshot_on_a_bucket_killed_between_its_commits_gives_the_uninterrupted_history() {
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    crate::crash::periodic_snapshot_killed_between_its_commits("s3://lake/periodic", &moto.env());
+}
+
 /// An AUTO CDC FROM SNAPSHOT flow stored in a bucket, killed at every point of its
 /// batch, then rerun, gives the tables of uninterrupted runs in a folder.
 #[test]
