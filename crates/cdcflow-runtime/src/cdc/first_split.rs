@@ -32,8 +32,7 @@ pub(super) async fn created_empty(
     };
     if state.exists()
         || public.exists()
-        || spec.truncate_when.is_some()
-        || !rules.generated.is_empty()
+        || !super::slice::splittable(spec, rules)
         || !takes_vectors(state_commit)
         || !takes_vectors(public_commit)
         || laid_out(public_commit)

@@ -137,6 +137,17 @@ impl Canonical {
     }
 }
 
+/// Whether the batches of `spec` may be split in slices of their keys at all, by what
+/// the flow declares: APPLY AS TRUNCATE empties the whole table at one event, and
+/// generated columns are computed over the batch whole. Whether the tables allow it
+/// (merge-on-write with deletion vectors) is the caller's other test.
+pub(crate) fn splittable(
+    spec: &cdcflow_plan::autocdc::AutoCdcSpec,
+    rules: &crate::cdc::kernel::Rules,
+) -> bool {
+    spec.truncate_when.is_none() && rules.generated.is_empty()
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -221,7 +221,8 @@ impl Touch {
                     return true;
                 }
                 let expired = op == Op::Delete as i8 && recorded.value(r) < self.horizon;
-                if expired {
+                // Kept only for a slice, which collects its own keys' alone.
+                if expired && self.owner.is_some() {
                     collected.push(r);
                 }
                 expired

@@ -30,7 +30,7 @@ use crate::RunError;
 use crate::cdc::engine::{self, Load, PARTITION_ROWS, Staging, Streamed, Targets, merged};
 use crate::cdc::kernel::{self, Rules, Visible};
 use crate::cdc::rules::ApplyMetrics;
-use crate::cdc::slice::{Slice, buckets};
+use crate::cdc::slice::{Slice, buckets, splittable};
 use crate::delta::{self, Commit, Mode, Staged, Table, merge};
 
 /// Where a batch is applied: the rules, the target's two tables and what their commits
@@ -100,11 +100,7 @@ impl ApplyTarget {
     /// TRUNCATE (a TRUNCATE concerns every key) and no computed column, and the batch is
     /// not a large first batch read in key groups. Known before anything is written.
     pub async fn slices_for(&self, spec: &AutoCdcSpec, parts: Parts) -> Result<usize, RunError> {
-        if self.slices <= 1
-            || parts != Parts::One
-            || spec.truncate_when.is_some()
-            || !self.rules.generated.is_empty()
-        {
+        if self.slices <= 1 || parts != Parts::One || !splittable(spec, &self.rules) {
             return Ok(1);
         }
         let (state, public) = self.shared_tables().await?;
