@@ -126,7 +126,7 @@ digest() {
   local open="count(*)"
   [ "$2" = scd1 ] || open="count(*) - count(__END_AT)"
   "$BIN" query -p "$1" --format csv \
-    "SELECT count(*) AS n, $open AS open, sum(customer_id) AS ids, round(sum(balance), 2) AS balance FROM customers" | tail -1
+    "SELECT count(*) AS n, $open AS open, sum(customer_id) AS ids, sum(CAST(round(balance * 100) AS BIGINT)) AS cents FROM customers" | tail -1
 }
 
 # rows DIR MODE: a SHA-256 of the whole table, every column, as sorted CSV.
@@ -157,7 +157,7 @@ for mode in $MODES; do
     if [ -z "$first" ]; then first=$got first_rows=$got_rows; fi
     [ "$got" = "$first" ] || die "$mode $w workers: $got, one machine: $first"
     [ "$got_rows" = "$first_rows" ] || die "$mode $w workers: rows $got_rows, one machine: $first_rows"
-    echo "   $w     same table as one machine: $got (rows, open, id sum, balance), rows $got_rows"
+    echo "   $w     same table as one machine: $got (rows, open, id sum, balance in cents), rows $got_rows"
     rm -rf "$dir"
   done
 done
