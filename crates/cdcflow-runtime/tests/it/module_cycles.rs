@@ -39,14 +39,82 @@ fn modules(src: &Path) -> BTreeMap<String, String> {
     out
 }
 
-/// The code of a module: no comment lines, nothing from its test module on.
+/// The code of a module: no comment lines, no text of string literals (a message may
+/// say "use"), nothing from its test module on.
 fn code(text: &str) -> String {
     let end = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
-    text[..end]
+    let lines = text[..end]
         .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    without_string_text(&lines)
+}
+
+/// `code` with the text inside its string literals (`"…"`, `r"…"`, `r#"…"#`) left
+/// out, the quotes kept; character literals (`'"'`) are not strings.
+fn without_string_text(code: &str) -> String {
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        // A character literal holding a quote or an escape.
+        if c == '\'' && i + 2 < chars.len() && (chars[i + 1] == '"' || chars[i + 1] == '\\') {
+            let close = (i + 2..chars.len().min(i + 12)).find(|&j| chars[j] == '\'');
+            if let Some(close) = close {
+                out.extend(&chars[i..=close]);
+                i = close + 1;
+                continue;
+            }
+        }
+        // A raw string: r, then hashes, then a quote; it ends at a quote and as many.
+        if c == 'r' && (i == 0 || !chars[i - 1].is_alphanumeric() && chars[i - 1] != '_') {
+            let hashes = chars[i + 1..].iter().take_while(|&&h| h == '#').count();
+            if chars.get(i + 1 + hashes) == Some(&'"') {
+                let mut j = i + 2 + hashes;
+                while j < chars.len()
+                    && !(chars[j] == '"'
+                        && chars[j + 1..]
+                            .iter()
+                            .take(hashes)
+                            .filter(|&&h| h == '#')
+                            .count()
+                            == hashes)
+                {
+                    j += 1;
+                }
+                out.push_str("\"\"");
+                i = j + 1 + hashes;
+                continue;
+            }
+        }
+        if c == '"' {
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] != '"' {
+                j += if chars[j] == '\\' { 2 } else { 1 };
+            }
+            out.push_str("\"\"");
+            i = j + 1;
+            continue;
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn string_literals_are_no_code() {
+    let code = r##"let a = "it cannot use workers"; use crate::x; let b = r#"use y"#; let q = '"'; use crate::z;"##;
+    assert_eq!(
+        without_string_text(code),
+        r#"let a = ""; use crate::x; let b = ""; let q = '"'; use crate::z;"#
+    );
+    assert_eq!(
+        paths(&without_string_text(code)),
+        ["crate::x", "crate::z", "crate::x", "crate::z"]
+    );
 }
 
 /// The paths `module`'s code names: `use` trees flattened (`a::{b, c::d}` gives `a::b`
