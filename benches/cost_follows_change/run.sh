@@ -22,6 +22,8 @@ REPO=$(cd "$HERE/../.." && pwd)
 
 usage() { sed -n '11,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "error: $*" >&2; exit 1; }
+# shellcheck source=benches/common.sh
+source "$(dirname "$0")/../common.sh"
 
 [ $# -ge 1 ] || usage
 BIN=$(realpath "$1"); shift
@@ -48,19 +50,9 @@ for mode in $MODES; do
   case "$mode" in scd1|scd2) ;; *) die "--modes: unknown mode $mode (scd1, scd2)" ;; esac
 done
 
-if [ -z "${BENCH_KIT:-}" ]; then
-  BENCH_KIT=$REPO/../shared/bench
-  [ -f "$BENCH_KIT/gen.py" ] || BENCH_KIT=/work/shared/bench
-fi
-[ -f "$BENCH_KIT/gen.py" ] || die "the CDC-apply kit is not at $BENCH_KIT (set BENCH_KIT)"
-VENV=${VENV:-/tmp/benchvenv}
-PY=$VENV/bin/python
-[ -x "$PY" ] || die "no Python venv at $VENV: run bash $BENCH_KIT/setup_venv.sh"
+kit_and_venv "$REPO"
 
-# The work dir is deleted whole at start: only ever a folder of its own under /tmp.
-WORK=$(realpath -m "$WORK")
-case "$WORK" in /tmp/?*) ;; *) die "--work must be a folder under /tmp (got $WORK)" ;; esac
-rm -rf "$WORK"
+WORK=$(fresh_work "$WORK")
 DATA=$WORK/data STAGING=$WORK/staging LOGS=$WORK/logs TSV=$WORK/runs.tsv
 mkdir -p "$DATA" "$STAGING" "$LOGS"
 printf 'mode\tcase\tevents\tseconds\trss_kib\tbytes_before\tbytes_after\ttable_bytes\trows_expected\trows\tflow_ms\textra\n' >"$TSV"

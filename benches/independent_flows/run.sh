@@ -12,6 +12,8 @@
 set -euo pipefail
 
 die() { echo "error: $*" >&2; exit 1; }
+# shellcheck source=benches/common.sh
+source "$(dirname "$0")/../common.sh"
 [ $# -ge 1 ] || die "usage: run.sh CDCFLOW_BIN [--flows F] [--rows R] [--reps N] [--work DIR]"
 BIN=$(realpath "$1"); shift
 [ -x "$BIN" ] || die "$BIN is not an executable cdcflow binary"
@@ -25,9 +27,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1" ;;
   esac
 done
-WORK=$(realpath -m "$WORK")
-case "$WORK" in /tmp/?*) ;; *) die "--work must be a folder under /tmp (got $WORK)" ;; esac
-rm -rf "$WORK"
+WORK=$(fresh_work "$WORK")
 PIPE=$WORK/pipeline
 mkdir -p "$PIPE"
 echo "name: independent_flows" >"$PIPE/pipeline.yaml"

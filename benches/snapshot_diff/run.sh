@@ -18,6 +18,8 @@
 set -euo pipefail
 
 die() { echo "error: $*" >&2; exit 1; }
+# shellcheck source=benches/common.sh
+source "$(dirname "$0")/../common.sh"
 [ $# -ge 1 ] || die "usage: run.sh CDCFLOW_BIN [--n N] [--changed P] [--work DIR]"
 BIN=$(realpath "$1"); shift
 [ -x "$BIN" ] || die "$BIN is not an executable cdcflow binary"
@@ -30,9 +32,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1" ;;
   esac
 done
-WORK=$(realpath -m "$WORK")
-case "$WORK" in /tmp/?*) ;; *) die "--work must be a folder under /tmp (got $WORK)" ;; esac
-rm -rf "$WORK"
+WORK=$(fresh_work "$WORK")
 mkdir -p "$WORK"
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${CDCFLOW_PYTHON:-$(bash "$HERE/../../.ci/py-delta")}

@@ -24,6 +24,8 @@ COST=$REPO/benches/cost_follows_change
 
 usage() { sed -n '10,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "error: $*" >&2; exit 1; }
+# shellcheck source=benches/common.sh
+source "$(dirname "$0")/../common.sh"
 
 [ $# -ge 1 ] || usage
 BIN=$(realpath "$1"); shift
@@ -40,19 +42,9 @@ while [ $# -gt 0 ]; do
     *) usage ;;
   esac
 done
-if [ -z "${BENCH_KIT:-}" ]; then
-  BENCH_KIT=$REPO/../shared/bench
-  [ -f "$BENCH_KIT/gen.py" ] || BENCH_KIT=/work/shared/bench
-fi
-[ -f "$BENCH_KIT/gen.py" ] || die "the CDC-apply kit is not at $BENCH_KIT (set BENCH_KIT)"
-VENV=${VENV:-/tmp/benchvenv}
-PY=$VENV/bin/python
-[ -x "$PY" ] || die "no Python venv at $VENV: run bash $BENCH_KIT/setup_venv.sh"
+kit_and_venv "$REPO"
 
-# The work dir is deleted whole at start: only ever a folder of its own under /tmp.
-WORK=$(realpath -m "$WORK")
-case "$WORK" in /tmp/?*) ;; *) die "--work must be a folder under /tmp (got $WORK)" ;; esac
-rm -rf "$WORK"
+WORK=$(fresh_work "$WORK")
 DATA=$WORK/data LOGS=$WORK/logs TSV=$WORK/runs.tsv
 mkdir -p "$DATA" "$LOGS"
 printf 'mode\tworkers\tcase\tevents\tseconds\trss_kib\tworkers_rss_kib\tflow_ms\tslices\n' >"$TSV"
