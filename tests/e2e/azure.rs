@@ -5,75 +5,64 @@
 //! `AZURE_STORAGE_ACCOUNT_NAME` and `AZURE_STORAGE_ACCOUNT_KEY` would. Without Azurite
 //! the tests fail saying how to get it.
 
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 use crate::crash::SNAPSHOT;
-use crate::object_store::{assert_nothing_stored_in, orders_staged_at, path};
+use crate::object_store::{Loopback, assert_nothing_stored_in, orders_staged_at, path};
 use crate::run_examples::python_with_deltalake;
 use crate::{repo, stderr, stdout};
 
 /// Azurite's Blob service on loopback, stopped when dropped.
 struct Azurite {
-    child: Child,
-    endpoint: String,
+    server: Loopback,
     _data: tempfile::TempDir,
 }
 
 impl Azurite {
     fn start() -> Self {
-        let server = std::env::var("CDCFLOW_AZURITE").unwrap_or_else(|_| {
+        let program = std::env::var("CDCFLOW_AZURITE").unwrap_or_else(|_| {
             let home = std::env::var("HOME").unwrap_or_default();
             format!("{home}/.cache/cdcflow/tools/azurite-3.35.0/node_modules/.bin/azurite-blob")
         });
-        assert!(
-            Path::new(&server).exists(),
-            "no Azure emulator at {server}: run `bash .ci/azure` once (or set CDCFLOW_AZURITE to azurite-blob)"
-        );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
         let data = tempfile::tempdir().expect("tempdir");
-        let child = Command::new(&server)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-            .args([
-                "--location",
-                path(data.path()),
-                "--silent",
-                "--skipApiVersionCheck",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("azurite-blob starts");
-        let azurite = Self {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}"),
+        let location = path(data.path()).to_string();
+        let server = Loopback::start(
+            &program,
+            "run `bash .ci/azure` once (or set CDCFLOW_AZURITE to azurite-blob)",
+            |port| {
+                [
+                    "--blobHost",
+                    "127.0.0.1",
+                    "--blobPort",
+                    port,
+                    "--location",
+                    &location,
+                    "--silent",
+                    "--skipApiVersionCheck",
+                ]
+                .map(String::from)
+                .to_vec()
+            },
+        );
+        Self {
+            server,
             _data: data,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "azurite-blob did not listen");
-            std::thread::sleep(Duration::from_millis(100));
         }
-        azurite
     }
 
     /// The environment a process finds the emulator and its account in.
     fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("AZURE_STORAGE_USE_EMULATOR", "true".into()),
-            ("AZURITE_BLOB_STORAGE_URL", self.endpoint.clone()),
+            ("AZURITE_BLOB_STORAGE_URL", self.server.endpoint.clone()),
         ]
     }
 
     fn create_container(&self, name: &str) {
         let script = repo().join("tests/e2e/azurite_container.py");
         let out = Command::new(python_with_deltalake())
-            .args([path(&script), &self.endpoint, name])
+            .args([path(&script), &self.server.endpoint, name])
             .output()
             .expect("python");
         assert!(out.status.success(), "{}", stderr(&out));
@@ -102,13 +91,6 @@ impl Azurite {
                 stdout(&out)
             })
             .collect()
-    }
-}
-
-impl Drop for Azurite {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -76,6 +76,27 @@ fn land(pipeline: &Path, name: &str, events: &str) {
     std::fs::write(pipeline.join("landing/orders").join(name), events).expect("land");
 }
 
+/// Lands batch `name` in both pipelines; the first batch (no name) is the file
+/// [`orders_in`] left in place.
+fn land_both(pipelines: [&Path; 2], name: &str, events: &str) {
+    if !name.is_empty() {
+        for pipeline in pipelines {
+            land(pipeline, name, events);
+        }
+    }
+}
+
+/// The three batches of the pipelines [`orders_in`] made under `root` (as `here`): the
+/// first file, already in place; the second, set aside beside them; a third.
+fn batches(root: &Path) -> [(&'static str, String); 3] {
+    let second = std::fs::read_to_string(root.join("here/0002.json")).expect("read");
+    [
+        ("", String::new()),
+        ("0002.json", second),
+        ("0003.json", third_batch()),
+    ]
+}
+
 fn run(pipeline: &Path, workers: &[&Worker]) -> std::process::Output {
     run_with(pipeline, workers, &[])
 }
@@ -181,18 +202,10 @@ fn a_run_on_two_and_three_workers_gives_the_tables_of_a_run_on_one_machine() {
         let root = dir.path().join(format!("on{n}"));
         let here = orders_in(&root.join("here"));
         let there = orders_in(&root.join("there"));
-        let second = std::fs::read_to_string(root.join("here/0002.json")).expect("read");
         let used: Vec<&Worker> = workers.iter().take(n).collect();
         // The first batch too: its tables are created empty, then merged into.
-        for (name, events) in [
-            ("", String::new()),
-            ("0002.json", second),
-            ("0003.json", third_batch()),
-        ] {
-            if !name.is_empty() {
-                land(&here, name, &events);
-                land(&there, name, &events);
-            }
+        for (name, events) in batches(&root) {
+            land_both([&here, &there], name, &events);
             let out = run(&here, &[]);
             assert!(out.status.success(), "{}", stderr(&out));
             let out = run(&there, &used);
@@ -433,18 +446,10 @@ fn a_pipeline_stored_in_a_bucket_runs_on_two_workers_as_in_a_folder_on_one_machi
     let here = orders_in(&dir.path().join("here"));
     let there = orders_in(&dir.path().join("there"));
     crate::object_store::store_at(&there, "s3://lake/pipelines/orders");
-    let second = std::fs::read_to_string(dir.path().join("here/0002.json")).expect("read");
     let workers = [Worker::start_with(&env), Worker::start_with(&env)];
     let used: Vec<&Worker> = workers.iter().collect();
-    for (name, events) in [
-        ("", String::new()),
-        ("0002.json", second),
-        ("0003.json", third_batch()),
-    ] {
-        if !name.is_empty() {
-            land(&here, name, &events);
-            land(&there, name, &events);
-        }
+    for (name, events) in batches(dir.path()) {
+        land_both([&here, &there], name, &events);
         let out = run(&here, &[]);
         assert!(out.status.success(), "{}", stderr(&out));
         // The first batch makes the tables on one machine; later ones on the workers.

@@ -12,45 +12,68 @@ use std::time::{Duration, Instant};
 use crate::run_examples::python_with_deltalake;
 use crate::{copy_dir, repo, stderr, stdout};
 
-/// An S3-compatible server on loopback, stopped when dropped.
-pub(crate) struct Moto {
+/// A server process on a free loopback port (an object store's emulator), killed when
+/// dropped.
+pub(crate) struct Loopback {
     child: Child,
-    endpoint: String,
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) endpoint: String,
 }
 
-impl Moto {
-    pub(crate) fn start() -> Self {
-        let server = moto_server();
-        assert!(
-            Path::new(&server).exists(),
-            "no S3-compatible server at {server}: run `bash .ci/s3` once (or set CDCFLOW_MOTO to moto_server)"
-        );
+impl Loopback {
+    /// Starts `program` with the arguments `args` gives for the port, and waits until it
+    /// listens; `how` says how to install it when it is missing.
+    pub(crate) fn start(program: &str, how: &str, args: impl FnOnce(&str) -> Vec<String>) -> Self {
+        assert!(Path::new(program).exists(), "no server at {program}: {how}");
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let child = Command::new(&server)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        let child = Command::new(program)
+            .args(args(&port.to_string()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("moto_server starts");
-        let moto = Self {
+            .unwrap_or_else(|e| panic!("{program} starts: {e}"));
+        let server = Self {
             child,
             endpoint: format!("http://127.0.0.1:{port}"),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "moto_server did not listen");
+            assert!(Instant::now() < deadline, "{program} did not listen");
             std::thread::sleep(Duration::from_millis(100));
         }
-        moto
+        server
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An S3-compatible server on loopback, stopped when dropped.
+pub(crate) struct Moto {
+    server: Loopback,
+}
+
+impl Moto {
+    pub(crate) fn start() -> Self {
+        let server = Loopback::start(
+            &moto_server(),
+            "run `bash .ci/s3` once (or set CDCFLOW_MOTO to moto_server)",
+            |port| ["-H", "127.0.0.1", "-p", port].map(String::from).to_vec(),
+        );
+        Self { server }
     }
 
     /// The environment a process reads the server's credentials and endpoint from.
     pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         vec![
-            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ENDPOINT_URL", self.server.endpoint.clone()),
             ("AWS_ACCESS_KEY_ID", "test".into()),
             ("AWS_SECRET_ACCESS_KEY", "test".into()),
             ("AWS_REGION", "us-east-1".into()),
@@ -62,7 +85,7 @@ impl Moto {
     fn python(&self, script: &str) {
         let options = format!(
             "STORE = {{'AWS_ENDPOINT_URL': '{}', 'AWS_ACCESS_KEY_ID': 'test', 'AWS_SECRET_ACCESS_KEY': 'test', 'AWS_REGION': 'us-east-1', 'AWS_ALLOW_HTTP': 'true', 'aws_conditional_put': 'etag'}}\n",
-            self.endpoint
+            self.server.endpoint
         );
         let out = Command::new(python_with_deltalake())
             .args(["-c", &format!("{options}{script}")])
@@ -94,7 +117,7 @@ impl Moto {
         .with_file_name("python");
         let script = format!(
             "import boto3, os, sys\ns3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='test', aws_secret_access_key='test', region_name='us-east-1')\nroot = sys.argv[1]\nfor d, _, files in os.walk(root):\n    for f in files:\n        path = os.path.join(d, f)\n        s3.upload_file(path, '{bucket}', '{prefix}/' + os.path.relpath(path, root))",
-            self.endpoint
+            self.server.endpoint
         );
         let out = Command::new(python)
             .args(["-c", &script, dir.to_str().expect("utf-8")])
@@ -126,13 +149,6 @@ impl Moto {
         let out = self.cdcflow(&["run", "-p", path(dir)]);
         assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
         stdout(&out)
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
