@@ -22,20 +22,18 @@ pub fn load_recorded(args: &PipelineArgs) -> Loaded {
     let Some(pipeline) = loaded.pipeline.as_ref().filter(|p| !p.syncs.is_empty()) else {
         return loaded;
     };
-    let (record, stored) = crate::runtime().block_on(async {
-        let record = cdcflow_runtime::syncs::read_record(pipeline).await;
-        let gone = record.gone_by_sync();
-        let stored = cdcflow_runtime::syncs::stored_in_bucket(pipeline, &gone).await;
-        (record, stored)
-    });
+    let record = crate::runtime().block_on(cdcflow_runtime::syncs::read_record(pipeline));
     if record.tables.is_empty() {
         return loaded;
     }
+    let gone = record.gone_by_sync();
+    let stored =
+        crate::runtime().block_on(cdcflow_runtime::syncs::stored_in_bucket(pipeline, &gone));
     load_discovered(
         args,
         &cdcflow_plan::Discovered {
             columns: BTreeMap::new(),
-            gone: record.gone_by_sync(),
+            gone,
             tables: record.tables,
             // Unreadable, the gone tables are left out (their rows stay in the bucket).
             stored: stored.unwrap_or_else(|_| Some(Default::default())),

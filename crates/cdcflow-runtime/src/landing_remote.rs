@@ -13,6 +13,7 @@
 //! come from the environment, as for the storage (docs/storage.md).
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -152,13 +153,13 @@ async fn fetch(
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent).map_err(|e| RunError::io(parent, e))?;
     }
-    std::fs::write(&to, &bytes).map_err(|e| RunError::io(&to, e))?;
     let micros = u64::try_from(meta.last_modified.timestamp_micros()).unwrap_or(0);
     let modified = SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
-    std::fs::File::options()
-        .write(true)
-        .open(&to)
-        .and_then(|f| f.set_modified(modified))
+    std::fs::File::create(&to)
+        .and_then(|mut f| {
+            f.write_all(&bytes)?;
+            f.set_modified(modified)
+        })
         .map_err(|e| RunError::io(&to, e))
 }
 

@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cdcflow_plan::Pipeline;
-use cdcflow_plan::location::Location;
 use cdcflow_plan::syncs::SourceTable;
 use serde::{Deserialize, Serialize};
 
@@ -71,19 +70,13 @@ pub async fn stored_in_bucket(
     pipeline: &Pipeline,
     gone: &BTreeMap<String, Vec<SourceTable>>,
 ) -> Result<Option<BTreeSet<String>>, RunError> {
-    let storage = pipeline.storage();
-    if !storage.is_remote() {
+    if !pipeline.storage().is_remote() {
         return Ok(None);
     }
     let mut stored = BTreeSet::new();
     for (sync, tables) in gone {
         for table in tables {
-            for name in fed_names(pipeline, sync, table) {
-                let at = crate::layout::published_dir(&storage, &name)?;
-                if crate::catalog::exists(&at).await? {
-                    stored.insert(name);
-                }
-            }
+            stored.extend(datasets_of(pipeline, sync, table).await?);
         }
     }
     Ok(Some(stored))
@@ -237,7 +230,7 @@ async fn datasets_of(
     sync: &str,
     table: &SourceTable,
 ) -> Result<Vec<String>, RunError> {
-    let storage: Location = pipeline.storage();
+    let storage = pipeline.storage();
     let mut held = vec![];
     for name in fed_names(pipeline, sync, table) {
         let at = crate::layout::published_dir(&storage, &name)?;
