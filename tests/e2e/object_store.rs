@@ -22,29 +22,52 @@ pub(crate) struct Loopback {
 
 impl Loopback {
     /// Starts `program` with the arguments `args` gives for the port, and waits until it
-    /// listens; `how` says how to install it when it is missing.
-    pub(crate) fn start(program: &str, how: &str, args: impl FnOnce(&str) -> Vec<String>) -> Self {
+    /// listens; `how` says how to install it when it is missing. A free port found by
+    /// binding port 0 may be taken by another test's server before this one binds it:
+    /// then this one exits, and it is started again on another port, rather than taken
+    /// for listening because the other answers.
+    pub(crate) fn start(program: &str, how: &str, args: impl Fn(&str) -> Vec<String>) -> Self {
         assert!(Path::new(program).exists(), "no server at {program}: {how}");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(program)
-            .args(args(&port.to_string()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program} starts: {e}"));
-        let server = Self {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}"),
-        };
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let child = Command::new(program)
+                .args(args(&port.to_string()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{program} starts: {e}"));
+            let mut server = Self {
+                child,
+                endpoint: format!("http://127.0.0.1:{port}"),
+            };
+            if server.listens(port) {
+                return server;
+            }
+        }
+        panic!("{program} exited at start five times (its port taken each time?)")
+    }
+
+    /// Whether the server listens on `port` and is still running a moment later (a
+    /// server that could not bind exits at once); panics after 30 s of neither.
+    fn listens(&mut self, port: u16) -> bool {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "{program} did not listen");
+        loop {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                std::thread::sleep(Duration::from_millis(300));
+                return self.child.try_wait().ok().flatten().is_none();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not listen on {port}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
-        server
     }
 }
 
