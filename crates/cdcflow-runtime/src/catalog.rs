@@ -266,7 +266,7 @@ pub async fn locate(pipeline: &Pipeline, name: &str) -> Result<Located, RunError
 /// Whether a Delta table is at `at`.
 pub async fn exists(at: &Location) -> Result<bool, RunError> {
     match at {
-        Location::Local(dir) => Ok(dir.join("_delta_log").is_dir()),
+        Location::Local(dir) => Ok(crate::delta::has_commits(dir)),
         Location::Remote(_) => Ok(Table::open(at).await?.exists()),
     }
 }

@@ -135,6 +135,35 @@ async fn a_batch_whose_commits_never_landed_is_read_again() {
     assert_eq!(tables(dir.path()).await, want);
 }
 
+/// Leaves the log of a Delta table as a process killed during its first commit does:
+/// the commit's staging file written, the commit itself never put in place.
+fn leave_only_a_staged_first_commit(table: &Path) {
+    let log = table.join("_delta_log");
+    let first = log.join(format!("{:020}.json", 0));
+    let staged = fs::read(&first).expect("first commit");
+    for entry in fs::read_dir(&log).expect("log") {
+        fs::remove_file(entry.expect("entry").path()).expect("remove");
+    }
+    fs::write(log.join(format!("{:020}.json#1", 0)), staged).expect("staging file");
+}
+
+#[tokio::test]
+async fn a_table_whose_first_commit_was_cut_off_after_staging_is_created_again() {
+    let want = uninterrupted().await;
+    let dir = pipeline_dir();
+    let storage = dir.path().join("_storage");
+    land(dir.path(), 0);
+    run_once(dir.path()).await;
+    // Killed while `hist` made its tables: neither first commit was put in place.
+    leave_only_a_staged_first_commit(&storage.join("state/hist"));
+    leave_only_a_staged_first_commit(&storage.join("tables/hist"));
+    for n in 1..3 {
+        land(dir.path(), n);
+        run_once(dir.path()).await;
+    }
+    assert_eq!(tables(dir.path()).await, want);
+}
+
 #[tokio::test]
 async fn a_published_commit_without_its_state_commit_is_applied_again() {
     let want = uninterrupted().await;
