@@ -32,6 +32,7 @@ mod mysql;
 mod object_store;
 mod optimize;
 mod partitioning;
+mod pipeline_tests;
 mod postgres;
 mod query_messages;
 mod query_read_only;

@@ -31,6 +31,7 @@ mod run;
 mod run_error;
 mod spark_json;
 mod syncs_report;
+mod test_cases;
 mod usage;
 mod vacuum;
 mod validate;
@@ -181,6 +182,26 @@ enum Command {
         /// The same as --format json.
         #[arg(long)]
         json: bool,
+    },
+    /// Run the pipeline's test cases (tests/<case>/: input rows per source, expected
+    /// rows per table) in a scratch storage each, and show how tables differ.
+    Test {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Only the cases with this name, or matching this glob (repeatable).
+        #[arg(long = "filter", value_name = "CASE")]
+        filter: Vec<String>,
+        /// `text`: a line per case and a diff per differing table; `json`: one object
+        /// per case; `junit`: a JUnit XML report for CI systems.
+        #[arg(long, value_enum, default_value = "text")]
+        format: test_cases::TestFormat,
+        /// Write each checked table's rows as its expected file (every stored table's,
+        /// for a run with no expected files yet), to review with `git diff`.
+        #[arg(long)]
+        update: bool,
+        /// Keep each case's scratch folder (its storage and landing files) and print it.
+        #[arg(long)]
+        keep: bool,
     },
     /// Print the pipeline's graph (sources, tables, views, flows and what reads what).
     Graph {
@@ -361,6 +382,21 @@ fn main() -> ExitCode {
             if json { DiagnosticFormat::Json } else { format },
         ),
         Command::Graph { pipeline, format } => graph::run(&pipeline, format),
+        Command::Test {
+            pipeline,
+            filter,
+            format,
+            update,
+            keep,
+        } => test_cases::run(
+            &pipeline,
+            &test_cases::TestArgs {
+                filter,
+                format,
+                update,
+                keep,
+            },
+        ),
         Command::Explain {
             pipeline,
             flow,

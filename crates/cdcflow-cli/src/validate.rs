@@ -37,6 +37,7 @@ pub fn load_recorded(args: &PipelineArgs) -> Loaded {
             tables: record.tables,
             // Unreadable, the gone tables are left out (their rows stay in the bucket).
             stored: stored.unwrap_or_else(|_| Some(Default::default())),
+            ..Default::default()
         },
     )
 }

@@ -48,6 +48,7 @@ pub mod metrics_http;
 pub mod panics;
 mod par;
 pub mod pipeline_lock;
+pub mod pipeline_tests;
 pub mod quarantine;
 mod query_flow;
 mod report;

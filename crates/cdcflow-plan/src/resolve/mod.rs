@@ -89,6 +89,13 @@ pub struct Discovered {
     /// (a storage in a bucket, which the loader does not read); `None`: the loader looks
     /// in the storage folder.
     pub stored: Option<std::collections::BTreeSet<String>>,
+    /// When set, every `read_files` call reads the folder `<landing>/<t>`, `t` the name
+    /// that stands for the call in its flow's query ([`ReadFiles::table`]), instead of
+    /// the landing folder it names: `cdcflow test` feeds a case's rows through them.
+    pub landing: Option<std::path::PathBuf>,
+    /// A storage used in place of pipeline.yaml's `storage` (`cdcflow test` runs each
+    /// case in a storage of its own).
+    pub storage: Option<String>,
 }
 
 /// As [`load`], with what the servers said ([`Discovered`]).
@@ -157,6 +164,10 @@ pub fn load_discovered(
             };
         }
     };
+    let mut config = config;
+    if let Some(storage) = &discovered.storage {
+        config.storage = storage.clone();
+    }
     let mut conf = config.configuration_strings();
     conf.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
 
@@ -178,6 +189,7 @@ pub fn load_discovered(
         source_columns: columns.clone(),
         watermarks: HashMap::new(),
         snapshots: HashMap::new(),
+        landing: discovered.landing.clone(),
     };
     let defaults = Namespace::new(config.catalog.clone(), config.schema.clone());
     r.externals = config
@@ -268,6 +280,9 @@ struct Resolver<'a> {
     watermarks: HashMap<FileId, Vec<cdcflow_sql::watermark::Watermark>>,
     /// The views of each AUTO CDC FROM SNAPSHOT flow, by lower-cased flow name.
     snapshots: HashMap<String, snapshot::SnapshotViews>,
+    /// The folder whose subfolders are read instead of the landing folders the flows
+    /// name ([`Discovered::landing`]).
+    landing: Option<std::path::PathBuf>,
 }
 
 /// A flow as parsed, before its references are resolved.

@@ -276,12 +276,13 @@ impl Resolver<'_> {
         };
         // A landing folder at an object-store URL is fetched by the run (docs/storage.md);
         // any other URL would be taken for a local folder.
-        let remote =
-            crate::location::Location::parse(self.root, &path_text).is_ok_and(|l| l.is_remote());
+        let redirected = self.landing.as_ref().map(|l| l.join(&table));
+        let remote = redirected.is_none()
+            && crate::location::Location::parse(self.root, &path_text).is_ok_and(|l| l.is_remote());
         if !remote {
             self.warn_if_url(&path_text, call.span, file, "cdcflow::read_files");
         }
-        let path = self.root.join(&path_text);
+        let path = redirected.unwrap_or_else(|| self.root.join(&path_text));
         if !path.exists() && !path_text.contains("://") {
             self.missing_landing(call, file, &path_text, &path);
         }
