@@ -21,6 +21,8 @@ pub struct Case {
     pub configuration: BTreeMap<String, String>,
     /// The wall clock the case's runs see, µs since the epoch (`now:`).
     pub now_micros: Option<i64>,
+    /// The tables each `syncs:` entry finds on its server, by sync (`syncs:`).
+    pub sync_tables: BTreeMap<String, Vec<cdcflow_plan::syncs::SourceTable>>,
     pub runs: Vec<CaseRun>,
 }
 
@@ -87,6 +89,18 @@ struct CaseConfig {
     #[serde(default)]
     configuration: BTreeMap<String, serde_yaml::Value>,
     now: Option<String>,
+    #[serde(default)]
+    syncs: BTreeMap<String, Vec<SyncTable>>,
+}
+
+/// A table a sync's server has, as `case.yaml` gives it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SyncTable {
+    /// `schema.table`.
+    table: String,
+    #[serde(default)]
+    keys: Vec<String>,
 }
 
 /// The cases in `<pipeline>/tests`, by name; none when there is no such folder.
@@ -109,7 +123,7 @@ fn read_case(dir: &Path) -> Result<Case, CaseError> {
         Ok(text) => serde_yaml::from_str::<Option<CaseConfig>>(&text)
             .map_err(|e| {
                 CaseError::at(&config_path, format!("invalid case.yaml: {e}")).help(
-                    "case.yaml takes description, configuration (a mapping, as --conf) and now (an RFC 3339 time)",
+                    "case.yaml takes description, configuration (a mapping, as --conf), now (an RFC 3339 time) and syncs (per sync, its server's tables: - {table: schema.name, keys: [id]})",
                 )
             })?
             .unwrap_or_default(),
@@ -141,6 +155,25 @@ fn read_case(dir: &Path) -> Result<Case, CaseError> {
             (k, text)
         })
         .collect();
+    let mut sync_tables = BTreeMap::new();
+    for (sync, tables) in config.syncs {
+        let mut found = Vec::new();
+        for t in tables {
+            let Some((schema, name)) = t.table.split_once('.') else {
+                return Err(CaseError::at(
+                    &config_path,
+                    format!("syncs: `{}` is no schema.table", t.table),
+                )
+                .help("syncs: {shop: [{table: shop.customers, keys: [id]}]}"));
+            };
+            found.push(cdcflow_plan::syncs::SourceTable {
+                schema: schema.to_string(),
+                name: name.to_string(),
+                keys: t.keys,
+            });
+        }
+        sync_tables.insert(sync, found);
+    }
     let runs_dir = dir.join("runs");
     let runs = if runs_dir.is_dir() {
         let mut numbered = Vec::new();
@@ -171,6 +204,7 @@ fn read_case(dir: &Path) -> Result<Case, CaseError> {
         description: config.description,
         configuration,
         now_micros,
+        sync_tables,
         runs,
     })
 }

@@ -161,6 +161,7 @@ async fn run_in(
     let mut discovered = Discovered {
         landing: Some(scratch.join("landing")),
         storage: Some(scratch.join("storage").display().to_string()),
+        tables: case.sync_tables.clone(),
         ..Discovered::default()
     };
     let mut configuration = options.configuration.clone();
