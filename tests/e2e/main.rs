@@ -42,6 +42,7 @@ mod spark_literals;
 mod status;
 mod stored_shape;
 mod time_travel;
+mod ui;
 mod vacuum;
 mod validate_cases;
 mod view_chains;

@@ -15,7 +15,7 @@ fn test_cmd(dir: &Path, extra: &[&str]) -> std::process::Output {
 }
 
 #[test]
-fn every_example_pipeline_with_tests_passes_them_without_touching_its_storage() {
+fn every_example_pipeline_has_test_cases_that_pass_without_touching_its_storage() {
     let mut tested = Vec::new();
     for entry in fs::read_dir(crate::repo().join("pipelines")).expect("pipelines") {
         let name = entry
@@ -24,9 +24,10 @@ fn every_example_pipeline_with_tests_passes_them_without_touching_its_storage() 
             .to_string_lossy()
             .into_owned();
         let copy = example_copy(&name);
-        if !copy.path().join("tests").is_dir() {
-            continue;
-        }
+        assert!(
+            copy.path().join("tests").is_dir(),
+            "{name} has no test cases"
+        );
         let out = test_cmd(copy.path(), &[]);
         assert!(
             out.status.success(),
@@ -45,13 +46,7 @@ fn every_example_pipeline_with_tests_passes_them_without_touching_its_storage() 
         );
         tested.push(name);
     }
-    tested.sort();
-    for must in ["crm_postgres", "orders"] {
-        assert!(
-            tested.iter().any(|t| t == must),
-            "{must} has no tests: {tested:?}"
-        );
-    }
+    assert!(tested.len() >= 7, "{tested:?}");
 }
 
 #[test]

@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use cdcflow_plan::lineage::{Lineage, NodeKind};
-use serde_json::json;
 
 use crate::{GraphFormat, PipelineArgs};
 
@@ -113,24 +112,5 @@ fn dot_text(text: &str) -> String {
 }
 
 fn json(name: &str, lineage: &Lineage) -> String {
-    let nodes: Vec<_> = lineage
-        .nodes
-        .iter()
-        .map(|n| {
-            json!({
-                "id": n.id,
-                "label": n.label,
-                "kind": n.kind.name(),
-                "detail": n.detail,
-                "defined_at": n.defined_at,
-            })
-        })
-        .collect();
-    let edges: Vec<_> = lineage
-        .edges
-        .iter()
-        .map(|(from, to)| json!({ "from": from, "to": to }))
-        .collect();
-    serde_json::to_string_pretty(&json!({ "pipeline": name, "nodes": nodes, "edges": edges }))
-        .unwrap_or_default()
+    serde_json::to_string_pretty(&lineage.to_json(name)).unwrap_or_default()
 }

@@ -32,6 +32,7 @@ mod run_error;
 mod spark_json;
 mod syncs_report;
 mod test_cases;
+mod ui;
 mod usage;
 mod vacuum;
 mod validate;
@@ -265,6 +266,15 @@ enum Command {
         #[arg(long, value_name = "URL,URL…")]
         workers: Option<String>,
     },
+    /// Serve a web page of the pipeline (its graph, each flow's runs and lag, each
+    /// table's schema, history and rows, validate's diagnostics), live, until stopped.
+    Ui {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Where to serve the page; loopback unless told (port 0 picks a free one).
+        #[arg(long, value_name = "ADDR", default_value = ui::DEFAULT_ADDR)]
+        addr: std::net::SocketAddr,
+    },
     /// Serve as a worker that `cdcflow run --workers` spreads AUTO CDC batches over,
     /// until stopped; prints the address it listens on.
     Worker {
@@ -434,6 +444,7 @@ fn main() -> ExitCode {
             },
         ),
         Command::Worker { listen } => worker::serve(listen),
+        Command::Ui { pipeline, addr } => ui::serve(&pipeline, addr),
         Command::Query {
             pipeline,
             sql,

@@ -58,6 +58,30 @@ pub struct Lineage {
 }
 
 impl Lineage {
+    /// The graph as JSON (`cdcflow graph --format json`, `cdcflow ui`): the pipeline's
+    /// name, each node's id, label, kind, detail and `file:line`, and the edges.
+    pub fn to_json(&self, pipeline: &str) -> serde_json::Value {
+        let nodes: Vec<_> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                serde_json::json!({
+                    "id": n.id,
+                    "label": n.label,
+                    "kind": n.kind.name(),
+                    "detail": n.detail,
+                    "defined_at": n.defined_at,
+                })
+            })
+            .collect();
+        let edges: Vec<_> = self
+            .edges
+            .iter()
+            .map(|(from, to)| serde_json::json!({ "from": from, "to": to }))
+            .collect();
+        serde_json::json!({ "pipeline": pipeline, "nodes": nodes, "edges": edges })
+    }
+
     pub fn of(pipeline: &Pipeline) -> Self {
         let mut nodes: BTreeMap<(NodeKind, String), Node> = BTreeMap::new();
         let mut edges = std::collections::BTreeSet::new();

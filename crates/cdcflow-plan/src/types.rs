@@ -96,7 +96,13 @@ fn nested_type(t: &SqlType) -> Result<DataType, String> {
 /// The Databricks name of an arrow type, quoted as Spark's messages quote types
 /// (`"INT"`); arrow's own name for one it does not map.
 pub fn sql_type_name(t: &DataType) -> String {
-    let name = match t {
+    format!("\"{}\"", sql_type(t))
+}
+
+/// The Databricks name of an arrow type (`BIGINT`, `STRUCT<a: INT, b: STRING>`);
+/// arrow's own name for one it does not map.
+pub fn sql_type(t: &DataType) -> String {
+    match t {
         DataType::Boolean => "BOOLEAN".to_string(),
         DataType::Int8 => "TINYINT".to_string(),
         DataType::Int16 => "SMALLINT".to_string(),
@@ -110,9 +116,19 @@ pub fn sql_type_name(t: &DataType) -> String {
         DataType::Timestamp(_, Some(_)) => "TIMESTAMP".to_string(),
         DataType::Timestamp(_, None) => "TIMESTAMP_NTZ".to_string(),
         DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("DECIMAL({p},{s})"),
+        DataType::Struct(fields) => format!(
+            "STRUCT<{}>",
+            fields
+                .iter()
+                .map(|f| format!("{}: {}", f.name(), sql_type(f.data_type())))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        DataType::List(f) | DataType::LargeList(f) | DataType::ListView(f) => {
+            format!("ARRAY<{}>", sql_type(f.data_type()))
+        }
         other => other.to_string(),
-    };
-    format!("\"{name}\"")
+    }
 }
 
 /// Parses a schema string such as `id BIGINT NOT NULL, name STRING, ts TIMESTAMP`.

@@ -62,6 +62,7 @@ pub mod storage;
 pub mod storage_id;
 pub mod syncs;
 pub mod time_travel;
+pub mod ui;
 pub mod vacuum;
 
 pub use error::{ErrorCode, RunError};

@@ -3,18 +3,21 @@
 //! or slow clients can neither stop the endpoint nor take the file descriptors the flows
 //! need: at most [`MAX_CONNECTIONS`] at once (more are closed as soon as they are
 //! accepted), each with [`HEADER_READ_TIMEOUT`] to send a request, idle or not, and
-//! [`CONNECTION_LIFETIME`] in all.
+//! [`CONNECTION_LIFETIME`] in all. `cdcflow ui` serves its page the same way
+//! ([`serve_with`]).
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
@@ -33,6 +36,20 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
 
 /// Serves `metrics` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
+    serve_with(listener, "metrics endpoint", move |request| {
+        let response = respond(&request, &metrics);
+        async move { response }
+    })
+    .await;
+}
+
+/// Serves `handler`'s responses on `listener`, within the bounds above, until the task
+/// is dropped; `what` names the endpoint in its warnings.
+pub async fn serve_with<H, F>(listener: TcpListener, what: &'static str, handler: H)
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<String>> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut failing = false;
     loop {
@@ -41,7 +58,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
             Err(e) => {
                 // Once per run of failures: the endpoint keeps accepting once it can.
                 if !failing {
-                    tracing::warn!(error = %e, "metrics endpoint: cannot accept connections");
+                    tracing::warn!(error = %e, "{what}: cannot accept connections");
                 }
                 failing = true;
                 tokio::time::sleep(ACCEPT_RETRY).await;
@@ -53,25 +70,21 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Mutex<Metrics>>) {
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             continue;
         };
-        let metrics = Arc::clone(&metrics);
+        let handler = handler.clone();
         tokio::spawn(async move {
-            serve_connection(stream, metrics).await;
+            let service = service_fn(move |request| {
+                let response = handler(request);
+                async move { Ok::<_, Infallible>(response.await) }
+            });
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            // A connection's errors (a client gone, a timeout) concern that client alone.
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
             drop(slot);
         });
     }
-}
-
-async fn serve_connection(stream: TcpStream, metrics: Arc<Mutex<Metrics>>) {
-    let service = service_fn(move |request| {
-        let response = respond(&request, &metrics);
-        async move { Ok::<_, Infallible>(response) }
-    });
-    let connection = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), service);
-    // A connection's errors (a client gone, a timeout) concern that client alone.
-    let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
 }
 
 fn respond<B>(request: &Request<B>, metrics: &Mutex<Metrics>) -> Response<String> {
