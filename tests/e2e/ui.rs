@@ -131,6 +131,16 @@ fn shot(name: &str, scratch: &Path) -> String {
 #[test]
 fn the_graph_shows_every_node_and_clicking_a_flow_shows_its_lag_over_its_runs() {
     let dir = example_copy("orders");
+    let bronze = dir.path().join("sql/01_bronze.sql");
+    let text = std::fs::read_to_string(&bronze).expect("bronze");
+    std::fs::write(
+        &bronze,
+        text.replace(
+            "TABLE bronze_order_changes\n",
+            "TABLE bronze_order_changes (CONSTRAINT known_operation EXPECT (operation IN ('INSERT', 'UPDATE')))\n",
+        ),
+    )
+    .expect("write");
     let landing = dir.path().join("landing/orders");
     let second = landing.join("0002.json");
     let later = std::fs::read(&second).expect("second file");
@@ -203,6 +213,14 @@ fn the_graph_shows_every_node_and_clicking_a_flow_shows_its_lag_over_its_runs() 
     for want in ["rows6", "DECIMAL(12,2)", "__START_AT", "MERGE", "shipped"] {
         assert!(detail.contains(want), "{want} in {detail}");
     }
+    // A table's own query: its expectations' counts in the last batch (the second file
+    // holds one DELETE).
+    let page = browse(&ui.url, &["--click", "table:bronze_order_changes"]);
+    let detail = page["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("expectationsknown_operation (warn): 4 passed, 1 failed"),
+        "{detail}"
+    );
 }
 
 #[test]

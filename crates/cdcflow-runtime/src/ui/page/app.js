@@ -208,6 +208,26 @@ function seconds(ms) {
   return `${(s / 86400).toFixed(1)} d`;
 }
 
+// The expectations' counts of a run, from its event-log message
+// ("expectations: valid_amount (drop): 9 passed, 1 failed; …").
+function expectationsOf(message) {
+  const m = /expectations: (.*?)(?:; (?:lag per partition|state|applied in slices): |$)/.exec(message || "");
+  return m ? m[1] : null;
+}
+
+// What the last committed batch counted: expectations, quarantined, late and
+// duplicate rows, a stateful flow's state.
+function lastBatchFacts(runs) {
+  const last = runs.find(r => r.event === "flow_completed");
+  if (!last) return el("div");
+  return facts([
+    ["expectations", expectationsOf(last.message)],
+    ["quarantined", last.quarantined], ["late", last.late], ["duplicates", last.duplicates],
+    ["state rows", last.state_rows], ["state bytes", last.state_memory_bytes],
+    ["dropped by watermark", last.rows_dropped_by_watermark],
+  ]);
+}
+
 function flowFacts(s) {
   if (!s) return el("p", { class: "hint" }, "not run yet");
   return facts([
@@ -226,6 +246,7 @@ async function showFlow(name, pane) {
   if (data.error) { pane.append(el("p", { class: "error-text" }, data.error)); return; }
   if (data.status && data.status.last_error) pane.append(el("p", { class: "error-text", "data-flow-error": name }, data.status.last_error));
   pane.append(el("h3", {}, "last run"), flowFacts(data.status));
+  pane.append(lastBatchFacts(data.runs));
   pane.append(el("h3", {}, "lag over time"), lagChart(data.runs));
   pane.append(el("h3", {}, "runs"), grid(data.runs.map(r => ({
     time: r.timestamp.slice(0, 19), event: r.event, batch: r.batch, read: r.rows_read, written: r.rows_written,
@@ -246,7 +267,7 @@ async function showTable(name, pane) {
     pane.append(flowFacts(f));
     if (f.flow.toLowerCase() === name.toLowerCase()) {
       const runs = await getJson(`/api/flow?name=${encodeURIComponent(f.flow)}`);
-      if (!runs.error) pane.append(lagChart(runs.runs));
+      if (!runs.error) pane.append(lastBatchFacts(runs.runs), lagChart(runs.runs));
     }
   }
   if (!data.created) { pane.append(el("p", { class: "hint" }, "not created yet: `cdcflow run` creates it")); return; }
