@@ -203,6 +203,9 @@ enum Command {
         /// Keep each case's scratch folder (its storage and landing files) and print it.
         #[arg(long)]
         keep: bool,
+        /// Cases run at once (default: one per core); each has a storage of its own.
+        #[arg(long, value_name = "N")]
+        jobs: Option<usize>,
     },
     /// Print the pipeline's graph (sources, tables, views, flows and what reads what).
     Graph {
@@ -398,10 +401,14 @@ fn main() -> ExitCode {
             format,
             update,
             keep,
+            jobs,
         } => test_cases::run(
             &pipeline,
             &test_cases::TestArgs {
                 filter,
+                jobs: jobs.unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+                }),
                 format,
                 update,
                 keep,

@@ -22,6 +22,8 @@ pub enum TestFormat {
 
 pub struct TestArgs {
     pub filter: Vec<String>,
+    /// Cases run at once.
+    pub jobs: usize,
     pub format: TestFormat,
     pub update: bool,
     pub keep: bool,
@@ -71,16 +73,13 @@ pub fn run(pipeline: &PipelineArgs, args: &TestArgs) -> ExitCode {
         .pipeline
         .map(|p| p.config.name)
         .unwrap_or_else(|| root.display().to_string());
-    let rt = crate::runtime();
     let started = std::time::Instant::now();
-    let mut reports = Vec::new();
-    for case in &cases {
-        let report = rt.block_on(pipeline_tests::run_case(root, case, &options));
-        if let TestFormat::Text = args.format {
-            print_case(&report, root);
+    let text = matches!(args.format, TestFormat::Text);
+    let reports = crate::runtime().block_on(run_cases(root, cases, options, args.jobs, |r| {
+        if text {
+            print_case(r, root);
         }
-        reports.push(report);
-    }
+    }));
     let seconds = started.elapsed().as_secs_f64();
     match args.format {
         TestFormat::Text => print_summary(&reports, seconds, args.update),
@@ -101,6 +100,49 @@ pub fn run(pipeline: &PipelineArgs, args: &TestArgs) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Runs `cases`, `jobs` at a time (each in a storage of its own), telling `done` of
+/// each report in the cases' order as soon as it and those before it are done.
+async fn run_cases(
+    root: &std::path::Path,
+    cases: Vec<pipeline_tests::Case>,
+    options: TestOptions,
+    jobs: usize,
+    done: impl Fn(&CaseReport),
+) -> Vec<CaseReport> {
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(jobs.max(1)));
+    let options = std::sync::Arc::new(options);
+    let mut running = tokio::task::JoinSet::new();
+    let count = cases.len();
+    for (i, case) in cases.into_iter().enumerate() {
+        let (root, options, slots) = (
+            root.to_path_buf(),
+            std::sync::Arc::clone(&options),
+            std::sync::Arc::clone(&slots),
+        );
+        running.spawn(async move {
+            let _slot = slots.acquire_owned().await;
+            (i, pipeline_tests::run_case(&root, &case, &options).await)
+        });
+    }
+    let mut reports: Vec<Option<CaseReport>> = (0..count).map(|_| None).collect();
+    let mut next = 0;
+    while let Some(joined) = running.join_next().await {
+        match joined {
+            Ok((i, report)) => reports[i] = Some(report),
+            // A case's task cannot panic without the runtime's panic being reported;
+            // its report stays missing and is counted as not runnable below.
+            Err(e) => errln!("error: a case stopped: {e}"),
+        }
+        while next < count && reports[next].is_some() {
+            if let Some(r) = &reports[next] {
+                done(r);
+            }
+            next += 1;
+        }
+    }
+    reports.into_iter().flatten().collect()
 }
 
 /// `--filter`: a case's name, or a glob (`late_*`).
