@@ -38,6 +38,10 @@ bench-cost bin=(env_var_or_default("CARGO_TARGET_DIR", "target") + "/release/cdc
 bench-workers bin=(env_var_or_default("CARGO_TARGET_DIR", "target") + "/release/cdcflow") *args="":
     bash benches/workers/run.sh {{bin}} {{args}}
 
+# Issue 34's `cdcflow test` speed: 50 cases of a 10-flow pipeline (docs/benchmarks.md).
+bench-tests bin=(env_var_or_default("CARGO_TARGET_DIR", "target") + "/release/cdcflow") *args="":
+    bash benches/pipeline_tests/run.sh {{bin}} {{args}}
+
 # Issue 30's convergence check, long: the random PostgreSQL workload (four writers,
 # TOASTed values, key changes, rollbacks, a TRUNCATE, two SIGKILLs) at a larger size;
 # CI runs the same test short. Needs `bash .ci/postgres`.

@@ -90,7 +90,7 @@ fn a_table_that_differs_fails_with_a_diff_marking_the_changed_cells() {
     let at = marks.find('^').expect("a mark");
     assert_eq!(&header[at..at + "status".len()], "status", "{text}");
     assert!(
-        text.contains("test result: FAILED. 3 passed, 1 failed"),
+        text.contains("test result: FAILED. 4 passed, 1 failed"),
         "{text}"
     );
     assert!(!dir.path().join("_storage").exists());
@@ -100,7 +100,7 @@ fn a_table_that_differs_fails_with_a_diff_marking_the_changed_cells() {
     assert_eq!(out.status.code(), Some(1));
     let xml = stdout(&out);
     assert!(xml.starts_with("<?xml"), "{xml}");
-    assert_eq!(xml.matches("<testcase ").count(), 4, "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), 5, "{xml}");
     assert!(xml.contains("failures=\"1\""), "{xml}");
     assert!(
         xml.contains("<failure message=\"table `silver_orders_history` differs"),
@@ -158,6 +158,8 @@ fn a_case_written_wrong_is_named_with_its_file_and_exits_2() {
     let case = dir.path().join("tests/wrong");
     fs::create_dir_all(case.join("input")).expect("mkdir");
     fs::write(case.join("input/bronze_orders.json"), "{\"order_id\": 1}\n").expect("write");
+    fs::create_dir_all(case.join("expect")).expect("mkdir");
+    fs::write(case.join("expect/silver_orders_history.empty"), "").expect("write");
     let out = test_cmd(dir.path(), &["--filter", "wrong"]);
     assert_eq!(
         out.status.code(),
@@ -181,7 +183,7 @@ fn a_case_written_wrong_is_named_with_its_file_and_exits_2() {
 
     fs::remove_file(case.join("input/bronze_orders.json")).expect("remove");
     fs::write(case.join("input/bronze_order_changes.json"), "").expect("write");
-    fs::create_dir_all(case.join("expect")).expect("mkdir");
+    fs::remove_file(case.join("expect/silver_orders_history.empty")).expect("remove");
     fs::write(
         case.join("expect/silver_orders_history.csv"),
         "order_id,colour\n1,red\n",
@@ -212,4 +214,99 @@ fn no_cases_is_a_usage_error_naming_the_folder() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn a_case_that_would_check_nothing_or_leave_files_unread_is_refused() {
+    let dir = example_copy("orders");
+    let tests = dir.path().join("tests");
+    let write = |path: &str, text: &str| {
+        let path = tests.join(path);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    };
+    let row = "{\"order_id\": 1, \"customer_id\": 1, \"status\": \"placed\", \"amount\": 1.00, \"operation\": \"INSERT\", \"commit_ts\": \"2024-06-01T10:00:00Z\", \"log_position\": 1}\n";
+    // A misspelt folder: nothing would be checked.
+    write("misspelt/input/bronze_order_changes.json", row);
+    write(
+        "misspelt/expected/silver_orders_history.csv",
+        "order_id\n1\n",
+    );
+    // runs/ beside input/: input/ would be left unread.
+    write("both/input/bronze_order_changes.json", row);
+    write("both/runs/1/input/bronze_order_changes.json", row);
+    write(
+        "both/runs/1/expect/silver_orders_history.csv",
+        "order_id\n1\n",
+    );
+    // Two files of rows for one table in one run.
+    write("twice/input/bronze_order_changes.json", row);
+    write("twice/input/bronze_order_changes.yaml", "- {order_id: 2}\n");
+    write("twice/expect/silver_orders_history.csv", "order_id\n1\n");
+    // No expected file at all.
+    write("unchecked/input/bronze_order_changes.json", row);
+    let out = test_cmd(
+        dir.path(),
+        &[
+            "--filter",
+            "misspelt",
+            "--filter",
+            "both",
+            "--filter",
+            "twice",
+            "--filter",
+            "unchecked",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    for want in [
+        "tests/misspelt/expected: a case has no folder `expected`",
+        "tests/both: the case has both runs/ and input/ or expect/",
+        "is given rows twice in one run",
+        "tests/unchecked: the case checks nothing: no run has an expected file",
+        "0 passed, 0 failed, 4 not runnable",
+    ] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+    // The other cases still run: one case written wrong stops only itself.
+    let out = test_cmd(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stdout(&out).contains("5 passed, 0 failed, 4 not runnable"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn an_empty_string_and_null_are_told_apart_and_written_back_alike() {
+    let dir = example_copy("orders");
+    let case = dir.path().join("tests/empty_status");
+    fs::create_dir_all(case.join("input")).expect("mkdir");
+    fs::write(
+        case.join("input/bronze_order_changes.json"),
+        "{\"order_id\": 1, \"customer_id\": 1, \"status\": \"\", \"amount\": 1.00, \"operation\": \"INSERT\", \"commit_ts\": \"2024-06-01T10:00:00Z\", \"log_position\": 1}\n{\"order_id\": 2, \"customer_id\": 1, \"status\": null, \"amount\": 1.00, \"operation\": \"INSERT\", \"commit_ts\": \"2024-06-01T10:00:00Z\", \"log_position\": 2}\n",
+    )
+    .expect("write");
+    let out = test_cmd(dir.path(), &["--filter", "empty_status", "--update"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let gold = fs::read_to_string(case.join("expect/gold_orders_by_status.csv")).expect("gold");
+    assert_eq!(gold, "status,orders,total_amount\n,1,1.00\n\"\",1,1.00\n");
+    let out = test_cmd(dir.path(), &["--filter", "empty_status"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    // An expected NULL where the table has the empty string fails.
+    fs::write(
+        case.join("expect/gold_orders_by_status.csv"),
+        "status,orders\n,1\n,1\n",
+    )
+    .expect("write");
+    let out = test_cmd(dir.path(), &["--filter", "empty_status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
 }

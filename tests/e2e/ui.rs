@@ -42,10 +42,17 @@ impl Ui {
         Self { child, url }
     }
 
-    /// `method path` over HTTP/1.0: the status code and the body.
+    /// `method path` over HTTP/1.0: the status code, and the headers (lower-cased) and
+    /// body.
     fn request(&self, method: &str, path: &str) -> (u16, String) {
         let host = self.url.trim_start_matches("http://").trim_end_matches('/');
-        let mut stream = std::net::TcpStream::connect(host).expect("connect");
+        self.request_as(host, method, path)
+    }
+
+    /// As [`Ui::request`], naming `host` in the request.
+    fn request_as(&self, host: &str, method: &str, path: &str) -> (u16, String) {
+        let address = self.url.trim_start_matches("http://").trim_end_matches('/');
+        let mut stream = std::net::TcpStream::connect(address).expect("connect");
         write!(stream, "{method} {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").expect("send");
         let mut response = String::new();
         stream.read_to_string(&mut response).expect("read");
@@ -336,6 +343,9 @@ fn the_page_is_read_only_and_shows_no_secret() {
     assert_eq!(status, 405);
     let (status, _) = ui.request("GET", "/nothing");
     assert_eq!(status, 404);
+    // Another site's name resolved to loopback (DNS rebinding) is refused.
+    let (status, _) = ui.request_as("evil.example:80", "GET", "/api/status");
+    assert_eq!(status, 403);
     let (_, text) = ui.request("GET", "/api/table?name=no_such_table");
     assert!(
         text.contains("the pipeline stores no table `no_such_table`"),

@@ -45,7 +45,7 @@ pub fn run(pipeline: &PipelineArgs, args: &TestArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cases: Vec<_> = cases
+    let cases: Vec<pipeline_tests::Found> = cases
         .into_iter()
         .filter(|c| args.filter.is_empty() || args.filter.iter().any(|f| matches(f, &c.name)))
         .collect();
@@ -102,45 +102,63 @@ pub fn run(pipeline: &PipelineArgs, args: &TestArgs) -> ExitCode {
     }
 }
 
-/// Runs `cases`, `jobs` at a time (each in a storage of its own), telling `done` of
-/// each report in the cases' order as soon as it and those before it are done.
+/// Runs the cases found, `jobs` at a time (each in a storage of its own), telling
+/// `done` of each report in the cases' order as soon as it and those before it are
+/// done. A case that cannot be read, or whose run panics, is reported as not runnable.
 async fn run_cases(
     root: &std::path::Path,
-    cases: Vec<pipeline_tests::Case>,
+    found: Vec<pipeline_tests::Found>,
     options: TestOptions,
     jobs: usize,
     done: impl Fn(&CaseReport),
 ) -> Vec<CaseReport> {
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(jobs.max(1)));
     let options = std::sync::Arc::new(options);
+    let count = found.len();
+    let mut reports: Vec<Option<CaseReport>> = (0..count).map(|_| None).collect();
     let mut running = tokio::task::JoinSet::new();
-    let count = cases.len();
-    for (i, case) in cases.into_iter().enumerate() {
+    let mut tasks = std::collections::HashMap::new();
+    for (i, f) in found.into_iter().enumerate() {
+        let case = match f.case {
+            Ok(case) => case,
+            Err(e) => {
+                reports[i] = Some(CaseReport::not_runnable(&f.name, e));
+                continue;
+            }
+        };
         let (root, options, slots) = (
             root.to_path_buf(),
             std::sync::Arc::clone(&options),
             std::sync::Arc::clone(&slots),
         );
-        running.spawn(async move {
+        let handle = running.spawn(async move {
             let _slot = slots.acquire_owned().await;
             (i, pipeline_tests::run_case(&root, &case, &options).await)
         });
+        tasks.insert(handle.id(), (i, f.name));
     }
-    let mut reports: Vec<Option<CaseReport>> = (0..count).map(|_| None).collect();
     let mut next = 0;
-    while let Some(joined) = running.join_next().await {
+    let tell = |reports: &[Option<CaseReport>], next: &mut usize| {
+        while *next < count
+            && let Some(r) = &reports[*next]
+        {
+            done(r);
+            *next += 1;
+        }
+    };
+    tell(&reports, &mut next);
+    while let Some(joined) = running.join_next_with_id().await {
         match joined {
-            Ok((i, report)) => reports[i] = Some(report),
-            // A case's task cannot panic without the runtime's panic being reported;
-            // its report stays missing and is counted as not runnable below.
-            Err(e) => errln!("error: a case stopped: {e}"),
-        }
-        while next < count && reports[next].is_some() {
-            if let Some(r) = &reports[next] {
-                done(r);
+            Ok((_, (i, report))) => reports[i] = Some(report),
+            Err(e) => {
+                if let Some((i, name)) = tasks.get(&e.id()) {
+                    let error =
+                        pipeline_tests::CaseError::new(format!("the case's run stopped: {e}"));
+                    reports[*i] = Some(CaseReport::not_runnable(name, error));
+                }
             }
-            next += 1;
         }
+        tell(&reports, &mut next);
     }
     reports.into_iter().flatten().collect()
 }
@@ -177,6 +195,9 @@ fn print_case(report: &CaseReport, root: &std::path::Path) {
     }
     for path in &report.updated {
         outln!("  wrote {}", relative(path, root));
+    }
+    for note in &report.notes {
+        outln!("  note: {note}");
     }
     if let Some(kept) = &report.kept {
         outln!("  scratch folder kept: {}", kept.display());
@@ -408,8 +429,18 @@ fn junit(pipeline: &str, reports: &[CaseReport], seconds: f64) -> String {
     out
 }
 
+/// Text for an XML attribute or element: the markup characters escaped, and the
+/// control characters XML 1.0 cannot hold (a cell of a table may have them) shown as
+/// `\u{…}`.
 fn xml(text: &str) -> String {
-    text.replace('&', "&amp;")
+    text.chars()
+        .map(|c| match c {
+            '\t' | '\n' | '\r' => c.to_string(),
+            c if c.is_control() => c.escape_unicode().to_string(),
+            c => c.to_string(),
+        })
+        .collect::<String>()
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
@@ -430,5 +461,6 @@ mod tests {
     #[test]
     fn xml_text_is_escaped() {
         assert_eq!(xml("a < b & \"c\""), "a &lt; b &amp; &quot;c&quot;");
+        assert_eq!(xml("a\u{1}b"), "a\\u{1}b");
     }
 }

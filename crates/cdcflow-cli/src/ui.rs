@@ -38,6 +38,7 @@ pub fn serve(pipeline: &PipelineArgs, addr: std::net::SocketAddr) -> ExitCode {
         let source = cdcflow_runtime::ui::UiSource {
             root: pipeline.dir.clone(),
             overrides: pipeline.overrides(),
+            bound,
         };
         tokio::select! {
             () = cdcflow_runtime::ui::serve(listener, source) => ExitCode::SUCCESS,

@@ -102,6 +102,9 @@ pub struct ReadFiles {
     /// The reading query names `_metadata` or `input_file_name()`: each row carries its
     /// file's (`crate::file_metadata`).
     pub metadata: bool,
+    /// A landing folder (`read_files`, `cloud_files`), not the files of an external
+    /// table.
+    pub landing: bool,
     pub span: Span,
 }
 

@@ -219,7 +219,7 @@ impl Resolver<'_> {
             auto_loader: false,
             span,
         };
-        self.read_files(&call, table, file).map(Input::Files)
+        self.read_files(&call, table, file, false).map(Input::Files)
     }
 
     /// An AUTO CDC flow reading an external table reads it through a query of its own

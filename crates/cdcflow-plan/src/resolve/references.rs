@@ -142,7 +142,7 @@ impl Resolver<'_> {
                     );
                 }
                 (Relation::Files(call), Resolved::Files(table)) => {
-                    if let Some(rf) = self.read_files(&call, table, file) {
+                    if let Some(rf) = self.read_files(&call, table, file, true) {
                         inputs.push(Input::Files(rf));
                     }
                 }
@@ -254,11 +254,14 @@ impl Resolver<'_> {
         self.diags.push(d);
     }
 
+    /// `landing`: the call reads a landing folder (not an external table's files), so
+    /// [`Discovered::landing`](super::Discovered::landing) redirects it.
     pub(super) fn read_files(
         &mut self,
         call: &FilesCall,
         table: String,
         file: FileId,
+        landing: bool,
     ) -> Option<ReadFiles> {
         for span in &call.invalid {
             self.error(file, *span, "cdcflow::read_files", "read_files takes literal arguments".into(), "not a literal", Some("write the path and options as literals, e.g. read_files('landing/orders', format => 'json')".into()));
@@ -276,7 +279,12 @@ impl Resolver<'_> {
         };
         // A landing folder at an object-store URL is fetched by the run (docs/storage.md);
         // any other URL would be taken for a local folder.
-        let redirected = self.landing.as_ref().map(|l| l.join(&table));
+        let redirected = self
+            .landing
+            .as_ref()
+            .filter(|_| landing)
+            .map(|l| l.join(&table));
+        let named = self.root.join(&path_text);
         let remote = redirected.is_none()
             && crate::location::Location::parse(self.root, &path_text).is_ok_and(|l| l.is_remote());
         if !remote {
@@ -304,7 +312,8 @@ impl Resolver<'_> {
                     return None;
                 }
             },
-            None => match ReadFiles::detect_format(&path) {
+            // The format of the files the call names, wherever it reads.
+            None => match ReadFiles::detect_format(&named) {
                 Some(f) => f,
                 None => {
                     self.error(
@@ -387,6 +396,7 @@ impl Resolver<'_> {
             schema_hints,
             inferred_schema: None,
             metadata: false,
+            landing,
             span: call.span,
         })
     }

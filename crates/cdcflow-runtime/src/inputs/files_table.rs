@@ -219,6 +219,7 @@ mod tests {
             schema_hints: None,
             inferred_schema: None,
             metadata: true,
+            landing: true,
             span: datafusion::sql::sqlparser::tokenizer::Span::empty(),
         };
         let files = names

@@ -41,8 +41,25 @@ pub struct CaseRun {
 #[derive(Debug, Clone)]
 pub struct InputFile {
     pub table: String,
+    /// The file; for rows given in `case.yaml`, `case.yaml#input.<table>`.
     pub path: PathBuf,
     pub format: InputFormat,
+    /// Rows given in `case.yaml` (as YAML), not in a file.
+    pub inline: Option<Vec<u8>>,
+}
+
+impl InputFile {
+    /// The file's bytes.
+    pub fn bytes(&self) -> Result<Vec<u8>, CaseError> {
+        read_or_inline(&self.path, self.inline.as_ref())
+    }
+}
+
+fn read_or_inline(path: &Path, inline: Option<&Vec<u8>>) -> Result<Vec<u8>, CaseError> {
+    match inline {
+        Some(bytes) => Ok(bytes.clone()),
+        None => std::fs::read(path).map_err(|e| CaseError::at(path, e.to_string())),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,9 +93,19 @@ impl InputFormat {
 #[derive(Debug, Clone)]
 pub struct ExpectedFile {
     pub table: String,
+    /// The file; for rows given in `case.yaml`, `case.yaml#expect.<table>`.
     pub path: PathBuf,
     /// `<table>.empty`: the table has no rows.
     pub empty: bool,
+    /// Rows given in `case.yaml` (as CSV), not in a file.
+    pub inline: Option<Vec<u8>>,
+}
+
+impl ExpectedFile {
+    /// The file's bytes.
+    pub fn bytes(&self) -> Result<Vec<u8>, CaseError> {
+        read_or_inline(&self.path, self.inline.as_ref())
+    }
 }
 
 /// `case.yaml`.
@@ -91,6 +118,12 @@ struct CaseConfig {
     now: Option<String>,
     #[serde(default)]
     syncs: BTreeMap<String, Vec<SyncTable>>,
+    /// Rows per source, inline: a list of mappings per table.
+    #[serde(default)]
+    input: BTreeMap<String, serde_yaml::Value>,
+    /// Expected rows per table, inline: CSV text with a header, or a list of mappings.
+    #[serde(default)]
+    expect: BTreeMap<String, serde_yaml::Value>,
 }
 
 /// A table a sync's server has, as `case.yaml` gives it.
@@ -104,16 +137,27 @@ struct SyncTable {
 }
 
 /// The cases in `<pipeline>/tests`, by name; none when there is no such folder.
-pub fn discover(pipeline_root: &Path) -> Result<Vec<Case>, CaseError> {
+/// Each case is read on its own: one written wrong is reported as such, and the others
+/// still run.
+pub fn discover(pipeline_root: &Path) -> Result<Vec<Found>, CaseError> {
     let tests = pipeline_root.join(TESTS_DIR);
     if !tests.is_dir() {
         return Ok(vec![]);
     }
-    let mut cases = Vec::new();
-    for dir in sorted_dirs(&tests)? {
-        cases.push(read_case(&dir)?);
-    }
-    Ok(cases)
+    Ok(sorted_dirs(&tests)?
+        .into_iter()
+        .map(|dir| Found {
+            name: file_name(&dir),
+            case: read_case(&dir),
+        })
+        .collect())
+}
+
+/// A case folder, read or not.
+#[derive(Debug)]
+pub struct Found {
+    pub name: String,
+    pub case: Result<Case, CaseError>,
 }
 
 fn read_case(dir: &Path) -> Result<Case, CaseError> {
@@ -123,7 +167,7 @@ fn read_case(dir: &Path) -> Result<Case, CaseError> {
         Ok(text) => serde_yaml::from_str::<Option<CaseConfig>>(&text)
             .map_err(|e| {
                 CaseError::at(&config_path, format!("invalid case.yaml: {e}")).help(
-                    "case.yaml takes description, configuration (a mapping, as --conf), now (an RFC 3339 time) and syncs (per sync, its server's tables: - {table: schema.name, keys: [id]})",
+                    "case.yaml takes description, configuration (a mapping, as --conf), now (an RFC 3339 time), syncs (per sync, its server's tables: - {table: schema.name, keys: [id]}), input (rows per table, a list of mappings) and expect (per table, CSV text or a list of mappings)",
                 )
             })?
             .unwrap_or_default(),
@@ -175,6 +219,11 @@ fn read_case(dir: &Path) -> Result<Case, CaseError> {
         sync_tables.insert(sync, found);
     }
     let runs_dir = dir.join("runs");
+    only_folders(dir, &["input", "expect", "runs"])?;
+    if runs_dir.is_dir() && (dir.join("input").is_dir() || dir.join("expect").is_dir()) {
+        return Err(CaseError::at(dir, "the case has both runs/ and input/ or expect/: the runs would leave the latter unread".into())
+            .help("a case of one run keeps input/ and expect/; a case of several keeps them in runs/1/, runs/2/, …"));
+    }
     let runs = if runs_dir.is_dir() {
         let mut numbered = Vec::new();
         for run in sorted_dirs(&runs_dir)? {
@@ -185,6 +234,10 @@ fn read_case(dir: &Path) -> Result<Case, CaseError> {
             numbered.push((n, run));
         }
         numbered.sort();
+        if numbered.is_empty() {
+            return Err(CaseError::at(&runs_dir, "runs/ holds no run".into())
+                .help("runs/1/input, runs/1/expect, runs/2/…"));
+        }
         let mut runs = Vec::new();
         for (i, (_, run)) in numbered.into_iter().enumerate() {
             runs.push(read_run(i + 1, &run)?);
@@ -193,6 +246,19 @@ fn read_case(dir: &Path) -> Result<Case, CaseError> {
     } else {
         vec![read_run(1, dir)?]
     };
+    let mut runs = runs;
+    if !config.input.is_empty() || !config.expect.is_empty() {
+        if runs_dir.is_dir() {
+            return Err(CaseError::at(
+                &config_path,
+                "input: and expect: in case.yaml are for a case of one run".into(),
+            )
+            .help(
+                "a case in runs/<n>/ keeps each run's rows in runs/<n>/input and runs/<n>/expect",
+            ));
+        }
+        add_inline(&mut runs[0], dir, &config.input, &config.expect)?;
+    }
     if runs.iter().all(|r| r.inputs.is_empty()) && !dir.join("input").is_dir() {
         return Err(CaseError::at(dir, "the case has no input/ folder".into()).help(
             "put the rows of each source in input/<table>.json (or .csv, .yaml), named by the table the source feeds; docs/testing.md",
@@ -210,18 +276,35 @@ fn read_case(dir: &Path) -> Result<Case, CaseError> {
 }
 
 fn read_run(number: usize, dir: &Path) -> Result<CaseRun, CaseError> {
-    let mut inputs = Vec::new();
+    if dir.file_name().is_some_and(|n| n != "runs")
+        && dir.parent().is_some_and(|p| p.ends_with("runs"))
+    {
+        only_folders(dir, &["input", "expect"])?;
+    }
+    let mut inputs: Vec<InputFile> = Vec::new();
     for path in files(&dir.join("input"))? {
         let format = InputFormat::of(&path).ok_or_else(|| {
             CaseError::at(&path, "an input file is .json (JSON lines), .csv (with a header), .yaml, .parquet or .txt".into())
         })?;
+        let table = stem(&path);
+        if let Some(other) = inputs.iter().find(|i| i.table.eq_ignore_ascii_case(&table)) {
+            return Err(CaseError::at(
+                &path,
+                format!(
+                    "`{table}` is given rows twice in one run, here and in {}",
+                    other.path.display()
+                ),
+            )
+            .help("one file per table and run"));
+        }
         inputs.push(InputFile {
-            table: stem(&path),
+            table,
             path,
             format,
+            inline: None,
         });
     }
-    let mut expected = Vec::new();
+    let mut expected: Vec<ExpectedFile> = Vec::new();
     for path in files(&dir.join("expect"))? {
         let empty = match path.extension().and_then(|e| e.to_str()) {
             Some("csv") => false,
@@ -233,10 +316,24 @@ fn read_run(number: usize, dir: &Path) -> Result<CaseRun, CaseError> {
                 ));
             }
         };
+        let table = stem(&path);
+        if let Some(other) = expected
+            .iter()
+            .find(|e| e.table.eq_ignore_ascii_case(&table))
+        {
+            return Err(CaseError::at(
+                &path,
+                format!(
+                    "`{table}` is expected twice in one run, here and in {}",
+                    other.path.display()
+                ),
+            ));
+        }
         expected.push(ExpectedFile {
-            table: stem(&path),
+            table,
             path,
             empty,
+            inline: None,
         });
     }
     Ok(CaseRun {
@@ -245,6 +342,162 @@ fn read_run(number: usize, dir: &Path) -> Result<CaseRun, CaseError> {
         inputs,
         expected,
     })
+}
+
+/// Adds the rows `case.yaml` gives inline to `run`: a table given rows both inline and
+/// in a file is an error.
+fn add_inline(
+    run: &mut CaseRun,
+    dir: &Path,
+    input: &BTreeMap<String, serde_yaml::Value>,
+    expect: &BTreeMap<String, serde_yaml::Value>,
+) -> Result<(), CaseError> {
+    let config = dir.join("case.yaml");
+    for (table, rows) in input {
+        let path = dir.join(format!("case.yaml#input.{table}"));
+        if !rows.is_sequence() {
+            return Err(
+                CaseError::at(&config, format!("input.{table} is no list of rows"))
+                    .help("input:\n  bronze_orders:\n    - {order_id: 1, status: placed}"),
+            );
+        }
+        if run
+            .inputs
+            .iter()
+            .any(|i| i.table.eq_ignore_ascii_case(table))
+        {
+            return Err(CaseError::at(
+                &config,
+                format!("`{table}` is given rows both in case.yaml and in input/"),
+            ));
+        }
+        let bytes =
+            serde_yaml::to_string(rows).map_err(|e| CaseError::at(&config, e.to_string()))?;
+        run.inputs.push(InputFile {
+            table: table.clone(),
+            path,
+            format: InputFormat::Yaml,
+            inline: Some(bytes.into_bytes()),
+        });
+    }
+    for (table, rows) in expect {
+        let path = dir.join(format!("case.yaml#expect.{table}"));
+        if run
+            .expected
+            .iter()
+            .any(|e| e.table.eq_ignore_ascii_case(table))
+        {
+            return Err(CaseError::at(
+                &config,
+                format!("`{table}` is expected both in case.yaml and in expect/"),
+            ));
+        }
+        let csv = match rows {
+            serde_yaml::Value::String(text) => text.clone(),
+            serde_yaml::Value::Sequence(list) => mappings_as_csv(list)
+                .map_err(|e| CaseError::at(&config, format!("expect.{table}: {e}")))?,
+            _ => {
+                return Err(CaseError::at(
+                    &config,
+                    format!("expect.{table} is neither CSV text nor a list of rows"),
+                )
+                .help("expect:\n  orders: |\n    order_id,status\n    1,paid"));
+            }
+        };
+        run.expected.push(ExpectedFile {
+            table: table.clone(),
+            path,
+            empty: csv.trim().is_empty(),
+            inline: Some(csv.into_bytes()),
+        });
+    }
+    Ok(())
+}
+
+/// A list of YAML mappings as CSV: the first row's keys, in its order, are the header;
+/// NULL (`~`, `null`) is an empty cell.
+fn mappings_as_csv(rows: &[serde_yaml::Value]) -> Result<String, String> {
+    let Some(first) = rows.first() else {
+        return Ok(String::new());
+    };
+    let header: Vec<String> = first
+        .as_mapping()
+        .ok_or("each row is a mapping of column to value")?
+        .keys()
+        .map(|k| scalar(k).unwrap_or_default())
+        .collect();
+    let mut out = csv_line(&header.iter().cloned().map(Some).collect::<Vec<_>>());
+    for row in rows {
+        let row = row
+            .as_mapping()
+            .ok_or("each row is a mapping of column to value")?;
+        if row.len() != header.len() {
+            return Err(format!(
+                "every row names the columns the first one does: {}",
+                header.join(", ")
+            ));
+        }
+        let cells: Vec<Option<String>> = header
+            .iter()
+            .map(|h| {
+                row.get(serde_yaml::Value::String(h.clone()))
+                    .ok_or_else(|| format!("a row without `{h}`"))
+                    .map(scalar)
+            })
+            .collect::<Result<_, _>>()?;
+        out.push_str(&csv_line(&cells));
+    }
+    Ok(out)
+}
+
+/// A YAML scalar as text; `None` for NULL.
+fn scalar(v: &serde_yaml::Value) -> Option<String> {
+    match v {
+        serde_yaml::Value::Null => None,
+        serde_yaml::Value::String(s) => Some(s.clone()),
+        serde_yaml::Value::Bool(b) => Some(b.to_string()),
+        serde_yaml::Value::Number(n) => Some(n.to_string()),
+        other => serde_yaml::to_string(other)
+            .ok()
+            .map(|t| t.trim_end().to_string()),
+    }
+}
+
+/// One CSV line: NULL is an empty cell, the empty string `""`; a cell with a comma,
+/// quote or line end is quoted.
+pub(super) fn csv_line(cells: &[Option<String>]) -> String {
+    let mut line = cells
+        .iter()
+        .map(|c| match c.as_deref() {
+            None => String::new(),
+            // Quoted, the empty string is told apart from NULL.
+            Some("") => "\"\"".to_string(),
+            Some(v) if v.contains([',', '"', '\n', '\r']) => {
+                format!("\"{}\"", v.replace('"', "\"\""))
+            }
+            Some(v) => v.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    line.push('\n');
+    line
+}
+
+/// Fails naming a folder in `dir` other than `allowed`: a misspelt `expected/` would
+/// otherwise be a case that checks nothing.
+fn only_folders(dir: &Path, allowed: &[&str]) -> Result<(), CaseError> {
+    for folder in sorted_dirs(dir)? {
+        let name = file_name(&folder);
+        if !allowed.contains(&name.as_str()) {
+            return Err(
+                CaseError::at(&folder, format!("a case has no folder `{name}`")).help(format!(
+                    "it holds case.yaml and the folders {}",
+                    allowed.join(", ")
+                )),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The visible files of `dir`, sorted; none when it does not exist.

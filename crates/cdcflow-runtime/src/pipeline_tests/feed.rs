@@ -4,12 +4,9 @@
 //! it land there as one file, in the format the call reads. So checkpoints, quarantine,
 //! `_metadata` and the declared or inferred columns behave as in a real run.
 
-use std::sync::Arc;
-
 use cdcflow_plan::read_files::{FileFormat, ReadFiles};
 use cdcflow_plan::{Input, Pipeline};
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
 
 use super::CaseError;
 use super::case::{CaseRun, InputFile, InputFormat};
@@ -24,9 +21,10 @@ fn create_landing_folders(pipeline: &Pipeline) -> Result<(), CaseError> {
     Ok(())
 }
 
+/// The landing folders `inputs` read.
 fn files_inputs(inputs: &[Input]) -> impl Iterator<Item = &ReadFiles> {
     inputs.iter().filter_map(|i| match i {
-        Input::Files(rf) => Some(rf),
+        Input::Files(rf) if rf.landing => Some(rf),
         _ => None,
     })
 }
@@ -44,8 +42,10 @@ pub fn fed_tables(pipeline: &Pipeline) -> Vec<String> {
     out
 }
 
+/// Whether a case gives `input` its rows: a landing folder or a server; an external
+/// table is read from its path.
 fn is_source(input: &Input) -> bool {
-    matches!(input, Input::Files(_)) || fixtures::kind(input).is_some()
+    matches!(input, Input::Files(rf) if rf.landing) || fixtures::kind(input).is_some()
 }
 
 /// The one source the rows of `input` are for: that of the flows filling its table.
@@ -129,17 +129,18 @@ fn extension(format: FileFormat) -> &'static str {
 /// The input's rows as a file in the format `call` reads.
 fn converted(input: &InputFile, call: &ReadFiles) -> Result<Vec<u8>, CaseError> {
     let fail = |e: String| CaseError::at(&input.path, e);
-    let raw = std::fs::read(&input.path).map_err(|e| fail(e.to_string()))?;
-    let json = match input.format {
-        InputFormat::Yaml => Some(yaml_to_json_lines(&raw).map_err(fail)?),
-        InputFormat::Json => Some(raw.clone()),
-        _ => None,
-    };
+    let raw = input.bytes()?;
     match (call.format, input.format) {
-        (FileFormat::Json, InputFormat::Json | InputFormat::Yaml) => {
-            Ok(with_final_newline(json.unwrap_or_default()))
+        (FileFormat::Json, InputFormat::Json) => Ok(with_final_newline(raw)),
+        (FileFormat::Json, InputFormat::Yaml) => {
+            Ok(with_final_newline(yaml_to_json_lines(&raw).map_err(fail)?))
         }
-        (FileFormat::Csv, InputFormat::Csv) if call.csv_header() => Ok(with_final_newline(raw)),
+        // Copied only as the call reads it: a header line, commas.
+        (FileFormat::Csv, InputFormat::Csv)
+            if call.csv_header() && call.csv_delimiter() == b',' =>
+        {
+            Ok(with_final_newline(raw))
+        }
         (FileFormat::Text, InputFormat::Text) => Ok(with_final_newline(raw)),
         (FileFormat::Parquet, InputFormat::Parquet) => Ok(raw),
         (FileFormat::Text, _) | (_, InputFormat::Text) => Err(fail(format!(
@@ -147,7 +148,7 @@ fn converted(input: &InputFile, call: &ReadFiles) -> Result<Vec<u8>, CaseError> 
             extension(call.format)
         ))),
         (to, _) => {
-            let batches = read_rows(input, json.as_deref().unwrap_or(&raw), call).map_err(fail)?;
+            let batches = read_rows(input, call)?;
             write_rows(to, &batches, call).map_err(fail)
         }
     }
@@ -172,61 +173,20 @@ fn yaml_to_json_lines(raw: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// The input's rows as Arrow batches, in the columns the call declares (or, when it
-/// declares none, as the input's own format gives them).
-fn read_rows(
-    input: &InputFile,
-    bytes: &[u8],
-    call: &ReadFiles,
-) -> Result<Vec<RecordBatch>, String> {
-    use datafusion::arrow::{csv, json};
-    let declared = call.declared_schema.clone();
-    match input.format {
-        InputFormat::Json | InputFormat::Yaml => {
-            let schema: SchemaRef = match declared {
-                Some(s) => s,
-                None => {
-                    let (s, _) = json::reader::infer_json_schema(std::io::Cursor::new(bytes), None)
-                        .map_err(|e| e.to_string())?;
-                    Arc::new(s)
-                }
-            };
-            json::ReaderBuilder::new(schema)
-                .build(std::io::Cursor::new(bytes))
-                .map_err(|e| e.to_string())?
-                .collect::<Result<_, _>>()
-                .map_err(|e| e.to_string())
-        }
-        InputFormat::Csv => {
-            let format = csv::reader::Format::default().with_header(true);
-            let schema: SchemaRef = match declared {
-                Some(s) => s,
-                None => Arc::new(
-                    format
-                        .infer_schema(std::io::Cursor::new(bytes), None)
-                        .map_err(|e| e.to_string())?
-                        .0,
-                ),
-            };
-            csv::ReaderBuilder::new(schema)
-                .with_format(format)
-                .build(std::io::Cursor::new(bytes))
-                .map_err(|e| e.to_string())?
-                .collect::<Result<_, _>>()
-                .map_err(|e| e.to_string())
-        }
-        InputFormat::Parquet => {
-            let reader =
-                datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                    bytes::Bytes::copy_from_slice(bytes),
-                )
-                .map_err(|e| e.to_string())?
-                .build()
-                .map_err(|e| e.to_string())?;
-            reader.collect::<Result<_, _>>().map_err(|e| e.to_string())
-        }
-        InputFormat::Text => Err("text input is only read by a text source".into()),
-    }
+/// The input's rows as Arrow batches: its columns by name, in the columns the call
+/// declares (each cast to its type; one the call does not declare is an error, one the
+/// input leaves out NULL), or as the input's own format gives them when the call
+/// declares none.
+fn read_rows(input: &InputFile, call: &ReadFiles) -> Result<Vec<RecordBatch>, CaseError> {
+    let given = fixtures::read(input, false)?;
+    let Some(declared) = &call.declared_schema else {
+        return Ok(vec![given]);
+    };
+    let rows = fixtures::conform(&given, declared, |field, n| {
+        datafusion::arrow::array::new_null_array(field.data_type(), n)
+    })
+    .map_err(|e| CaseError::at(&input.path, e))?;
+    Ok(vec![rows])
 }
 
 fn write_rows(

@@ -56,10 +56,32 @@ impl Fixtures {
     /// The rows the source standing as `table` gives in this run.
     pub fn give(&self, table: &str, rows: RecordBatch) {
         let mut current = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let next = current.next.get(table).copied().unwrap_or(1) + rows.num_rows() as u64;
+        // Past the rows given, and past any position the case wrote itself: a later
+        // run's changes come later.
+        let next = (current.next.get(table).copied().unwrap_or(1) + rows.num_rows() as u64)
+            .max(highest_position(&rows).map_or(0, |p| p + 1));
         current.next.insert(table.to_string(), next);
         current.rows.insert(table.to_string(), rows);
     }
+}
+
+/// The highest position among `rows`: a change's log position or sequence, a record's
+/// offset + 1 (positions count from 1, offsets from 0).
+fn highest_position(rows: &RecordBatch) -> Option<u64> {
+    [
+        ("_commit_lsn", 0),
+        ("_binlog_position", 0),
+        ("_change_seq", 0),
+        ("offset", 1),
+    ]
+    .iter()
+    .filter_map(|(name, plus)| {
+        let column = rows.column_by_name(name)?;
+        let values = column.as_any().downcast_ref::<Int64Array>()?;
+        let highest = datafusion::arrow::compute::max(values)?;
+        u64::try_from(highest + plus).ok()
+    })
+    .max()
 }
 
 /// The input's kind, as a case names it.
@@ -118,7 +140,7 @@ pub fn discovered_columns(
         Input::Query(r) if r.declared_columns.is_none() => r.key(),
         _ => return Ok(None),
     };
-    let rows = read(file, input)?;
+    let rows = read(file, matches!(input, Input::Kafka(_)))?;
     let change: Vec<String> = change_columns(input)
         .iter()
         .map(|f| f.name().clone())
@@ -142,24 +164,23 @@ pub fn rows_for(input: &Input, file: &InputFile, first_row: u64) -> Result<Recor
             "the source's columns are not known: declare them with schema => '…'".into(),
         ));
     };
-    let given = read(file, input)?;
-    conform(&given, &schema, input, first_row).map_err(|e| CaseError::at(&file.path, e))
+    let given = read(file, matches!(input, Input::Kafka(_)))?;
+    conform(&given, &schema, |field, rows| {
+        default_column(field, input, rows, first_row)
+    })
+    .map_err(|e| CaseError::at(&file.path, e))
 }
 
 /// The file's rows with the columns and types its format gives (JSON and YAML values
 /// as JSON infers them; CSV cells as CSV inference types them).
-fn read(file: &InputFile, input: &Input) -> Result<RecordBatch, CaseError> {
+/// For a Kafka record (`kafka`), a `key` or `value` given as JSON is its text.
+pub(super) fn read(file: &InputFile, kafka: bool) -> Result<RecordBatch, CaseError> {
     use datafusion::arrow::{csv, json};
     let fail = |e: String| CaseError::at(&file.path, e);
-    let raw = std::fs::read(&file.path).map_err(|e| fail(e.to_string()))?;
+    let raw = file.bytes()?;
     let batches: Vec<RecordBatch> = match file.format {
         InputFormat::Json | InputFormat::Yaml => {
-            let lines = json_lines(
-                &raw,
-                file.format == InputFormat::Yaml,
-                matches!(input, Input::Kafka(_)),
-            )
-            .map_err(fail)?;
+            let lines = json_lines(&raw, file.format == InputFormat::Yaml, kafka).map_err(fail)?;
             if lines.is_empty() {
                 return Ok(RecordBatch::new_empty(Arc::new(Schema::empty())));
             }
@@ -241,12 +262,12 @@ fn json_lines(raw: &[u8], yaml: bool, kafka: bool) -> Result<Vec<u8>, String> {
 }
 
 /// `given` in `schema`: each column found by name (any case) and cast to its type; a
-/// column left out takes its default; a column `schema` does not have is an error.
-fn conform(
+/// column left out takes `default`'s values; a column `schema` does not have is an
+/// error (a misspelt column is never silently NULL).
+pub(super) fn conform(
     given: &RecordBatch,
     schema: &SchemaRef,
-    input: &Input,
-    first_row: u64,
+    default: impl Fn(&Field, usize) -> ArrayRef,
 ) -> Result<RecordBatch, String> {
     let find = |name: &str| {
         given
@@ -278,7 +299,7 @@ fn conform(
         let column = match find(field.name()) {
             Some(i) => cast_with_options(given.column(i), field.data_type(), &strict)
                 .map_err(|e| format!("column `{}` as {}: {e}", field.name(), field.data_type()))?,
-            None => default_column(field, input, rows, first_row),
+            None => default(field, rows),
         };
         columns.push(column);
     }

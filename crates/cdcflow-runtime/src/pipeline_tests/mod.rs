@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use cdcflow_plan::{DatasetKind, Discovered, Pipeline};
 
-pub use case::{Case, CaseRun, TESTS_DIR, discover};
+pub use case::{Case, CaseRun, Found, TESTS_DIR, discover};
 pub use diff::TableDiff;
 pub use rows::Row;
 
@@ -91,11 +91,28 @@ pub struct CaseReport {
     pub error: Option<CaseError>,
     /// Expected files `--update` wrote.
     pub updated: Vec<PathBuf>,
+    /// What a reader should know that is no failure (expected rows `--update` left).
+    pub notes: Vec<String>,
     /// The scratch folder, when kept.
     pub kept: Option<PathBuf>,
 }
 
 impl CaseReport {
+    /// The report of a case that could not be run: `error` says why.
+    pub fn not_runnable(name: &str, error: CaseError) -> Self {
+        Self {
+            name: name.to_string(),
+            description: None,
+            seconds: 0.0,
+            checks: vec![],
+            failures: vec![],
+            error: Some(error),
+            updated: vec![],
+            notes: vec![],
+            kept: None,
+        }
+    }
+
     pub fn passed(&self) -> bool {
         self.error.is_none()
             && self.failures.is_empty()
@@ -122,15 +139,20 @@ pub struct TableCheck {
 pub async fn run_case(root: &Path, case: &Case, options: &TestOptions) -> CaseReport {
     let started = Instant::now();
     let mut report = CaseReport {
-        name: case.name.clone(),
         description: case.description.clone(),
-        seconds: 0.0,
-        checks: vec![],
-        failures: vec![],
         error: None,
-        updated: vec![],
-        kept: None,
+        ..CaseReport::not_runnable(&case.name, CaseError::new(String::new()))
     };
+    if !options.update && case.runs.iter().all(|r| r.expected.is_empty()) {
+        report.error = Some(
+            CaseError::at(
+                &case.dir,
+                "the case checks nothing: no run has an expected file".into(),
+            )
+            .help("add expect/<table>.csv (or run `cdcflow test --update` to write them)"),
+        );
+        return report;
+    }
     let scratch = match tempfile::Builder::new()
         .prefix(&format!("cdcflow-test-{}-", case.name))
         .tempdir()
@@ -252,23 +274,50 @@ async fn check_run(
                 path: dir.join(format!("{table}.csv")),
                 table,
                 empty: false,
+                inline: None,
             })
             .collect();
     }
     for file in &expected {
-        if pipeline.dataset(&file.table).is_none() && !is_quarantine(pipeline, &file.table) {
-            return Err(CaseError::at(
-                &file.path,
-                format!("the pipeline has no table `{}`", file.table),
-            )
-            .help(format!(
+        let stored = pipeline
+            .dataset(&file.table)
+            .is_some_and(|d| d.kind != DatasetKind::View && d.is_published());
+        if !stored && !is_quarantine(pipeline, &file.table) {
+            let what = match pipeline.dataset(&file.table) {
+                Some(_) => format!(
+                    "`{}` is no table the pipeline stores (a view or a private table)",
+                    file.table
+                ),
+                None => format!("the pipeline has no table `{}`", file.table),
+            };
+            return Err(CaseError::at(&file.path, what).help(format!(
                 "an expected file is named by its table: {}",
                 stored_tables(pipeline).join(", ")
             )));
         }
         let found = rows::TableRows::read(&ctx, &file.table).await?;
-        if update {
+        if found.is_none() {
+            // Left out of the session although it exists: it cannot be read.
+            let located = crate::catalog::locate(pipeline, &file.table)
+                .await
+                .map_err(|e| CaseError::at(&file.path, e.with_help_inline()))?;
+            if crate::catalog::exists(&located.dir).await.unwrap_or(false) {
+                return Err(CaseError::at(
+                    &file.path,
+                    format!("table `{}` exists but cannot be read", file.table),
+                ));
+            }
+        }
+        if update && file.inline.is_some() {
+            report.notes.push(format!(
+                "the rows of `{}` are given in case.yaml: --update leaves them; move them to expect/{}.csv to have them written",
+                file.table, file.table
+            ));
+        } else if update {
             report.updated.extend(write_expected(file, found.as_ref())?);
+            continue;
+        }
+        if update {
             continue;
         }
         report
@@ -284,16 +333,15 @@ fn compare(
     file: &case::ExpectedFile,
     found: Option<&rows::TableRows>,
 ) -> Result<TableCheck, CaseError> {
-    let (columns, expected, found_rows, positions) = match (file.empty, found) {
-        (true, None) => (vec![], vec![], vec![], vec![]),
+    let (columns, expected, found_rows) = match (file.empty, found) {
+        (true, None) => (vec![], vec![], vec![]),
         (true, Some(t)) => {
             let columns: Vec<String> = t.schema.fields().iter().map(|f| f.name().clone()).collect();
             let positions: Vec<usize> = (0..columns.len()).collect();
-            (columns, vec![], t.rows(&positions)?, positions)
+            (columns, vec![], t.rows(&positions)?)
         }
         (false, found) => {
-            let text =
-                std::fs::read(&file.path).map_err(|e| CaseError::at(&file.path, e.to_string()))?;
+            let text = file.bytes()?;
             let columns = rows::header(&text).map_err(|e| CaseError::at(&file.path, e))?;
             match found {
                 Some(t) => {
@@ -302,19 +350,18 @@ fn compare(
                         .iter()
                         .map(|&p| t.schema.field(p).data_type().clone())
                         .collect();
-                    let (_, expected) = rows::expected_rows(&file.path, &types)?;
-                    (columns, expected, t.rows(&positions)?, positions)
+                    let expected = rows::expected_rows(&file.path, &text, &types)?;
+                    (columns, expected, t.rows(&positions)?)
                 }
                 // Not created yet: no rows; the expected ones are compared as text.
                 None => {
                     let types = vec![datafusion::arrow::datatypes::DataType::Utf8; columns.len()];
-                    let (_, expected) = rows::expected_rows(&file.path, &types)?;
-                    (columns, expected, vec![], vec![])
+                    let expected = rows::expected_rows(&file.path, &text, &types)?;
+                    (columns, expected, vec![])
                 }
             }
         }
     };
-    let _ = positions;
     let keys = key_columns(pipeline, &file.table, &columns);
     let key_positions: Vec<usize> = keys
         .iter()
@@ -410,9 +457,9 @@ fn write_expected(
     if file.empty {
         let _ = std::fs::remove_file(&file.path);
     }
-    let mut text = csv_line(&columns.iter().map(|c| Some(c.clone())).collect::<Vec<_>>());
+    let mut text = case::csv_line(&columns.iter().map(|c| Some(c.clone())).collect::<Vec<_>>());
     for row in &found_rows {
-        text.push_str(&csv_line(row));
+        text.push_str(&case::csv_line(row));
     }
     write_file(&path, text.as_bytes())?;
     Ok(Some(path))
@@ -423,21 +470,4 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CaseError> {
         std::fs::create_dir_all(dir).map_err(|e| CaseError::at(dir, e.to_string()))?;
     }
     std::fs::write(path, bytes).map_err(|e| CaseError::at(path, e.to_string()))
-}
-
-/// One CSV line: NULL is an empty cell; a cell with a comma, quote or line end is quoted.
-fn csv_line(cells: &[Option<String>]) -> String {
-    let mut line = cells
-        .iter()
-        .map(|c| match c.as_deref() {
-            None => String::new(),
-            Some(v) if v.contains([',', '"', '\n', '\r']) => {
-                format!("\"{}\"", v.replace('"', "\"\""))
-            }
-            Some(v) => v.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    line.push('\n');
-    line
 }

@@ -10,7 +10,7 @@ use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt64
 use datafusion::arrow::compute::{
     CastOptions, can_cast_types, cast_with_options, concat_batches, take,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::prelude::SessionContext;
 
@@ -142,32 +142,95 @@ fn cells(array: &ArrayRef) -> Result<Vec<Option<String>>, CaseError> {
         .collect())
 }
 
-/// An expected CSV file: its columns (its header) and its rows, each value read as the
-/// type of the table's column of that name (`types`), then formatted as [`TableRows`]
-/// formats the table's.
+/// The rows of an expected CSV file (`text`, read from `path`), each value read as the
+/// type of the table's column of that name (`types`, in the file's column order), then
+/// formatted as [`TableRows`] formats the table's.
 pub fn expected_rows(
     path: &std::path::Path,
+    text: &[u8],
     types: &[DataType],
-) -> Result<(Vec<String>, Vec<Row>), CaseError> {
-    let text = std::fs::read(path).map_err(|e| CaseError::at(path, e.to_string()))?;
-    let columns = header(&text).map_err(|e| CaseError::at(path, e))?;
+) -> Result<Vec<Row>, CaseError> {
     if types.is_empty() {
-        return Ok((columns, vec![]));
+        return Ok(vec![]);
     }
-    Ok((columns, read_typed(path, &text, types)?))
+    read_typed(path, text, types)
 }
 
 /// The column names of a CSV file's first line.
 pub fn header(text: &[u8]) -> Result<Vec<String>, String> {
-    let (schema, _) = datafusion::arrow::csv::reader::Format::default()
-        .with_header(true)
-        .infer_schema(std::io::Cursor::new(text), Some(0))
-        .map_err(|e| format!("not CSV with a header line: {e}"))?;
-    let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    if names.is_empty() || names.iter().all(|n| n.is_empty()) {
+    let records = csv_records(text)?;
+    let Some((_, first)) = records.first() else {
         return Err("the file has no header line naming the columns it checks".into());
+    };
+    first
+        .iter()
+        .map(|c| match c.as_deref() {
+            Some(name) if !name.is_empty() => Ok(name.to_string()),
+            _ => Err("a column of the header line has no name".to_string()),
+        })
+        .collect()
+}
+
+/// The records of CSV text (RFC 4180: a field in double quotes may hold commas, line
+/// ends and `""` for a quote), each with the line it starts on. An empty field is NULL
+/// (`None`); a quoted empty field (`""`) is the empty string. Blank lines are skipped.
+fn csv_records(text: &[u8]) -> Result<Vec<(usize, Row)>, String> {
+    let text = std::str::from_utf8(text).map_err(|e| format!("not UTF-8 text: {e}"))?;
+    let mut records = Vec::new();
+    let mut chars = text.chars().peekable();
+    let mut line = 1;
+    while chars.peek().is_some() {
+        let start = line;
+        let mut record = Vec::new();
+        loop {
+            let mut field = String::new();
+            let quoted = chars.peek() == Some(&'"');
+            if quoted {
+                chars.next();
+                loop {
+                    match chars.next() {
+                        Some('"') if chars.peek() == Some(&'"') => {
+                            chars.next();
+                            field.push('"');
+                        }
+                        Some('"') => break,
+                        Some(c) => {
+                            if c == '\n' {
+                                line += 1;
+                            }
+                            field.push(c);
+                        }
+                        None => return Err(format!("line {start}: a quoted field is not closed")),
+                    }
+                }
+            }
+            while let Some(&c) = chars.peek() {
+                if c == ',' || c == '\n' || c == '\r' {
+                    break;
+                }
+                if quoted {
+                    return Err(format!("line {line}: text after a quoted field"));
+                }
+                field.push(c);
+                chars.next();
+            }
+            record.push((quoted || !field.is_empty()).then_some(field));
+            match chars.next() {
+                Some(',') => continue,
+                Some('\r') if chars.peek() == Some(&'\n') => {
+                    chars.next();
+                }
+                _ => {}
+            }
+            line += 1;
+            break;
+        }
+        let blank = record.len() == 1 && record[0].is_none();
+        if !blank {
+            records.push((start, record));
+        }
     }
-    Ok(names)
+    Ok(records)
 }
 
 fn read_typed(
@@ -175,46 +238,44 @@ fn read_typed(
     text: &[u8],
     types: &[DataType],
 ) -> Result<Vec<Row>, CaseError> {
-    let columns = header(text).map_err(|e| CaseError::at(path, e))?;
-    let texts = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|c| Field::new(c, DataType::Utf8, true))
-            .collect::<Vec<_>>(),
-    ));
-    let reader = datafusion::arrow::csv::ReaderBuilder::new(Arc::clone(&texts))
-        .with_header(true)
-        .build(std::io::Cursor::new(text))
-        .map_err(|e| CaseError::at(path, e.to_string()))?;
-    let mut out = Vec::new();
-    let mut line = 2;
-    for batch in reader {
-        let batch = batch.map_err(|e| CaseError::at(path, e.to_string()))?;
-        let mut typed: Vec<Vec<Option<String>>> = Vec::new();
-        for (i, to) in types.iter().enumerate() {
-            let column = batch.column(i);
-            let converted = typed_column(column, to).map_err(|bad_row| {
-                let strings = column.as_any().downcast_ref::<StringArray>();
-                let value = strings
-                    .map(|s| s.value(bad_row).to_string())
-                    .unwrap_or_default();
-                CaseError::at(
-                    path,
-                    format!(
-                        "line {}: `{value}` in column `{}` is no {to}",
-                        line + bad_row,
-                        columns[i]
-                    ),
-                )
-            })?;
-            typed.push(cells(&converted)?);
+    let records = csv_records(text).map_err(|e| CaseError::at(path, e))?;
+    let Some(((_, names), rows)) = records.split_first() else {
+        return Ok(vec![]);
+    };
+    for (line, row) in rows {
+        if row.len() != names.len() {
+            return Err(CaseError::at(
+                path,
+                format!(
+                    "line {line} has {} cells, the header names {} columns",
+                    row.len(),
+                    names.len()
+                ),
+            ));
         }
-        for r in 0..batch.num_rows() {
-            out.push(typed.iter().map(|c| c[r].clone()).collect());
-        }
-        line += batch.num_rows();
     }
-    Ok(out)
+    let mut typed: Vec<Vec<Option<String>>> = Vec::new();
+    for (i, to) in types.iter().enumerate() {
+        let column: ArrayRef = Arc::new(StringArray::from_iter(
+            rows.iter().map(|(_, r)| r[i].clone()),
+        ));
+        let converted = typed_column(&column, to).map_err(|bad_row| {
+            let value = rows[bad_row].1[i].clone().unwrap_or_default();
+            let name = names[i].clone().unwrap_or_default();
+            let line = rows[bad_row].0;
+            CaseError::at(
+                path,
+                format!(
+                    "line {line}: `{value}` in column `{name}` is no {}",
+                    cdcflow_plan::types::sql_type(to)
+                ),
+            )
+        })?;
+        typed.push(cells(&converted)?);
+    }
+    Ok((0..rows.len())
+        .map(|r| typed.iter().map(|c| c[r].clone()).collect())
+        .collect())
 }
 
 /// The text column as `to` (kept as text when it cannot be cast: the table's values
@@ -233,8 +294,56 @@ fn typed_column(column: &ArrayRef, to: &DataType) -> Result<ArrayRef, usize> {
         ..Default::default()
     };
     let cast = cast_with_options(column, to, &safe).map_err(|_| 0usize)?;
-    match (0..column.len()).find(|&i| column.is_valid(i) && cast.is_null(i)) {
-        Some(bad) => Err(bad),
-        None => Ok(cast),
+    if let Some(bad) = (0..column.len()).find(|&i| column.is_valid(i) && cast.is_null(i)) {
+        return Err(bad);
+    }
+    // A decimal with more places than the column's scale would be rounded into a
+    // match: it is no value of the column.
+    if let (DataType::Decimal128(_, scale) | DataType::Decimal256(_, scale), Some(texts)) =
+        (to, column.as_any().downcast_ref::<StringArray>())
+    {
+        let places = |t: &str| {
+            t.trim()
+                .split_once('.')
+                .map_or(0, |(_, f)| f.bytes().take_while(u8::is_ascii_digit).count())
+        };
+        if let Some(bad) = (0..texts.len()).find(|&i| {
+            texts.is_valid(i) && places(texts.value(i)) > usize::try_from(*scale).unwrap_or(0)
+        }) {
+            return Err(bad);
+        }
+    }
+    Ok(cast)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_cell_is_null_and_a_quoted_empty_one_the_empty_string() {
+        let records = csv_records(b"a,b,c\n1,,\"\"\n\n\"x, \"\"y\"\"\nz\",2,3\r\n").unwrap();
+        assert_eq!(records.len(), 3);
+        assert_eq!(
+            records[1],
+            (2, vec![Some("1".into()), None, Some(String::new())])
+        );
+        assert_eq!(records[2].0, 4);
+        assert_eq!(records[2].1[0].as_deref(), Some("x, \"y\"\nz"));
+        assert!(csv_records(b"a\n\"open").is_err());
+    }
+
+    #[test]
+    fn a_decimal_with_more_places_than_its_scale_is_no_value_of_its_column() {
+        let path = std::path::Path::new("expect/t.csv");
+        let to = [DataType::Decimal128(12, 2)];
+        let rows = read_typed(path, b"amount\n12.5\n12.50\n", &to).unwrap();
+        assert_eq!(rows[0], rows[1]);
+        let e = read_typed(path, b"amount\n12.555\n", &to).unwrap_err();
+        assert!(
+            e.message
+                .contains("line 2: `12.555` in column `amount` is no DECIMAL(12,2)"),
+            "{e}"
+        );
     }
 }

@@ -67,8 +67,8 @@ fn diagnostic(d: &cdcflow_plan::Diagnostic, lineage: &Lineage) -> Value {
     json!({
         "severity": d.severity.as_str(),
         "code": d.code,
-        "message": d.message,
-        "help": d.help,
+        "message": redacted(&d.message),
+        "help": d.help.as_deref().map(redacted),
         "file": file,
         "line": line,
         "column": column,
@@ -79,12 +79,24 @@ fn diagnostic(d: &cdcflow_plan::Diagnostic, lineage: &Lineage) -> Value {
 fn loaded(source: &UiSource) -> Result<Pipeline, Value> {
     let loaded = cdcflow_plan::load(&source.root, &source.overrides);
     loaded.pipeline.ok_or_else(|| {
-        json!({ "error": loaded.diagnostics.first().map(|d| d.message.clone()).unwrap_or_else(|| "the pipeline cannot be loaded".into()) })
+        json!({ "error": loaded.diagnostics.first().map(|d| redacted(&d.message)).unwrap_or_else(|| "the pipeline cannot be loaded".into()) })
     })
 }
 
 fn error(e: &RunError) -> Value {
-    json!({ "error": e.with_help_inline() })
+    json!({ "error": redacted(&e.with_help_inline()) })
+}
+
+/// `text` without the query of any URL in it: a signed URL's query is its credential
+/// (an Azure SAS `sig=`, an S3 presigned `X-Amz-Signature=`).
+pub(super) fn redacted(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match (word.find("://"), word.find('?')) {
+            (Some(scheme), Some(query)) if query > scheme => format!("{}?…", &word[..query]),
+            _ => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Each flow's last run (`cdcflow status`, without asking servers) and each table's
@@ -95,7 +107,7 @@ pub async fn status(source: &UiSource) -> Value {
         Err(e) => return e,
     };
     let flows = match crate::status::status(&pipeline).await {
-        Ok(f) => f,
+        Ok(f) => f.into_iter().map(without_urls).collect::<Vec<_>>(),
         Err(e) => return error(&e),
     };
     let tables = match crate::catalog::tables(&pipeline).await {
@@ -121,6 +133,7 @@ pub async fn flow(source: &UiSource, name: &str) -> Value {
     let status = crate::status::status(&pipeline).await.ok().and_then(|all| {
         all.into_iter()
             .find(|s| s.flow.eq_ignore_ascii_case(&flow.name))
+            .map(without_urls)
     });
     json!({
         "flow": flow.name,
@@ -148,7 +161,20 @@ async fn runs(pipeline: &Pipeline, flow: &str) -> Result<Value, RunError> {
         .limit(0, Some(RUNS_SHOWN))?
         .collect()
         .await?;
-    rows_json(&batches)
+    let mut runs = rows_json(&batches)?;
+    for run in runs.as_array_mut().into_iter().flatten() {
+        if let Some(message) = run.get("message").and_then(Value::as_str) {
+            run["message"] = Value::from(redacted(message));
+        }
+    }
+    Ok(runs)
+}
+
+/// A flow's status with the URLs' queries left out of its messages ([`redacted`]).
+fn without_urls(mut status: crate::status::FlowStatus) -> crate::status::FlowStatus {
+    status.last_error = status.last_error.as_deref().map(redacted);
+    status.unreadable = status.unreadable.as_deref().map(redacted);
+    status
 }
 
 /// A table: what `tables` says of it, its columns, its recent history and its first rows.
@@ -167,6 +193,9 @@ pub async fn table(source: &UiSource, name: &str) -> Value {
     else {
         return json!({ "error": format!("the pipeline stores no table `{name}`") });
     };
+    if let Some(e) = &info.error {
+        return json!({ "table": info, "created": true, "error": redacted(e) });
+    }
     if info.rows.is_none() {
         return json!({ "table": info, "created": false });
     }
@@ -178,7 +207,9 @@ pub async fn table(source: &UiSource, name: &str) -> Value {
             "history": history,
             "preview": preview,
         }),
-        Err(e) => json!({ "table": info, "created": true, "error": e.with_help_inline() }),
+        Err(e) => {
+            json!({ "table": info, "created": true, "error": redacted(&e.with_help_inline()) })
+        }
     }
 }
 
@@ -224,4 +255,18 @@ fn rows_json(batches: &[RecordBatch]) -> Result<Value, RunError> {
     }
     serde_json::from_slice(&out)
         .map_err(|e| RunError::input(format!("cannot show rows as JSON: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_urls_query_is_left_out() {
+        assert_eq!(
+            redacted("cannot read `az://c/p?sv=1&sig=SECRET` now"),
+            "cannot read `az://c/p?… now"
+        );
+        assert_eq!(redacted("why? no url"), "why? no url");
+    }
 }

@@ -26,6 +26,8 @@ pub struct UiSource {
     pub root: PathBuf,
     /// `--conf` values.
     pub overrides: BTreeMap<String, String>,
+    /// The address the page is served on.
+    pub bound: std::net::SocketAddr,
 }
 
 /// Serves the page on `listener` until the task is dropped.
@@ -43,6 +45,16 @@ async fn respond<B>(request: &Request<B>, source: &UiSource) -> Response<String>
         return plain(
             StatusCode::METHOD_NOT_ALLOWED,
             "the page is read-only: GET only\n",
+        );
+    }
+    let host = request
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if !host_allowed(host, source.bound) {
+        return plain(
+            StatusCode::FORBIDDEN,
+            "served on loopback, the page answers only to localhost, 127.0.0.1 or [::1]\n",
         );
     }
     let name = query_value(request.uri().query(), "name");
@@ -88,6 +100,25 @@ fn plain(status: StatusCode, text: &str) -> Response<String> {
     response
 }
 
+/// Whether a request naming `host` may be answered. Served on loopback, only under a
+/// loopback name: another name that resolves to 127.0.0.1 is a web page of another
+/// site reaching the tables through the browser (DNS rebinding).
+fn host_allowed(host: Option<&str>, bound: std::net::SocketAddr) -> bool {
+    if !bound.ip().is_loopback() {
+        return true;
+    }
+    let Some(host) = host else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !name.ends_with(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name == bound.ip().to_string()
+}
+
 /// The value of `key` in a URL's query, percent-decoded.
 fn query_value(query: Option<&str>, key: &str) -> Option<String> {
     query?.split('&').find_map(|pair| {
@@ -103,6 +134,18 @@ fn query_value(query: Option<&str>, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_names_are_answered_on_loopback() {
+        let bound: std::net::SocketAddr = "127.0.0.1:8470".parse().unwrap();
+        assert!(host_allowed(Some("127.0.0.1:8470"), bound));
+        assert!(host_allowed(Some("localhost:8470"), bound));
+        assert!(host_allowed(Some("[::1]:8470"), bound));
+        assert!(!host_allowed(Some("evil.example:8470"), bound));
+        assert!(!host_allowed(None, bound));
+        let open: std::net::SocketAddr = "0.0.0.0:8470".parse().unwrap();
+        assert!(host_allowed(Some("box.internal:8470"), open));
+    }
 
     #[test]
     fn query_values_are_decoded() {

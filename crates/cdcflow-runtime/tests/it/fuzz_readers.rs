@@ -39,6 +39,7 @@ fn source(format: FileFormat, dir: &std::path::Path) -> ReadFiles {
         schema_hints: None,
         inferred_schema: None,
         metadata: false,
+        landing: true,
         span: cdcflow_plan::Span::empty(),
     }
 }

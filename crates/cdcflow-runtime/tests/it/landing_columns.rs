@@ -33,6 +33,7 @@ fn source(dir: &std::path::Path, schema: SchemaRef, declared: bool) -> ReadFiles
         schema_hints: None,
         inferred_schema: (!declared).then_some(schema),
         metadata: false,
+        landing: true,
         span: cdcflow_plan::Span::empty(),
     }
 }

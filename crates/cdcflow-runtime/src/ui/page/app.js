@@ -260,7 +260,10 @@ async function showTable(name, pane) {
   if (data.error && !data.table) { pane.append(el("p", { class: "error-text" }, data.error)); return; }
   const t = data.table;
   pane.append(facts([["SCD type", t.scd_type], ["rows", t.rows], ["version", t.version], ["quarantine", t.quarantine]]));
-  if (t.error || data.error) pane.append(el("p", { class: "error-text" }, t.error || data.error));
+  if (t.error || data.error) {
+    pane.append(el("p", { class: "error-text" }, t.error || data.error));
+    return;
+  }
   for (const f of flowsOf("table:" + name)) {
     pane.append(el("h3", {}, `flow ${f.flow}`));
     if (f.last_error) pane.append(el("p", { class: "error-text" }, f.last_error));
@@ -314,8 +317,14 @@ async function refresh() {
       document.getElementById("pipeline-name").textContent = p.pipeline || "(pipeline.yaml unusable)";
       renderGraph();
     }
+    if (s.error) {
+      // The state cannot be read now: say so, keep the last one drawn.
+      live.classList.add("stale");
+      live.textContent = "state unreadable: " + s.error;
+      return;
+    }
     const changed = JSON.stringify(s) !== JSON.stringify(status);
-    if (!s.error) status = s;
+    status = s;
     applyStatus();
     if (changed && selected) showDetail();
     live.classList.remove("stale");
@@ -328,7 +337,8 @@ async function refresh() {
 
 async function start() {
   await refresh();
-  const wanted = decodeURIComponent(location.hash.slice(1));
+  let wanted = location.hash.slice(1);
+  try { wanted = decodeURIComponent(wanted); } catch (e) { /* a name with % as written */ }
   if (wanted && graph.nodes.some(n => n.id === wanted)) select(wanted);
   document.body.setAttribute("data-ready", "true");
   setInterval(refresh, POLL_MS);
