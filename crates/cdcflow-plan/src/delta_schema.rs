@@ -10,6 +10,25 @@ use serde_json::Value;
 
 use crate::types::ddl_schema;
 
+/// Whether the folder `dir` holds a Delta table: its log holds a commit or a
+/// checkpoint. A log folder holding neither is the trace of a first commit that never
+/// finished (a process killed after its staging file was written, before the file was
+/// put in place under its version's name): there is no table yet, and the next write
+/// creates it.
+pub fn has_commits(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir.join("_delta_log")) else {
+        return false;
+    };
+    entries.filter_map(|e| e.ok()).any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let version = name.split('.').next().unwrap_or_default();
+        let numbered = !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit());
+        (numbered && (name.ends_with(".json") || name.ends_with(".parquet")))
+            || name == "_last_checkpoint"
+    })
+}
+
 /// The schema of the Delta table in `dir`, or why it cannot be known.
 pub fn read(dir: &Path) -> Result<Schema, String> {
     let log = dir.join("_delta_log");

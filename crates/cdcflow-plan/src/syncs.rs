@@ -245,11 +245,9 @@ pub fn stored_names(
     fed_names(sync_name, sync, source, table)
         .into_iter()
         .filter(|name| {
-            storage
-                .join("tables")
-                .join(crate::names::folder_name(name))
-                .join("_delta_log")
-                .is_dir()
+            crate::delta_schema::has_commits(
+                &storage.join("tables").join(crate::names::folder_name(name)),
+            )
         })
         .collect()
 }

@@ -150,7 +150,7 @@ impl Resolver<'_> {
                 "tables"
             };
             let old = storage.join(area).join(last);
-            if !old.join("_delta_log").is_dir() {
+            if !crate::delta_schema::has_commits(&old) {
                 continue;
             }
             let (file, span, name) = (dataset.file, dataset.def.name.span, dataset.name.clone());
