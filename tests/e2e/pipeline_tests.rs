@@ -310,3 +310,32 @@ fn an_empty_string_and_null_are_told_apart_and_written_back_alike() {
     let out = test_cmd(dir.path(), &["--filter", "empty_status"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
 }
+
+#[test]
+fn a_malformed_record_of_a_case_is_quarantined_and_expected_like_a_table() {
+    let dir = example_copy("orders");
+    let case = dir.path().join("tests/bad_line");
+    fs::create_dir_all(case.join("input")).expect("mkdir");
+    fs::write(
+        case.join("input/bronze_order_changes.json"),
+        "{\"order_id\": 1, \"customer_id\": 7, \"status\": \"placed\", \"amount\": 20.00, \"operation\": \"INSERT\", \"commit_ts\": \"2024-06-01T10:00:00Z\", \"log_position\": 1}\n{\"order_id\": 2, \"customer_id\": oops}\n",
+    )
+    .expect("write");
+    let out = test_cmd(dir.path(), &["--filter", "bad_line", "--update"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let quarantine = case.join("expect/bronze_order_changes__quarantine.csv");
+    let text = fs::read_to_string(&quarantine).expect("the quarantine table is expected too");
+    // The file as the call names it, not the scratch folder it was read from.
+    assert!(text.contains("landing/orders/run-0001.json"), "{text}");
+    let out = test_cmd(dir.path(), &["--filter", "bad_line"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    // Expecting no quarantined record fails, showing the record.
+    fs::write(&quarantine, "flow,batch,file\n").expect("write");
+    let out = test_cmd(dir.path(), &["--filter", "bad_line"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("+ bronze_order_changes | 0     | landing/orders/run-0001.json"),
+        "{}",
+        stdout(&out)
+    );
+}

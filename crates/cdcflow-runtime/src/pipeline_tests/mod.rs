@@ -266,10 +266,20 @@ async fn check_run(
         .map_err(|e| CaseError::new(e.with_help_inline()))?;
     let mut expected = run.expected.clone();
     if update && expected.is_empty() {
-        // A run with nothing expected yet: every stored table becomes expected.
+        // A run with nothing expected yet: every stored table becomes expected, and
+        // every quarantine table a run made (the records it set apart).
         let dir = run.dir.join("expect");
+        let quarantines = pipeline
+            .datasets
+            .iter()
+            .map(|d| crate::quarantine::table_name(&d.name))
+            .filter(|q| {
+                ctx.table_exist(crate::catalog::reference(q))
+                    .unwrap_or(false)
+            });
         expected = stored_tables(pipeline)
             .into_iter()
+            .chain(quarantines)
             .map(|table| case::ExpectedFile {
                 path: dir.join(format!("{table}.csv")),
                 table,

@@ -278,13 +278,19 @@ fn read_typed(
         .collect())
 }
 
-/// The text column as `to` (kept as text when it cannot be cast: the table's values
-/// are compared as formatted text then); `Err(row)` names a value that is no `to`.
+/// The text column as `to` (kept as text when it cannot be cast, and for binary
+/// columns, whose table values are formatted as hex text: compared as text then);
+/// `Err(row)` names a value that is no `to`.
 fn typed_column(column: &ArrayRef, to: &DataType) -> Result<ArrayRef, usize> {
     if !can_cast_types(column.data_type(), to)
         || matches!(
             to,
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Binary
+                | DataType::LargeBinary
+                | DataType::BinaryView
         )
     {
         return Ok(Arc::clone(column));
