@@ -276,6 +276,12 @@ fn a_failing_flow_is_red_with_its_error_and_a_diagnostic_sits_on_its_node() {
         "{diagnostics}"
     );
     assert!(diagnostics.contains("no_such_column"), "{diagnostics}");
+    // With its source line, as validate shows it.
+    assert!(
+        diagnostics
+            .contains("1 | CREATE OR REFRESH MATERIALIZED VIEW broken AS SELECT no_such_column"),
+        "{diagnostics}"
+    );
     assert!(
         page["badges"]["table:broken"]
             .as_str()

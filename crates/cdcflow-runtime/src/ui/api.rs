@@ -64,11 +64,18 @@ fn diagnostic(d: &cdcflow_plan::Diagnostic, lineage: &Lineage) -> Value {
             .max_by_key(|(l, _)| *l)
             .map(|(_, id)| id.clone())
     });
+    // The line the diagnostic points at, as `validate` shows it under the message.
+    let source = at.and_then(|a| {
+        let line = usize::try_from(a.span.start.line).ok()?.checked_sub(1)?;
+        a.text.lines().nth(line).map(|l| redacted(l.trim_end()))
+    });
     json!({
         "severity": d.severity.as_str(),
         "code": d.code,
         "message": redacted(&d.message),
         "help": d.help.as_deref().map(redacted),
+        "source": source,
+        "label": at.map(|a| a.label.clone()),
         "file": file,
         "line": line,
         "column": column,

@@ -107,8 +107,11 @@ function renderDiagnostics() {
   for (const d of graph.diagnostics) {
     if (d.severity === "note") continue;
     const where = d.file ? `${d.file}:${d.line}:${d.column}` : "pipeline.yaml";
+    // The source line under the message, a caret under the column, as validate shows it.
+    const snippet = d.source === null || d.source === undefined ? null :
+      el("pre", { class: "source-line" }, `${String(d.line).padStart(4)} | ${d.source}\n     | ${" ".repeat(Math.max(0, d.column - 1))}^ ${d.label || ""}`);
     const item = el("div", { class: `diagnostic ${d.severity}`, "data-diagnostic": d.code },
-      el("strong", {}, d.severity), " ", el("code", {}, where), " ", d.message,
+      el("strong", {}, d.severity), " ", el("code", {}, where), " ", d.message, snippet,
       d.help ? el("div", { class: "hint" }, "help: " + d.help) : null);
     if (d.node) item.addEventListener("click", () => select(d.node));
     box.append(item);
