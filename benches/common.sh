@@ -23,3 +23,6 @@ kit_and_venv() {
   PY=$VENV/bin/python
   [ -x "$PY" ] || die "no Python venv at $VENV: run bash $BENCH_KIT/setup_venv.sh"
 }
+
+# median: the median of the numbers on stdin, one per line.
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

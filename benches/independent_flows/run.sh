@@ -53,7 +53,6 @@ run_once() {
   echo "$end - $start" | bc -l
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 cores=$(nproc)
 run_once "$cores" >/dev/null # warm-up: the binary and the files in the page cache

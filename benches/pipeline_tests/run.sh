@@ -66,7 +66,6 @@ for c in "$PIPE"/tests/*/; do
   find "$c/expect" -type f ! -name 'orders.csv' ! -name 'orders_history.csv' ! -name 'orders_by_city.csv' ! -name 'open_per_customer.csv' -delete
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 times=()
 rss=0
 for _ in $(seq 1 "$REPS"); do

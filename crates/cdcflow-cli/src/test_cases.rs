@@ -163,21 +163,9 @@ async fn run_cases(
     reports.into_iter().flatten().collect()
 }
 
-/// `--filter`: a case's name, or a glob (`late_*`).
+/// `--filter`: a case's name, or a glob (`late_*`), as `run --flow` takes them.
 fn matches(filter: &str, name: &str) -> bool {
-    glob_match(filter.as_bytes(), name.as_bytes())
-}
-
-fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    match (pattern.first(), text.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            glob_match(&pattern[1..], text) || (!text.is_empty() && glob_match(pattern, &text[1..]))
-        }
-        (Some(b'?'), Some(_)) => glob_match(&pattern[1..], &text[1..]),
-        (Some(p), Some(t)) if p == t => glob_match(&pattern[1..], &text[1..]),
-        _ => false,
-    }
+    crate::usage::glob_matches(filter, name)
 }
 
 fn print_case(report: &CaseReport, root: &std::path::Path) {

@@ -48,7 +48,7 @@ pub fn expand_flow_globs(pipeline: &Pipeline, names: Vec<String>) -> Option<Vec<
 }
 
 /// Whether `text` matches `pattern`, where `*` is any run of characters and `?` one.
-fn glob_matches(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_matches(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     // The place after the last `*` and the text place it was tried from.
     let (mut pi, mut ti, mut star) = (0, 0, None);

@@ -21,6 +21,16 @@ fn create_landing_folders(pipeline: &Pipeline) -> Result<(), CaseError> {
     Ok(())
 }
 
+/// Whether a landing folder of `pipeline` takes its columns from its files: a load
+/// after its rows landed infers them.
+pub fn infers_columns(pipeline: &Pipeline) -> bool {
+    pipeline
+        .flows
+        .iter()
+        .flat_map(|f| files_inputs(&f.inputs))
+        .any(|rf| rf.declared_schema.is_none())
+}
+
 /// The landing folders `inputs` read.
 fn files_inputs(inputs: &[Input]) -> impl Iterator<Item = &ReadFiles> {
     inputs.iter().filter_map(|i| match i {
@@ -132,9 +142,9 @@ fn converted(input: &InputFile, call: &ReadFiles) -> Result<Vec<u8>, CaseError> 
     let raw = input.bytes()?;
     match (call.format, input.format) {
         (FileFormat::Json, InputFormat::Json) => Ok(with_final_newline(raw)),
-        (FileFormat::Json, InputFormat::Yaml) => {
-            Ok(with_final_newline(yaml_to_json_lines(&raw).map_err(fail)?))
-        }
+        (FileFormat::Json, InputFormat::Yaml) => Ok(with_final_newline(
+            fixtures::json_lines(&raw, true, false).map_err(fail)?,
+        )),
         // Copied only as the call reads it: a header line, commas.
         (FileFormat::Csv, InputFormat::Csv)
             if call.csv_header() && call.csv_delimiter() == b',' =>
@@ -159,18 +169,6 @@ fn with_final_newline(mut bytes: Vec<u8>) -> Vec<u8> {
         bytes.push(b'\n');
     }
     bytes
-}
-
-/// A YAML list of mappings as JSON lines.
-fn yaml_to_json_lines(raw: &[u8]) -> Result<Vec<u8>, String> {
-    let rows: Vec<serde_json::Map<String, serde_json::Value>> =
-        serde_yaml::from_slice(raw).map_err(|e| format!("not a YAML list of mappings: {e}"))?;
-    let mut out = Vec::new();
-    for row in rows {
-        serde_json::to_writer(&mut out, &row).map_err(|e| e.to_string())?;
-        out.push(b'\n');
-    }
-    Ok(out)
 }
 
 /// The input's rows as Arrow batches: its columns by name, in the columns the call

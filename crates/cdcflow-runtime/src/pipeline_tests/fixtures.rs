@@ -228,7 +228,7 @@ pub(super) fn read(file: &InputFile, kafka: bool) -> Result<RecordBatch, CaseErr
 
 /// JSON lines of a JSON-lines or YAML file; for a Kafka record, a `key` or `value`
 /// given as an object or list becomes its JSON text (the record's bytes).
-fn json_lines(raw: &[u8], yaml: bool, kafka: bool) -> Result<Vec<u8>, String> {
+pub(super) fn json_lines(raw: &[u8], yaml: bool, kafka: bool) -> Result<Vec<u8>, String> {
     let rows: Vec<serde_json::Map<String, Value>> = if yaml {
         serde_yaml::from_slice(raw).map_err(|e| format!("not a YAML list of mappings: {e}"))?
     } else {

@@ -98,18 +98,26 @@ pub struct CaseReport {
 }
 
 impl CaseReport {
-    /// The report of a case that could not be run: `error` says why.
-    pub fn not_runnable(name: &str, error: CaseError) -> Self {
+    /// The report of `name` before anything was found.
+    fn new(name: &str) -> Self {
         Self {
             name: name.to_string(),
             description: None,
             seconds: 0.0,
             checks: vec![],
             failures: vec![],
-            error: Some(error),
+            error: None,
             updated: vec![],
             notes: vec![],
             kept: None,
+        }
+    }
+
+    /// The report of a case that could not be run: `error` says why.
+    pub fn not_runnable(name: &str, error: CaseError) -> Self {
+        Self {
+            error: Some(error),
+            ..Self::new(name)
         }
     }
 
@@ -138,11 +146,8 @@ pub struct TableCheck {
 /// Runs `case` of the pipeline in `root`.
 pub async fn run_case(root: &Path, case: &Case, options: &TestOptions) -> CaseReport {
     let started = Instant::now();
-    let mut report = CaseReport {
-        description: case.description.clone(),
-        error: None,
-        ..CaseReport::not_runnable(&case.name, CaseError::new(String::new()))
-    };
+    let mut report = CaseReport::new(&case.name);
+    report.description = case.description.clone();
     if !options.update && case.runs.iter().all(|r| r.expected.is_empty()) {
         report.error = Some(
             CaseError::at(
@@ -190,18 +195,28 @@ async fn run_in(
     configuration.extend(case.configuration.clone());
     let fixtures = fixtures::Fixtures::default();
     for run in &case.runs {
-        // Loaded once to know where each source's rows go, and again once they are
-        // there, so that columns left to inference (or to a server) come from them.
-        let unfed = load(root, &configuration, &discovered)?;
+        // Loaded to know where each source's rows go; again when a server source's
+        // columns were first found in them, so that its flows are planned; and again
+        // once they landed when a landing folder's columns are inferred from its files.
+        let mut pipeline = load(root, &configuration, &discovered)?;
+        let mut found_columns = false;
         for input in &run.inputs {
-            let source = feed::source_of(&unfed, input)?;
-            if let Some((key, columns)) = fixtures::discovered_columns(source, input)? {
-                discovered.columns.entry(key).or_insert(columns);
+            let source = feed::source_of(&pipeline, input)?;
+            if let Some((key, columns)) = fixtures::discovered_columns(source, input)?
+                && let std::collections::btree_map::Entry::Vacant(slot) =
+                    discovered.columns.entry(key)
+            {
+                slot.insert(columns);
+                found_columns = true;
             }
         }
-        let unfed = load(root, &configuration, &discovered)?;
-        feed::land(&unfed, run, &fixtures)?;
-        let pipeline = load(root, &configuration, &discovered)?;
+        if found_columns {
+            pipeline = load(root, &configuration, &discovered)?;
+        }
+        feed::land(&pipeline, run, &fixtures)?;
+        if feed::infers_columns(&pipeline) {
+            pipeline = load(root, &configuration, &discovered)?;
+        }
         let run_options = RunOptions {
             now_micros: case.now_micros,
             sources: Some(crate::sources::Sources(std::sync::Arc::new(
@@ -318,21 +333,16 @@ async fn check_run(
                 ));
             }
         }
-        if update && file.inline.is_some() {
-            report.notes.push(format!(
+        match (update, &file.inline) {
+            (false, _) => report
+                .checks
+                .push(compare(pipeline, run.number, file, found.as_ref())?),
+            (true, Some(_)) => report.notes.push(format!(
                 "the rows of `{}` are given in case.yaml: --update leaves them; move them to expect/{}.csv to have them written",
                 file.table, file.table
-            ));
-        } else if update {
-            report.updated.extend(write_expected(file, found.as_ref())?);
-            continue;
+            )),
+            (true, None) => report.updated.extend(write_expected(file, found.as_ref())?),
         }
-        if update {
-            continue;
-        }
-        report
-            .checks
-            .push(compare(pipeline, run.number, file, found.as_ref())?);
     }
     Ok(())
 }
