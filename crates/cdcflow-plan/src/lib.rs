@@ -45,6 +45,7 @@ pub mod syncs;
 mod table_functions;
 pub mod table_properties;
 pub mod types;
+pub mod volatile_filters;
 
 /// The parser's words that a planned pipeline's readers need, so that they need not
 /// depend on the parser (the runtime does not).

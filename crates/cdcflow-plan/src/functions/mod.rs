@@ -38,6 +38,7 @@ use std::sync::Arc;
 use datafusion::execution::SessionState;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_spark::SessionStateBuilderSpark;
 
@@ -68,6 +69,15 @@ pub fn with_dialect(builder: SessionStateBuilder) -> SessionStateBuilder {
         .expr_planners()
         .get_or_insert_with(Vec::new)
         .insert(0, Arc::new(operators::SparkOperators));
+    // The whole list of physical rules (`physical_optimizer_rules` would add to it).
+    let rules = builder
+        .physical_optimizers()
+        .take()
+        .unwrap_or_default()
+        .rules;
+    *builder.physical_optimizers() = Some(PhysicalOptimizer::with_rules(
+        crate::volatile_filters::guarded(rules),
+    ));
     builder
 }
 
