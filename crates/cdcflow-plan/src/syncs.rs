@@ -419,10 +419,22 @@ pub fn table_sql(
     let mut except = columns.metadata.clone();
     except.extend(table.exclude_columns.iter().cloned());
     let apply = |target: &str, flow: &str, scd2: bool| {
-        let truncate = match scd2 {
-            // SCD type 2 keeps history: a truncate is not applied to it (Databricks).
-            true => String::new(),
-            false => "APPLY AS TRUNCATE WHEN _change_type = 'truncate'\n".into(),
+        let (source, truncate) = match scd2 {
+            // SCD type 2 keeps history: a truncate is not applied to it (Databricks
+            // allows APPLY AS TRUNCATE on SCD type 1 only), and its row, without a key,
+            // is left out before the apply, which would refuse it for its null key on
+            // every run: the versions a truncate removed stay open.
+            true => (
+                format!(
+                    "(SELECT * FROM STREAM({}) WHERE _change_type <> 'truncate')",
+                    ident(&table.bronze)
+                ),
+                String::new(),
+            ),
+            false => (
+                format!("STREAM({})", ident(&table.bronze)),
+                "APPLY AS TRUNCATE WHEN _change_type = 'truncate'\n".into(),
+            ),
         };
         let history = match (scd2, &table.track_history_on) {
             (true, Some(on)) => format!("TRACK HISTORY ON ({})\n", idents(on)),
@@ -435,7 +447,7 @@ pub fn table_sql(
         format!(
             "\nCREATE OR REFRESH STREAMING TABLE {target};\n\
              CREATE FLOW {flow} AS AUTO CDC INTO {target}\n\
-             FROM STREAM({bronze})\n\
+             FROM {source}\n\
              KEYS ({keys})\n\
              APPLY AS DELETE WHEN _change_type = 'delete'\n\
              {truncate}\
@@ -445,7 +457,6 @@ pub fn table_sql(
              {history};\n",
             target = ident(target),
             flow = ident(flow),
-            bronze = ident(&table.bronze),
             keys = idents(&table.keys),
             sequence = columns.sequence,
             except = except.join(", "),

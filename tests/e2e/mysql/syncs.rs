@@ -334,3 +334,44 @@ fn a_sync_stored_in_a_bucket_keeps_its_record_there() {
     assert!(!run().contains("is no longer on the server"));
     crate::object_store::assert_nothing_stored_in(p);
 }
+
+#[test]
+fn a_truncate_never_freezes_a_synced_history_table() {
+    let db = Maria::create("sync_truncate");
+    db.exec(
+        Some(&db.name),
+        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(10));
+         INSERT INTO t VALUES (1, 'a'), (3, 'c');",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path();
+    std::fs::write(
+        p.join("pipeline.yaml"),
+        sync_yaml("sync_truncate", &db, "    scd_type: [1, 2]\n"),
+    )
+    .expect("pipeline.yaml");
+    run(p);
+    db.exec(Some(&db.name), "TRUNCATE t; INSERT INTO t VALUES (2, 'b');");
+    // Every later run goes on: the truncate's row, without a key, is not applied to the
+    // history (SCD type 2 takes no truncate), so it no longer fails for its null key.
+    run(p);
+    run(p);
+    db.exec(Some(&db.name), "UPDATE t SET name = 'bb' WHERE id = 2");
+    run(p);
+    assert_equal(
+        p,
+        &db,
+        "t",
+        "t",
+        "id, name",
+        "the current table after a truncate",
+    );
+    assert_eq!(
+        query(
+            p,
+            "SELECT id, name, __END_AT IS NULL FROM t_history ORDER BY id, __START_AT"
+        ),
+        ["1,a,true", "2,b,false", "2,bb,true", "3,c,true"],
+        "the history goes on after the truncate; the versions only the truncate removed stay open (docs/sources.md)"
+    );
+}
