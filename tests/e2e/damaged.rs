@@ -70,6 +70,13 @@ fn a_table_with_a_cut_short_commit_is_named_with_its_fix_and_the_others_stay_usa
         stdout(&out)
     );
     named(&stderr(&out));
+    // Warnings reach the user without RUST_LOG: one line each, with their fields.
+    assert!(
+        stderr(&out).contains("warning: table left out of the catalog (error: ")
+            && stderr(&out).contains("table: gold_orders_by_status)"),
+        "{}",
+        stderr(&out)
+    );
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("panicked"),
         "{}",

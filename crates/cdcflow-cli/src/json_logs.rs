@@ -33,7 +33,7 @@ where
 }
 
 /// `timestamp`, `level`, `target` and every field the event declares.
-fn event_object(event: &Event<'_>) -> Map<String, Value> {
+pub(crate) fn event_object(event: &Event<'_>) -> Map<String, Value> {
     let meta = event.metadata();
     let mut object = Map::new();
     let mut timestamp = String::new();
@@ -97,25 +97,16 @@ impl Visit for Fields<'_> {
     }
 }
 
+/// What an event formatter writes for the events `emit` logs.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) fn written<F>(format: F, emit: impl FnOnce()) -> String
+where
+    F: FormatEvent<tracing_subscriber::Registry, tracing_subscriber::fmt::format::DefaultFields>
+        + Send
+        + Sync
+        + 'static,
+{
     use std::sync::{Arc, Mutex};
-
-    /// What `JsonEvent` writes for the events `emit` logs.
-    fn logged(emit: impl FnOnce()) -> Vec<Value> {
-        let buffer = Arc::new(Mutex::new(Vec::<u8>::new()));
-        let sink = Arc::clone(&buffer);
-        let subscriber = tracing_subscriber::fmt()
-            .event_format(JsonEvent)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .finish();
-        tracing::subscriber::with_default(subscriber, emit);
-        let text = String::from_utf8(buffer.lock().expect("lock").clone()).expect("utf-8");
-        text.lines()
-            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-            .collect()
-    }
 
     struct Sink(Arc<Mutex<Vec<u8>>>);
 
@@ -128,6 +119,29 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    let buffer = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let sink = Arc::clone(&buffer);
+    let subscriber = tracing_subscriber::fmt()
+        .event_format(format)
+        .with_writer(move || Sink(Arc::clone(&sink)))
+        .finish();
+    tracing::subscriber::with_default(subscriber, emit);
+    let text = buffer.lock().expect("lock").clone();
+    String::from_utf8(text).expect("utf-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `JsonEvent` writes for the events `emit` logs.
+    fn logged(emit: impl FnOnce()) -> Vec<Value> {
+        written(JsonEvent, emit)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect()
     }
 
     #[test]

@@ -36,6 +36,7 @@ mod ui;
 mod usage;
 mod vacuum;
 mod validate;
+mod warning_lines;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -94,6 +95,23 @@ fn init_logs(format: LogFormat) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.event_format(json_logs::JsonEvent).try_init(),
     };
+}
+
+/// Without `RUST_LOG` or `--log-format json`, warnings still reach the user, on stderr
+/// one line each (`warning: …` and the fields that go with it), in every command: an
+/// offset gap skipped, a topic that does not exist yet, a slot not advanced. What a
+/// command prints itself is not repeated as log lines.
+fn init_warnings() {
+    // delta-rs warns at every write of a binary column that it keeps no statistics of
+    // it, which is how Delta works, not a problem of the user's.
+    let filter = tracing_subscriber::EnvFilter::new(
+        "warn,buoyant_kernel=off,deltalake_core::writer::stats=error",
+    );
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .event_format(warning_lines::WarningLine)
+        .try_init();
 }
 
 /// Options every command that reads a pipeline takes.
@@ -382,8 +400,9 @@ fn main() -> ExitCode {
     }
     cdcflow_runtime::panics::quiet_caught_library_panics();
     let cli = Cli::parse();
-    if matches!(cli.log_format, LogFormat::Json) || std::env::var_os("RUST_LOG").is_some() {
-        init_logs(cli.log_format);
+    match matches!(cli.log_format, LogFormat::Json) || std::env::var_os("RUST_LOG").is_some() {
+        true => init_logs(cli.log_format),
+        false => init_warnings(),
     }
     let code = match cli.command {
         Command::Validate {
