@@ -34,7 +34,10 @@ pub async fn server_diagnostics(pipeline: &Pipeline) -> Vec<Diagnostic> {
                 continue;
             };
             let checked = tokio::time::timeout(ANSWER_WITHIN, async {
-                let mut conn = connection.connect().await.ok()?;
+                let mut conn = match connection.connect().await {
+                    Ok(conn) => conn,
+                    Err(e) => return Err(e.message),
+                };
                 let refused: Option<MysqlError> = match server::check_ready(&mut conn).await {
                     Err(e) if !e.unreachable => Some(e),
                     Err(_) => None,
@@ -44,17 +47,33 @@ pub async fn server_diagnostics(pipeline: &Pipeline) -> Vec<Diagnostic> {
                         .filter(|e| !e.unreachable),
                 };
                 let _ = conn.disconnect().await;
-                refused
+                Ok(refused)
             })
-            .await;
-            let (Ok(Some(refused)), Some(file)) = (checked, pipeline.files.get(flow.file)) else {
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {} s", ANSWER_WITHIN.as_secs())));
+            let Some(file) = pipeline.files.get(flow.file) else {
                 continue;
             };
-            out.push(
-                Diagnostic::error("cdcflow::read_mysql", refused.message)
-                    .at(file.locate(rm.span, "this table"))
-                    .help(refused.help),
-            );
+            let at = file.locate(rm.span, "this table");
+            match checked {
+                Ok(None) => {}
+                Ok(Some(refused)) => out.push(
+                    Diagnostic::error("cdcflow::read_mysql", refused.message)
+                        .at(at)
+                        .help(refused.help),
+                ),
+                Err(why) => out.push(
+                    Diagnostic::warning(
+                        cdcflow_postgres::validate::UNCHECKED,
+                        format!(
+                            "MySQL connection `{}` could not be used: {why}; `{}` was not checked on the server (its columns, key and binary log are checked by the run)",
+                            rm.connection, rm.source
+                        ),
+                    )
+                    .at(at)
+                    .help("check the connection's host, port, user and password (pipeline.yaml, connections:)"),
+                ),
+            }
         }
     }
     out

@@ -17,6 +17,17 @@ use crate::source::TableSource;
 /// How long validate waits for a server before it checks without it.
 const ANSWER_WITHIN: Duration = Duration::from_secs(3);
 
+/// The code of the warning that a source's server could not be used for the checks.
+pub const UNCHECKED: &str = "cdcflow::server_unchecked";
+
+/// What the server said of a table.
+enum Checked {
+    Fine,
+    /// The server could not be reached, or refused the login.
+    Unreached(String),
+    Refused(crate::error::PgError),
+}
+
 /// The diagnostics of the pipeline's PostgreSQL tables found on their servers; places
 /// are relative to the pipeline folder, as the planner's are.
 pub async fn server_diagnostics(pipeline: &Pipeline) -> Vec<Diagnostic> {
@@ -40,23 +51,52 @@ pub async fn server_diagnostics(pipeline: &Pipeline) -> Vec<Diagnostic> {
                 max_changes: 1,
                 text_columns: Default::default(),
                 parking: Default::default(),
+                clients: Default::default(),
                 notices: Default::default(),
             };
             let checked = tokio::time::timeout(ANSWER_WITHIN, async {
-                let client = source.connection.connect().await.ok()?;
-                let found = source.find(&client).await.ok()?;
-                source.check_replica_identity(&found).err()
+                let client = match source.connection.connect().await {
+                    Ok(client) => client,
+                    Err(e) => return Checked::Unreached(e.to_string()),
+                };
+                let Ok(found) = source.find(&client).await else {
+                    return Checked::Fine;
+                };
+                match source.check_replica_identity(&found) {
+                    Err(refused) => Checked::Refused(refused),
+                    Ok(()) => Checked::Fine,
+                }
             })
-            .await;
-            let (Ok(Some(refused)), Some(file)) = (checked, pipeline.files.get(flow.file)) else {
+            .await
+            .unwrap_or_else(|_| {
+                Checked::Unreached(format!("no answer within {} s", ANSWER_WITHIN.as_secs()))
+            });
+            let Some(file) = pipeline.files.get(flow.file) else {
                 continue;
             };
-            let mut d = Diagnostic::error("cdcflow::replica_identity", refused.to_string())
-                .at(file.locate(rp.span, "this table"));
-            if let Some(help) = refused.help() {
-                d = d.help(help);
+            let at = file.locate(rp.span, "this table");
+            match checked {
+                Checked::Fine => {}
+                Checked::Unreached(why) => out.push(
+                    Diagnostic::warning(
+                        UNCHECKED,
+                        format!(
+                            "PostgreSQL connection `{}` could not be used: {why}; `{}` was not checked on the server (its columns, replica identity and publication are checked by the run)",
+                            rp.connection, rp.source
+                        ),
+                    )
+                    .at(at)
+                    .help("check the connection's host, port, user and password (pipeline.yaml, connections:)"),
+                ),
+                Checked::Refused(refused) => {
+                    let mut d = Diagnostic::error("cdcflow::replica_identity", refused.to_string())
+                        .at(at);
+                    if let Some(help) = refused.help() {
+                        d = d.help(help);
+                    }
+                    out.push(d);
+                }
             }
-            out.push(d);
         }
     }
     out
