@@ -533,8 +533,69 @@ fn offsets_the_broker_no_longer_has_fail_loudly_unless_data_loss_is_allowed() {
     assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["10"]);
 
     pipeline(dir.path(), &broker, "t", ", failOnDataLoss => 'false'");
-    run(dir.path());
+    let said = run(dir.path());
+    assert!(
+        said.contains("warning: Kafka records lost before this flow read them: t-0"),
+        "the gap is said in the summary: {said}"
+    );
     assert_eq!(query(dir.path(), "SELECT count(*) FROM bronze"), ["13"]);
+}
+
+#[test]
+fn brokers_that_go_away_mid_run_fail_the_run_instead_of_ending_it_as_done() {
+    let mut broker = Broker::start();
+    broker.create_topic("t", 1);
+    broker.produce("t", 0, &events(0, 3000, 50, 1)[0]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &broker, "t", ", maxOffsetsPerTrigger => 100");
+    let run = Command::new(env!("CARGO_BIN_EXE_cdcflow"))
+        .args(["run", "-p", dir.path().to_str().expect("utf-8")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Gone once the run has committed two of its 30 batches.
+    let second = dir
+        .path()
+        .join("_storage/tables/bronze/_delta_log/00000000000000000001.json");
+    let began = Instant::now();
+    while !second.exists() && began.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = broker.child.kill();
+    let _ = broker.child.wait();
+    let out = run.wait_with_output().expect("wait");
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        second.exists(),
+        "the run never committed a second batch: {said}"
+    );
+    assert!(!out.status.success(), "the run ended as done: {said}");
+    assert!(
+        said.contains("cdcflow::run::source_unreachable"),
+        "the failure says the brokers are out of reach: {said}"
+    );
+    let read: u64 = query(dir.path(), "SELECT count(*) FROM bronze")[0]
+        .parse()
+        .expect("a count");
+    assert!(read < 3000, "{read} of 3000 records read");
+}
+
+#[test]
+fn a_subscribed_topic_that_does_not_exist_is_named_in_the_run_summary() {
+    let broker = Broker::start();
+    broker.create_topic("crm.public.customers", 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &broker, "crm.public.not_there_yet", "");
+    let said = run(dir.path());
+    assert!(
+        said.contains(
+            "subscribed Kafka topic(s) `crm.public.not_there_yet` do not exist on the brokers"
+        ),
+        "{said}"
+    );
+    // Said on every run while it reads nothing, not only the first.
+    assert!(run(dir.path()).contains("`crm.public.not_there_yet`"));
 }
 
 /// Waits until `current` holds each key's latest of the first `upto` events.

@@ -120,6 +120,71 @@ pub fn query_csv(dir: &std::path::Path, sql: &str) -> Output {
     ])
 }
 
+/// Waits (`within` at most) until `sql` gives the one value `want`; a query that fails
+/// (its table not there yet) is waited past.
+pub fn answers_within(
+    dir: &std::path::Path,
+    sql: &str,
+    want: &str,
+    within: std::time::Duration,
+) -> bool {
+    let began = std::time::Instant::now();
+    while began.elapsed() < within {
+        let out = query_csv(dir, sql);
+        if out.status.success() && stdout(&out).lines().nth(1) == Some(want) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    false
+}
+
+/// What a server counts of the connections cdcflow made: `count()` reads the server's
+/// counter, each reading one connection of its own.
+pub struct ConnectionCount<'a> {
+    pub count: &'a dyn Fn() -> u64,
+    /// How long after a connection the counter shows it.
+    pub lag: std::time::Duration,
+}
+
+impl ConnectionCount<'_> {
+    /// The connections `work` made (less the counter's own).
+    pub fn during(&self, work: impl FnOnce()) -> u64 {
+        let before = (self.count)();
+        work();
+        std::thread::sleep(self.lag);
+        (self.count)() - before - 1
+    }
+
+    /// For a `--continuous` run of `dir` with a 0.5 s trigger interval, that `tables` of
+    /// which the last is `t<tables-1>` with one row: the connections its idle polls made
+    /// over 5 s, checked at most two a poll; then `change` (setting `t7.v` to 70) must
+    /// reach the table.
+    pub fn idle_polls(&self, dir: &std::path::Path, tables: usize, change: impl FnOnce()) {
+        let run = postgres::spawn_continuous(dir);
+        let last = format!("SELECT count(*) FROM t{}", tables - 1);
+        answers_within(dir, &last, "1", std::time::Duration::from_secs(180));
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let window = std::time::Duration::from_secs(5);
+        let opened = self.during(|| std::thread::sleep(window));
+        let polls = (window.as_secs_f64() / 0.5).ceil() as u64 + 1;
+        change();
+        let seen = answers_within(
+            dir,
+            "SELECT v FROM t7",
+            "70",
+            std::time::Duration::from_secs(60),
+        );
+        let (_, out) = postgres::stop(run);
+        assert!(
+            opened <= 2 * polls,
+            "{opened} connections in {window:?} of idle polls of {tables} tables (at most 2 a poll): {}",
+            stderr(&out)
+        );
+        assert!(seen, "the change did not arrive: {}", stderr(&out));
+    }
+}
+
 /// A copy of the example pipeline `pipelines/<name>` in a temporary folder.
 pub fn example_copy(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -16,6 +16,7 @@ use crate::postgres::{Lcg, spawn_continuous, stop};
 use crate::{cdcflow, query_csv, stderr, stdout};
 
 mod convergence;
+mod many_tables;
 mod restart;
 mod syncs;
 mod tls;
@@ -522,4 +523,51 @@ fn the_example_pipeline_keeps_current_and_history_tables_of_its_source() {
         vec!["5"],
         "3 first versions, the shipped one and Dee's"
     );
+}
+
+#[test]
+fn a_column_added_with_a_default_fails_naming_it_until_a_new_snapshot_takes_its_values() {
+    let db = Maria::create("binlog_default");
+    db.exec(
+        Some(&db.name),
+        "CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, city VARCHAR(20) NOT NULL) ENGINE=InnoDB;
+         INSERT INTO customers VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome');",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, "");
+    run(dir.path());
+    db.exec(
+        Some(&db.name),
+        "ALTER TABLE customers ADD COLUMN flag VARCHAR(10) NOT NULL DEFAULT 'dflt';
+         INSERT INTO customers VALUES (3, 'cy', 'lima', 'x');",
+    );
+    for _ in 0..2 {
+        let said = run_fails(dir.path());
+        assert!(
+            said.contains("column `flag` was added to the source table with a default")
+                && said.contains("dflt")
+                && said.contains("cdcflow run --full-refresh customers_changes --cascade"),
+            "{said}"
+        );
+    }
+    let p = dir.path().to_str().expect("utf-8");
+    let out = cdcflow(&[
+        "run",
+        "-p",
+        p,
+        "--full-refresh",
+        "customers_changes",
+        "--cascade",
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let sql = "SELECT id, name, city, flag FROM customers ORDER BY id";
+    assert_eq!(query(dir.path(), sql), db.rows(sql));
+    // Without a default the rows there stay null, as the source has them.
+    db.exec(
+        Some(&db.name),
+        "ALTER TABLE customers ADD COLUMN note TEXT; UPDATE customers SET note = 'n' WHERE id = 1;",
+    );
+    run(dir.path());
+    let sql = "SELECT id, flag, coalesce(note, '-') FROM customers ORDER BY id";
+    assert_eq!(query(dir.path(), sql), db.rows(sql));
 }

@@ -16,15 +16,19 @@ use crate::{cdcflow, query_csv, stderr, stdout};
 mod chunks;
 mod client_cert;
 mod convergence;
+mod many_tables;
 mod mysql_tls;
 mod operators;
 pub(crate) mod read_query;
 mod read_query_paging;
+mod restart;
+mod schema_growth;
 mod shared_slot;
 mod slots;
 mod socket;
 mod syncs;
 mod tls;
+mod validate_login;
 mod values;
 mod waiting;
 
@@ -41,10 +45,6 @@ fn env(name: &str, default: &str) -> String {
 
 impl Db {
     fn create(test: &str) -> Db {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
         let admin = PgConnection {
             host: env("PGHOST", "127.0.0.1"),
             port: env("PGPORT", "5432").parse().expect("PGPORT"),
@@ -53,6 +53,15 @@ impl Db {
             password: std::env::var("PGPASSWORD").ok(),
             tls: Default::default(),
         };
+        Db::create_on(admin, test)
+    }
+
+    /// A database of the test's own on the server `admin` connects to.
+    fn create_on(admin: PgConnection, test: &str) -> Db {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
         let db = Db {
             name: format!("cdcflow_e2e_{test}"),
             admin,
@@ -450,10 +459,17 @@ fn the_example_pipeline_keeps_current_and_history_tables_of_its_source() {
 /// Waits (a minute at most) until the silver table equals the source table.
 fn wait_for_source(dir: &Path, db: &Db) -> bool {
     let sql = "SELECT id, name, city FROM customers ORDER BY id";
-    for _ in 0..300 {
-        let out = query_csv(dir, sql);
+    reaches(dir, db, (sql, sql), std::time::Duration::from_secs(60))
+}
+
+/// Waits (`within` at most) until `ours` gives, on the pipeline's tables, the rows
+/// `source` gives on the source.
+fn reaches(dir: &Path, db: &Db, (ours, source): (&str, &str), within: std::time::Duration) -> bool {
+    let began = std::time::Instant::now();
+    while began.elapsed() < within {
+        let out = query_csv(dir, ours);
         let silver: Vec<String> = stdout(&out).lines().skip(1).map(String::from).collect();
-        if out.status.success() && silver == db.rows(sql) {
+        if out.status.success() && silver == db.rows(source) {
             return true;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));

@@ -57,7 +57,15 @@ fn load(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, ExitCode> {
 // The runtime's error, whatever its size (a failed load is printed once).
 #[allow(clippy::result_large_err)]
 fn load_asking(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, cdcflow_runtime::RunError> {
-    let (loaded, tables) = crate::runtime().block_on(load_discovering(args))?;
+    crate::runtime().block_on(load_recording(args))
+}
+
+/// [`load_discovering`], and the tables the syncs' servers have recorded.
+#[allow(clippy::result_large_err)]
+async fn load_recording(
+    args: &PipelineArgs,
+) -> Result<cdcflow_plan::Loaded, cdcflow_runtime::RunError> {
+    let (loaded, tables) = load_discovering(args).await?;
     if let Some(pipeline) = loaded
         .pipeline
         .as_ref()
@@ -66,14 +74,34 @@ fn load_asking(args: &PipelineArgs) -> Result<cdcflow_plan::Loaded, cdcflow_runt
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-        let notes =
-            crate::runtime().block_on(cdcflow_runtime::syncs::record(pipeline, &tables, now))?;
+        let notes = cdcflow_runtime::syncs::record(pipeline, &tables, now).await?;
         for note in notes {
             errln!("note: {note}");
         }
     }
     Ok(loaded)
 }
+
+/// The pipeline loaded again, its sources asked for their columns: a table gained
+/// columns the run was not planned with ([`RunReport::needs_planning`]).
+#[allow(clippy::result_large_err)]
+async fn plan_again(
+    args: &PipelineArgs,
+) -> Result<cdcflow_plan::Pipeline, cdcflow_runtime::RunError> {
+    let loaded = load_recording(args).await?;
+    let errors = loaded.has_errors();
+    match loaded.pipeline.filter(|_| !errors) {
+        Some(pipeline) => Ok(pipeline),
+        None => Err(cdcflow_runtime::RunError::input(
+            "a source's columns grew, and planned again the pipeline is not valid",
+        )
+        .with_help("`cdcflow validate` says why")),
+    }
+}
+
+/// How many times one `cdcflow run` plans the pipeline again for tables that outgrew
+/// it, at most (each time a source's columns grew during the run).
+const MOST_PLANS: usize = 3;
 
 /// The tables the syncs' servers have, by sync.
 type SyncTables = std::collections::BTreeMap<String, Vec<cdcflow_plan::syncs::SourceTable>>;
@@ -204,7 +232,7 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
         cluster,
     };
     if run.continuous {
-        return continuous(pipeline, &options, run.json, run.metrics_addr);
+        return continuous(args, pipeline, &options, run.json, run.metrics_addr);
     }
     // A spinner naming the flow under way, on a terminal only (logs elsewhere).
     let spinner = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
@@ -236,23 +264,37 @@ pub fn run(args: &PipelineArgs, run: RunArgs) -> ExitCode {
             cdcflow_mysql::MysqlSources::with_progress(copy),
         ));
     }
-    let result = crate::runtime().block_on(cdcflow_runtime::run(pipeline, &options));
+    let result = crate::runtime().block_on(async {
+        let mut planned = pipeline.clone();
+        let mut reports = vec![];
+        for _ in 0..MOST_PLANS {
+            let report = cdcflow_runtime::run(&planned, &options).await?;
+            let again = report.needs_planning();
+            reports.push(report);
+            if !again {
+                break;
+            }
+            planned = plan_again(args).await?;
+        }
+        Ok::<_, cdcflow_runtime::RunError>(reports)
+    });
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
     match result {
-        Ok(report) => {
-            if run.json {
-                for f in &report.flows {
-                    outln!("{}", serde_json::to_string(f).unwrap_or_default());
+        Ok(reports) => {
+            for report in &reports {
+                if run.json {
+                    for f in &report.flows {
+                        outln!("{}", serde_json::to_string(f).unwrap_or_default());
+                    }
+                } else {
+                    print_summary(&pipeline.config.name, report, "");
                 }
-            } else {
-                print_summary(&pipeline.config.name, &report, "");
             }
-            if report.failed() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
+            match reports.iter().any(RunReport::failed) {
+                true => ExitCode::from(1),
+                false => ExitCode::SUCCESS,
             }
         }
         Err(e) => {
@@ -436,6 +478,7 @@ fn now() -> String {
 /// each line starts with the time the batch ended, so that a long-running log says
 /// when each batch happened.
 fn continuous(
+    args: &PipelineArgs,
     pipeline: &cdcflow_plan::Pipeline,
     options: &RunOptions,
     json: bool,
@@ -519,6 +562,13 @@ fn continuous(
                 }
             },
             shutdown,
+            {
+                let args = args.clone();
+                Box::new(move || {
+                    let args = args.clone();
+                    Box::pin(async move { plan_again(&args).await })
+                })
+            },
         )
         .await
     });

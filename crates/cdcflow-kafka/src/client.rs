@@ -113,10 +113,13 @@ pub fn metadata(consumer: &KafkaConsumer, servers: &[String]) -> Result<Metadata
                 }
                 if started.elapsed() >= GIVE_UP_AFTER {
                     let why = reported.unwrap_or_else(|| e.to_string());
-                    return Err(RunError::input(format!(
-                        "Kafka source: cannot reach the brokers {}: {why}",
-                        servers.join(", ")
-                    ))
+                    return Err(RunError::user(
+                        cdcflow_runtime::ErrorCode::SourceUnreachable,
+                        format!(
+                            "Kafka source: cannot reach the brokers {}: {why}",
+                            servers.join(", ")
+                        ),
+                    )
                     .with_help(
                         "check bootstrapServers, that the brokers are up and reachable from here, and the kafka.security/ssl/sasl options",
                     ));

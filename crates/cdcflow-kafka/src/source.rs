@@ -87,9 +87,17 @@ fn named((topic, p): &Partition) -> String {
     format!("{topic}-{p}")
 }
 
+/// A consumer, the bounds of the subscribed partitions, and warnings of the
+/// subscription ([`KafkaSource::begin`]).
+type Begun = (Arc<KafkaConsumer>, BTreeMap<Partition, Bounds>, Vec<String>);
+
 impl KafkaSource {
-    /// The partitions of the subscribed topics.
-    fn partitions(&self, consumer: &KafkaConsumer) -> Result<Vec<Partition>, RunError> {
+    /// The partitions of the subscribed topics, and the subscribed topics that do not
+    /// exist (a name mistyped reads nothing: the run says so every time).
+    fn partitions(
+        &self,
+        consumer: &KafkaConsumer,
+    ) -> Result<(Vec<Partition>, Vec<String>), RunError> {
         let metadata = crate::client::metadata(consumer, &self.rk.bootstrap_servers)?;
         let pattern = match &self.rk.subscription {
             Subscription::Topics(_) => None,
@@ -113,16 +121,15 @@ impl KafkaSource {
                     .map(|p| (t.name().to_string(), p.id()))
             })
             .collect();
-        if let Subscription::Topics(names) = &self.rk.subscription {
-            let missing: Vec<&String> = names
+        let missing = match &self.rk.subscription {
+            Subscription::Topics(names) => names
                 .iter()
                 .filter(|n| !wanted.iter().any(|(t, _)| t == *n))
-                .collect();
-            if !missing.is_empty() {
-                tracing::warn!(topics = ?missing, "subscribed Kafka topics do not exist (yet); read when they appear");
-            }
-        }
-        Ok(wanted)
+                .cloned()
+                .collect(),
+            Subscription::Pattern(_) => vec![],
+        };
+        Ok((wanted, missing))
     }
 
     /// Each partition's offset bounds. The end is the larger of what ListOffsets says
@@ -153,12 +160,25 @@ impl KafkaSource {
         Ok(out)
     }
 
-    /// A consumer of the brokers, and the bounds of every subscribed partition.
-    fn begin(&self) -> Result<(Arc<KafkaConsumer>, BTreeMap<Partition, Bounds>), RunError> {
+    /// A consumer of the brokers, the bounds of every subscribed partition, and what
+    /// the user should hear of the subscription (topics that do not exist).
+    fn begin(&self) -> Result<Begun, RunError> {
         let consumer = Arc::new(connect(&self.rk, &self.root)?);
-        let partitions = self.partitions(&consumer)?;
+        let (partitions, missing) = self.partitions(&consumer)?;
         let bounds = Self::bounds(&consumer, &partitions)?;
-        Ok((consumer, bounds))
+        let warnings = match missing.is_empty() {
+            true => vec![],
+            false => vec![format!(
+                "subscribed Kafka topic(s) {} do not exist on the brokers ({}): nothing was read from them; they are read once they appear (is the name mistyped?)",
+                missing
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.rk.bootstrap_servers.join(",")
+            )],
+        };
+        Ok((consumer, bounds, warnings))
     }
 
     fn read_now(&self, after: Option<&Value>) -> Result<SourceRead, RunError> {
@@ -171,7 +191,7 @@ impl KafkaSource {
                 })
             })
             .transpose()?;
-        let (consumer, bounds) = self.begin()?;
+        let (consumer, bounds, mut warnings) = self.begin()?;
         let (starts, lost) = offsets::starts(
             &bounds,
             committed.as_ref(),
@@ -187,7 +207,9 @@ impl KafkaSource {
             .with_help("nothing was committed; to go on from the oldest records the broker still has, set failOnDataLoss => 'false' (the gap stays lost), or `cdcflow run --full-refresh <table>` to read the topics again")
         })?;
         for loss in &lost {
-            tracing::warn!(%loss, "Kafka records lost; going on (failOnDataLoss => false)");
+            warnings.push(format!(
+                "Kafka records lost before this flow read them: {loss}; went on past them (failOnDataLoss => 'false')"
+            ));
         }
         let ranges = offsets::ranges(&starts, &bounds, self.rk.max_offsets_per_trigger);
         tracing::debug!(?bounds, ?ranges, "Kafka read");
@@ -263,6 +285,8 @@ impl KafkaSource {
             acknowledge,
             carried: None,
             rejected: vec![],
+            warnings,
+            defaults: vec![],
         })
     }
 
@@ -272,7 +296,8 @@ impl KafkaSource {
             ..SourceStatus::default()
         };
         let committed = after.and_then(offsets::from_json);
-        let (consumer, bounds) = self.begin()?;
+        let (consumer, bounds, missing) = self.begin()?;
+        status.warning = missing.into_iter().next();
         if committed.is_none() {
             status.warning = Some("not started: no run has read the topics yet".into());
         }
@@ -472,6 +497,10 @@ impl<'a> Draining<'a> {
                 }
                 None => {
                     if self.news.elapsed() >= STALL {
+                        // Brokers that went away give no records either: that is a
+                        // read that failed (nothing committed, the next run resumes
+                        // from the committed offsets), not the end of the partition.
+                        reachable(consumer, self.partition)?;
                         tracing::warn!(
                             partition = %named(self.partition),
                             next = self.out.next,
@@ -485,6 +514,30 @@ impl<'a> Draining<'a> {
             }
         }
         Ok(got)
+    }
+}
+
+/// How long a stalled read waits for the brokers to answer before it takes them for
+/// gone.
+const REACHABLE_WITHIN: Duration = Duration::from_secs(5);
+
+/// Whether the brokers still answer for `partition` (its offsets): an error naming the
+/// partition and the broker's last error when they do not.
+fn reachable(consumer: &KafkaConsumer, partition: &Partition) -> Result<(), RunError> {
+    match consumer.fetch_watermarks(&partition.0, partition.1, REACHABLE_WITHIN) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            serve_callbacks(consumer);
+            let why = consumer.context().last_error().unwrap_or_default();
+            Err(RunError::user(
+                ErrorCode::SourceUnreachable,
+                format!(
+                    "Kafka source: the brokers stopped answering while {} was being read ({e} {why}); nothing of this batch was committed",
+                    named(partition)
+                ),
+            )
+            .with_help("the next run (or --continuous, after a back-off) resumes from the committed offsets once the brokers answer"))
+        }
     }
 }
 

@@ -30,6 +30,9 @@ pub struct TableColumn {
     pub charset: Option<String>,
     /// Declared STRING by the pipeline (`schema =>`).
     pub keep_text: bool,
+    /// Its default as `information_schema.COLUMNS` gives it, when it has one other than
+    /// null: added to a table with rows, it gives them a value the log never carries.
+    pub default: Option<String>,
 }
 
 impl TableColumn {
@@ -228,6 +231,7 @@ type ColumnRow = (
     String,
     Option<String>,
     Option<u32>,
+    Option<String>,
 );
 
 /// The table's columns, in order, checked capturable; an error naming the table when
@@ -270,7 +274,7 @@ pub async fn read(conn: &mut Conn, table: &MysqlTable) -> Result<Vec<TableColumn
     }
     let rows: Vec<ColumnRow> = conn
         .exec(
-            "SELECT c.COLUMN_NAME, LOWER(c.DATA_TYPE), c.COLUMN_TYPE, c.NUMERIC_PRECISION, c.NUMERIC_SCALE, c.IS_NULLABLE, c.CHARACTER_SET_NAME, k.ORDINAL_POSITION
+            "SELECT c.COLUMN_NAME, LOWER(c.DATA_TYPE), c.COLUMN_TYPE, c.NUMERIC_PRECISION, c.NUMERIC_SCALE, c.IS_NULLABLE, c.CHARACTER_SET_NAME, k.ORDINAL_POSITION, c.COLUMN_DEFAULT
              FROM information_schema.COLUMNS c
              LEFT JOIN information_schema.KEY_COLUMN_USAGE k
                ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME
@@ -284,7 +288,7 @@ pub async fn read(conn: &mut Conn, table: &MysqlTable) -> Result<Vec<TableColumn
     let columns: Vec<TableColumn> = rows
         .into_iter()
         .map(
-            |(name, data_type, column_type, precision, scale, nullable, charset, key)| {
+            |(name, data_type, column_type, precision, scale, nullable, charset, key, default)| {
                 TableColumn {
                     name,
                     data_type,
@@ -295,6 +299,9 @@ pub async fn read(conn: &mut Conn, table: &MysqlTable) -> Result<Vec<TableColumn
                     key_position: key,
                     charset,
                     keep_text: false,
+                    // MariaDB writes a null default as the text NULL (and quotes a text
+                    // default); MySQL gives SQL null.
+                    default: default.filter(|d| !d.eq_ignore_ascii_case("NULL")),
                 }
             },
         )
@@ -391,6 +398,7 @@ pub(crate) fn column(data_type: &str, column_type: &str) -> TableColumn {
         key_position: None,
         charset: None,
         keep_text: false,
+        default: None,
     }
 }
 

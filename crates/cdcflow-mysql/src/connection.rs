@@ -63,6 +63,12 @@ impl std::fmt::Display for MysqlError {
     }
 }
 
+/// Servers that answered a connection asking for TLS without it: under `sslmode:
+/// prefer` the process's next connections to them speak in the clear at once, instead
+/// of asking again (each refused attempt is one more connection the server counts).
+static WITHOUT_TLS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
 impl MysqlConnection {
     /// A connection: the session's time zone is UTC, and its statements may run as
     /// long as the server lets them (a snapshot chunk, a binlog dump).
@@ -75,7 +81,8 @@ impl MysqlConnection {
             .db_name(Some(self.database.clone()))
             .prefer_socket(false)
             .init(vec!["SET time_zone = '+00:00'"]);
-        let Some(ssl) = ssl_opts(&self.tls) else {
+        let ssl = ssl_opts(&self.tls).filter(|_| !self.offers_no_tls());
+        let Some(ssl) = ssl else {
             return Conn::new(opts).await.map_err(|e| self.error(&e));
         };
         cdcflow_postgres::tls::install_crypto_provider();
@@ -84,10 +91,21 @@ impl MysqlConnection {
             Err(mysql_async::Error::Driver(DriverError::NoClientSslFlagFromServer))
                 if self.tls.mode == SslMode::Prefer =>
             {
+                if let Ok(mut servers) = WITHOUT_TLS.lock() {
+                    servers.insert(self.server());
+                }
                 Conn::new(opts).await.map_err(|e| self.error(&e))
             }
             other => other.map_err(|e| self.error(&e)),
         }
+    }
+
+    /// Whether, under `sslmode: prefer`, this server was found to offer no TLS.
+    fn offers_no_tls(&self) -> bool {
+        self.tls.mode == SslMode::Prefer
+            && WITHOUT_TLS
+                .lock()
+                .is_ok_and(|servers| servers.contains(&self.server()))
     }
 
     /// `host:port/database`, as messages name the server.

@@ -202,6 +202,8 @@ impl MysqlSource {
             acknowledge: None,
             carried: None,
             rejected: read.rows.rejected,
+            warnings: vec![],
+            defaults: read.defaults,
         })
     }
 

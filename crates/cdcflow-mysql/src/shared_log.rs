@@ -34,6 +34,11 @@ pub struct SharedLog {
     /// The place each table last read from: no later than where it streams from now
     /// (a table's place only moves on), so its checkpoint need not be read again.
     known: std::sync::Mutex<HashMap<ReaderId, BinlogPos>>,
+    /// The connection the tables' reads take turns on: a read holds it (the others
+    /// wait), asks the server through it, and leaves it for the next unless a dump of
+    /// the log took it. So a poll of fifty tables costs the server the dump's
+    /// connection and this one, not a connection per table.
+    pub(crate) idle: tokio::sync::Mutex<Option<Conn>>,
 }
 
 /// What tells two readers' rows apart: the table, as the server compares its name, and
@@ -98,6 +103,7 @@ impl SharedLog {
             members,
             kept: tokio::sync::Mutex::default(),
             known: std::sync::Mutex::default(),
+            idle: tokio::sync::Mutex::default(),
         }
     }
 
@@ -147,14 +153,14 @@ impl SharedLog {
     }
 
     /// `source`'s transactions after `from`, with its columns as they were when the stop
-    /// place was taken.
+    /// place was taken; `conn` back when no dump took it.
     pub async fn read(
         &self,
         source: &TableSource,
         mut conn: Conn,
         server: &Server,
         from: &BinlogPos,
-    ) -> Result<(TableLog, Vec<TableColumn>), MysqlError> {
+    ) -> Result<(TableLog, Vec<TableColumn>, Option<Conn>), MysqlError> {
         // Held through the dump: the other tables' reads wait for what it keeps.
         let mut kept = self.kept.lock().await;
         let own = ReaderId::of(source, server.fold_names);
@@ -168,8 +174,7 @@ impl SharedLog {
             // size there holds nothing after the place.
             && (*from < part.log.at || *from == part.log.at && !part.log.more)
         {
-            let _ = conn.disconnect().await;
-            return Ok((part.log, part.columns));
+            return Ok((part.log, part.columns, Some(conn)));
         }
         // The stop place first, then the columns: every column a transaction up to the
         // stop added is among them.
@@ -233,6 +238,6 @@ impl SharedLog {
                 );
             }
         }
-        Ok((own, columns))
+        Ok((own, columns, None))
     }
 }

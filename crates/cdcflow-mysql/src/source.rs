@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use cdcflow_plan::read_mysql::MysqlTable;
 use cdcflow_postgres::ChangeKind;
 use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
 
 use crate::binlog::{self, Request, purged, retyped};
 use crate::columns::{self, TableColumn};
@@ -47,6 +48,8 @@ pub struct Read {
     pub read_at_micros: i64,
     /// The table's rows as the server estimates them, while it is being copied.
     pub estimate: Option<u64>,
+    /// The table's columns that have a default, with it.
+    pub defaults: Vec<(String, String)>,
 }
 
 /// Bytes of log a read may pass over without rows of its table before its batch is
@@ -54,17 +57,48 @@ pub struct Read {
 const IDLE_COMMIT_BYTES: u64 = 64 << 20;
 
 impl TableSource {
-    async fn connect(&self) -> Result<Conn, MysqlError> {
-        self.connection.connect().await
+    /// `work` on a connection to the server: the one the tables of this connection
+    /// take turns on (`SharedLog::idle`, held until `work` is over), made when there is
+    /// none or it no longer answers, and left for the next when `work` gives it back.
+    /// A table read alone has a connection of its own.
+    async fn on_connection<T>(
+        &self,
+        work: impl AsyncFnOnce(Conn) -> (Result<T, MysqlError>, Option<Conn>),
+    ) -> Result<T, MysqlError> {
+        let mut idle = match &self.log {
+            Some(log) => Some(log.idle.lock().await),
+            None => None,
+        };
+        let kept = idle.as_mut().and_then(|i| i.take());
+        let conn = match kept {
+            Some(mut conn) => match conn.ping().await {
+                Ok(()) => conn,
+                // It went away (a restart of the server, a timeout): a new one.
+                Err(_) => self.connection.connect().await?,
+            },
+            None => self.connection.connect().await?,
+        };
+        let (done, back) = work(conn).await;
+        match (idle.as_mut(), back) {
+            (Some(idle), Some(conn)) if done.is_ok() => **idle = Some(conn),
+            (_, Some(conn)) => {
+                let _ = conn.disconnect().await;
+            }
+            (_, None) => {}
+        }
+        done
     }
 
     /// The table's columns, checked capturable.
     pub async fn columns(&self) -> Result<Vec<TableColumn>, MysqlError> {
-        let mut conn = self.connect().await?;
-        server::check_ready(&mut conn).await?;
-        let columns = self.table_columns(&mut conn).await;
-        let _ = conn.disconnect().await;
-        columns
+        self.on_connection(async |mut conn: Conn| {
+            let columns = match server::check_ready(&mut conn).await {
+                Ok(_) => self.table_columns(&mut conn).await,
+                Err(e) => Err(e),
+            };
+            (columns, Some(conn))
+        })
+        .await
     }
 
     pub(crate) async fn table_columns(
@@ -83,13 +117,25 @@ impl TableSource {
 
     /// What is available after `after` (`None`: nothing read yet).
     pub async fn read(&self, after: Option<&Position>) -> Result<Read, MysqlError> {
-        let mut conn = self.connect().await?;
-        let server = server::check_ready(&mut conn).await?;
+        self.on_connection(async |conn: Conn| self.read_on(conn, after).await)
+            .await
+    }
+
+    /// [`Self::read`] on `conn`, given back unless a dump of the log took it.
+    async fn read_on(
+        &self,
+        mut conn: Conn,
+        after: Option<&Position>,
+    ) -> (Result<Read, MysqlError>, Option<Conn>) {
+        let server = match server::check_ready(&mut conn).await {
+            Ok(server) => server,
+            Err(e) => return (Err(e), Some(conn)),
+        };
         if let Some(id) = after
             .and_then(|p| p.server_id)
             .filter(|id| *id != server.id)
         {
-            return Err(MysqlError::new(
+            let refused = MysqlError::new(
                 format!(
                     "the checkpoint of {} was read from the binary log of server id {id}, and {} is server id {}: binary log places are a server's own",
                     self.table,
@@ -97,11 +143,18 @@ impl TableSource {
                     server.id
                 ),
                 "after a failover to another server, run `cdcflow run --full-refresh <bronze table> --cascade` for a new snapshot from it",
-            ));
+            );
+            return (Err(refused), Some(conn));
         }
-        let read_at_micros = server::now_micros(&mut conn).await?;
-        let read = match after.map(|p| (p, &p.copy)) {
-            Some((p, Copy::Start | Copy::Done)) => self.stream(conn, &server, p).await,
+        let read_at_micros = match server::now_micros(&mut conn).await {
+            Ok(now) => now,
+            Err(e) => return (Err(e), Some(conn)),
+        };
+        let (read, back) = match after.map(|p| (p, &p.copy)) {
+            Some((p, Copy::Start | Copy::Done)) => match self.stream(conn, &server, p).await {
+                Ok((read, back)) => (Ok(read), back),
+                Err(e) => (Err(e), None),
+            },
             copying => {
                 let (at, key, copied) = match copying {
                     Some((p, Copy::After { key, copied })) => {
@@ -112,20 +165,22 @@ impl TableSource {
                 let read = self
                     .copy(&mut conn, &server, (key, copied), read_at_micros)
                     .await;
-                let _ = conn.disconnect().await;
-                read.map(|mut read| {
+                let read = read.map(|mut read| {
                     // The stream starts where the copy's first chunk stood.
                     if let Some(at) = at {
                         read.position.at = at.clone();
                     }
                     read
-                })
+                });
+                (read, Some(conn))
             }
         };
-        let mut read = read?;
-        read.position.server_id = Some(server.id);
-        read.read_at_micros = read_at_micros;
-        Ok(read)
+        let read = read.map(|mut read| {
+            read.position.server_id = Some(server.id);
+            read.read_at_micros = read_at_micros;
+            read
+        });
+        (read, back)
     }
 
     /// The next chunk of the copy.
@@ -154,6 +209,7 @@ impl TableSource {
             applied_until_micros: None,
         };
         let file: std::sync::Arc<str> = std::sync::Arc::from(chunk.at.file.as_str());
+        let defaults = defaults(&columns);
         let mut rows = ChangeRows::new(columns);
         for row in &chunk.rows {
             rows.push(
@@ -178,16 +234,18 @@ impl TableSource {
             more,
             read_at_micros: 0,
             estimate,
+            defaults,
         })
     }
 
-    /// The changes after `from`, up to where the log ends now.
+    /// The changes after `from`, up to where the log ends now; `conn` back when no dump
+    /// took it.
     async fn stream(
         &self,
         mut conn: Conn,
         server: &Server,
         from: &Position,
-    ) -> Result<Read, MysqlError> {
+    ) -> Result<(Read, Option<Conn>), MysqlError> {
         let files = server::log_files(&mut conn).await?;
         if !files.iter().any(|(name, _)| *name == from.at.file) {
             let oldest = files.first().map(|(n, _)| n.as_str()).unwrap_or("none");
@@ -197,9 +255,12 @@ impl TableSource {
                 &format!("the oldest file it keeps is {oldest}"),
             ));
         }
-        let (log, columns) = match &self.log {
+        let (log, columns, back) = match &self.log {
             Some(shared) => shared.read(self, conn, server, &from.at).await?,
-            None => self.read_alone(conn, server, &from.at).await?,
+            None => {
+                let (log, columns) = self.read_alone(conn, server, &from.at).await?;
+                (log, columns, None)
+            }
         };
         for column in &columns {
             let was = from
@@ -213,6 +274,7 @@ impl TableSource {
             }
         }
         let described = described(&columns);
+        let defaults = defaults(&columns);
         let read = binlog::StreamRead {
             rows: log.rows_after(columns, &from.at),
             at: log.at,
@@ -221,7 +283,7 @@ impl TableSource {
         let quiet = read.rows.is_empty()
             && (read.at.file != from.at.file
                 || read.at.pos.saturating_sub(from.at.pos) > IDLE_COMMIT_BYTES);
-        Ok(Read {
+        let read = Read {
             rows: read.rows.finish()?,
             position: Position {
                 at: read.at,
@@ -235,7 +297,9 @@ impl TableSource {
             more: read.more,
             read_at_micros: 0,
             estimate: None,
-        })
+            defaults,
+        };
+        Ok((read, back))
     }
 
     /// The table's transactions after `from`, in a dump of its own.
@@ -272,12 +336,25 @@ impl TableSource {
 
     /// How far the log runs past `after`, and whether it still holds `after`.
     pub async fn behind(&self, after: &BinlogPos) -> Result<(Option<u64>, i64), MysqlError> {
-        let mut conn = self.connect().await?;
-        let files = server::log_files(&mut conn).await?;
-        let now = server::now_micros(&mut conn).await?;
-        let _ = conn.disconnect().await;
-        Ok((server::bytes_after(&files, after), now))
+        self.on_connection(async |mut conn: Conn| {
+            let asked = async {
+                let files = server::log_files(&mut conn).await?;
+                let now = server::now_micros(&mut conn).await?;
+                Ok((server::bytes_after(&files, after), now))
+            }
+            .await;
+            (asked, Some(conn))
+        })
+        .await
     }
+}
+
+/// The columns of `columns` that have a default, with it.
+fn defaults(columns: &[TableColumn]) -> Vec<(String, String)> {
+    columns
+        .iter()
+        .filter_map(|c| Some((c.name.clone(), c.default.clone()?)))
+        .collect()
 }
 
 /// The columns as a position records them: name and Arrow type.

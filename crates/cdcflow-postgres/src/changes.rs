@@ -49,6 +49,9 @@ pub struct TableColumn {
     pub not_null: bool,
     /// Declared STRING by the pipeline (`schema =>`): kept as PostgreSQL prints it.
     pub keep_text: bool,
+    /// Its default (`DEFAULT …`, as the catalog prints it), when it has one: added to a
+    /// table with rows, it gives them a value the WAL never carries.
+    pub default: Option<String>,
 }
 
 impl TableColumn {
@@ -333,6 +336,7 @@ mod tests {
             type_modifier: -1,
             not_null: false,
             keep_text: false,
+            default: None,
         };
         let mut rows = ChangeRows::new(vec![column("id"), column("v"), column("notes")]);
         rows.set_keys(&[true, false, false]);

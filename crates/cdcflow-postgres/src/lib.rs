@@ -29,6 +29,7 @@ pub mod pgoutput;
 pub mod position;
 pub mod rejected;
 pub mod runtime;
+pub mod shared_client;
 pub mod slots;
 pub mod snapshot;
 pub mod source;

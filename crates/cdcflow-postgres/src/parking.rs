@@ -79,6 +79,9 @@ impl Parked {
     }
 }
 
+/// How long closing a session may take before it is left to end on its own.
+const CLOSE_WITHIN: Duration = Duration::from_secs(2);
+
 /// How long a copy reads its chunks in one exported snapshot before it takes a new one.
 pub(crate) const KEEP_SNAPSHOT_FOR: Duration = Duration::from_secs(60);
 
@@ -137,6 +140,39 @@ impl Parking {
             .collect();
         for (slot, p) in parked {
             p.finish(&slot).await;
+        }
+    }
+
+    /// Ends at once, without waiting for any acknowledgement, the session parked on
+    /// `slot` and its kept exporter, or with `all` every one of the run's: a read that
+    /// failed before it took them. A server shutting down waits for each of its
+    /// replication clients to confirm everything it was sent, which a parked session
+    /// never does on its own, so a session kept past the server's first refusal would
+    /// hold its shutdown for as long as the run lasts. What was not acknowledged is
+    /// read again from the slot by the next session.
+    pub(crate) async fn let_go(&self, slot: &str, all: bool) {
+        let exporters: Vec<Exporter> = {
+            let mut kept = self
+                .exporters
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match all {
+                true => kept.drain().map(|(_, e)| e).collect(),
+                false => kept.remove(slot).into_iter().collect(),
+            }
+        };
+        let parked: Vec<Parked> = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            match all {
+                true => sessions.drain().map(|(_, p)| p).collect(),
+                false => sessions.remove(slot).into_iter().collect(),
+            }
+        };
+        // An exporter's session ends when dropped (its worker is told to stop).
+        drop(exporters);
+        for p in parked {
+            // Bounded: a server that stopped answering must not hold the run either.
+            let _ = tokio::time::timeout(CLOSE_WITHIN, p.close()).await;
         }
     }
 

@@ -110,6 +110,7 @@ mod tests {
             type_modifier: -1,
             not_null: false,
             keep_text: false,
+            default: None,
         }];
         let values = vec![TextColumn {
             values: vec![Some("2024-05-01".into()), Some("infinity".into()), None],

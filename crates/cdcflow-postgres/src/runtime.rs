@@ -50,6 +50,8 @@ pub struct PostgresSources {
     pub notices: crate::notices::Notices,
     /// The positions the run has seen each input commit, for the slot's floor.
     pub committed: CommittedSeen,
+    /// The run's SQL connections, one per server and login.
+    pub clients: crate::shared_client::SharedClients,
 }
 
 /// The position each input (its flow and checkpoint key) was last seen to have
@@ -77,6 +79,7 @@ impl SourceFactory for PostgresSources {
             s.progress.clone_from(&self.progress);
             s.source.parking = self.parking.clone();
             s.source.notices = self.notices.clone();
+            s.source.clients = self.clients.clone();
             if let Some(readers) = Arc::get_mut(&mut s.readers) {
                 readers.seen = Arc::clone(&self.committed);
             }
@@ -207,6 +210,7 @@ fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
             max_changes: usize::try_from(rp.max_changes_per_batch).unwrap_or(usize::MAX),
             text_columns: declared_strings(rp),
             parking: Default::default(),
+            clients: Default::default(),
             notices: Default::default(),
         },
         names,
@@ -546,6 +550,7 @@ impl ExternalSource for PgSource {
                 tell(&format!("copying {}: {copied}{of} rows", self.source.table));
             }
             let rejected = std::mem::take(&mut changes.rejected);
+            let defaults = std::mem::take(&mut changes.defaults);
             let next = position::Position {
                 from: ReadFrom {
                     lsn: Some(changes.position),
@@ -573,6 +578,8 @@ impl ExternalSource for PgSource {
                 })),
                 carried,
                 rejected,
+                warnings: vec![],
+                defaults,
             })
         })
     }
@@ -686,10 +693,11 @@ impl PgSource {
         }
     }
 
-    async fn client(&self) -> Result<tokio_postgres::Client, RunError> {
+    /// The run's SQL connection to the source's server (`crate::shared_client`).
+    async fn client(&self) -> Result<Arc<tokio_postgres::Client>, RunError> {
         self.source
-            .connection
-            .connect()
+            .clients
+            .get(&self.source.connection)
             .await
             .map_err(|e| self.error(e))
     }

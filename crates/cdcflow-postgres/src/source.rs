@@ -88,6 +88,8 @@ pub struct TableSource {
     pub parking: Parking,
     /// Told what a read waits for while it waits.
     pub notices: crate::notices::Notices,
+    /// The run's SQL connection to the server, for the reads that copy nothing.
+    pub clients: crate::shared_client::SharedClients,
 }
 
 /// What one read found.
@@ -121,6 +123,8 @@ pub struct Changes {
     pub unresolved: Vec<cdcflow_runtime::sources::CarriedCell>,
     /// Rows with a value their column's type has none of, set apart with why.
     pub rejected: Vec<cdcflow_runtime::sources::RejectedRow>,
+    /// The table's columns that have a default, with it, as the read found them.
+    pub defaults: Vec<(String, String)>,
     session: Option<Session>,
 }
 
@@ -143,6 +147,14 @@ impl std::fmt::Debug for Changes {
 }
 
 /// An LSN as PostgreSQL prints it (`16/B374D848`).
+/// The columns of `columns` that have a default, with it.
+fn defaults(columns: &[TableColumn]) -> Vec<(String, String)> {
+    columns
+        .iter()
+        .filter_map(|c| Some((c.name.clone(), c.default.clone()?)))
+        .collect()
+}
+
 pub fn lsn_text(lsn: u64) -> String {
     Lsn::from_u64(lsn).to_pg_string()
 }
@@ -272,8 +284,28 @@ impl TableSource {
     /// Reads what comes after `from`: the next chunk of the copy while it is not done,
     /// and the changes committed since, a batch's worth at most (a transaction larger
     /// than a batch is read over several, each resuming inside it).
+    ///
+    /// A read that fails lets go of the sessions kept for it (all of the run's when the
+    /// server is out of reach or shutting down: `Parking::let_go`).
     pub async fn read_from(&self, from: &ReadFrom) -> Result<Changes, PgError> {
-        let client = self.connection.connect().await?;
+        let read = self.read_kept(from).await;
+        if let Err(e) = &read {
+            self.parking.let_go(&self.slot, e.unreachable()).await;
+            if e.unreachable() {
+                self.clients.forget(&self.connection).await;
+            }
+        }
+        read
+    }
+
+    /// [`Self::read_from`], going on with the sessions kept for it where it can.
+    async fn read_kept(&self, from: &ReadFrom) -> Result<Changes, PgError> {
+        // A copy holds a transaction on its connection: its own. Other reads only ask
+        // the catalog, through the run's shared connection.
+        let client = match (from.lsn, &from.copy) {
+            (Some(_), CopyProgress::Done) => self.clients.get(&self.connection).await?,
+            _ => std::sync::Arc::new(self.connection.connect().await?),
+        };
         self.check_ready(&client).await?;
         // The WAL to read up to, taken before the columns: a column added by a
         // transaction the read takes in is then in the table's columns (the stream's
@@ -362,6 +394,7 @@ impl TableSource {
                 keys,
                 unresolved: finished.unresolved,
                 rejected: finished.rejected,
+                defaults: defaults(&columns),
                 rows: finished.rows,
                 position: start,
                 within: from.within,
@@ -425,6 +458,7 @@ impl TableSource {
             keys,
             unresolved: finished.unresolved,
             rejected: finished.rejected,
+            defaults: defaults(&columns),
             rows: finished.rows,
             position: reached.position,
             within: reached.within,
@@ -514,7 +548,7 @@ impl TableSource {
             wait_confirmed(&self.connection, &self.slot, position).await?;
             let _ = session.shutdown().await;
         }
-        let client = self.connection.connect().await?;
+        let client = self.clients.get(&self.connection).await?;
         // The walsender may take a moment to let go of the slot.
         for _ in 0..WAIT_TRIES {
             let slot = slot_row(&client, &self.slot)
@@ -580,9 +614,11 @@ impl TableSource {
     pub async fn columns(&self, client: &Client) -> Result<Vec<TableColumn>, PgError> {
         let rows = client
             .query(
-                "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, a.attnotnull \
+                "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, a.attnotnull, \
+                 pg_get_expr(d.adbin, d.adrelid) \
                  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
                  JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
                  WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
                  ORDER BY a.attnum",
                 &[&self.table.schema, &self.table.name],
@@ -601,6 +637,7 @@ impl TableSource {
                     type_oid: r.get(1),
                     type_modifier: r.get(2),
                     not_null: r.get(3),
+                    default: r.get(4),
                 }
             })
             .collect())

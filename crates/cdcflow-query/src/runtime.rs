@@ -326,6 +326,8 @@ impl QuerySource {
             acknowledge: None,
             carried: None,
             rejected: vec![],
+            warnings: vec![],
+            defaults: vec![],
         })
     }
 }

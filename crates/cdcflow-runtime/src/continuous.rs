@@ -7,6 +7,8 @@
 //! is held throughout; on shutdown the batch under way finishes and the loop ends.
 
 use std::future::Future;
+
+use futures::future::BoxFuture;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,6 +29,27 @@ const QUIET: Duration = Duration::from_millis(200);
 /// The shortest pause between two batches of a pipeline that polls a server, and
 /// between two rescans of landing folders without notifications.
 const POLL_FLOOR: Duration = Duration::from_millis(500);
+
+/// The longest pause between two batches while a source server is out of reach.
+const MOST_BACK_OFF: Duration = Duration::from_secs(30);
+
+/// The pause before the next batch: the trigger interval, or while some flow's source
+/// server is out of reach (restarting, shutting down), a back-off that doubles from a
+/// second to [`MOST_BACK_OFF`], so that a server coming back is not met by a
+/// connection a second from every poll. `backing` is the back-off in force, reset by a
+/// batch that reached its servers.
+fn next_pause(report: &RunReport, interval: Duration, backing: &mut Option<Duration>) -> Duration {
+    let unreachable = report
+        .flows
+        .iter()
+        .any(|f| f.error_code == Some(crate::ErrorCode::SourceUnreachable.as_str()));
+    *backing = match (unreachable, *backing) {
+        (false, _) => None,
+        (true, None) => Some(Duration::from_secs(1)),
+        (true, Some(b)) => Some((b * 2).min(MOST_BACK_OFF)),
+    };
+    backing.map_or(interval, |b| b.max(interval))
+}
 
 /// In `cdcflow run --continuous`, warns on each stateful flow whose batch took 80% of
 /// the trigger interval or more: the batches fall behind the interval (Spark's "current
@@ -62,15 +85,24 @@ fn landing_folders(pipeline: &Pipeline) -> Vec<PathBuf> {
     out
 }
 
-/// Runs batches until `shutdown` completes; `on_batch` sees every run's report.
+/// Loads the pipeline again, its sources asked for their columns: how a continuous run
+/// takes in a schema that grew while it ran.
+pub type Replan = Box<dyn FnMut() -> BoxFuture<'static, Result<Pipeline, RunError>> + Send>;
+
+/// Runs batches until `shutdown` completes; `on_batch` sees every run's report. A
+/// batch in which a table gained columns the pipeline was not planned with
+/// ([`RunReport::needs_planning`]) is followed at once by `replan` and a batch of the
+/// new plan, so that the readers of that table take in the new columns, as a sequence
+/// of triggered runs would.
 pub async fn run_continuous(
     pipeline: &Pipeline,
     options: &RunOptions,
     on_batch: impl FnMut(&RunReport),
     shutdown: impl Future<Output = ()>,
+    replan: Replan,
 ) -> Result<(), RunError> {
     let lock = PipelineLock::acquire(pipeline).await?;
-    let ended = batches(pipeline, options, on_batch, shutdown, &lock).await;
+    let ended = batches(pipeline, options, on_batch, shutdown, &lock, replan).await;
     if let Some(sources) = &options.sources {
         sources.0.finish().await;
     }
@@ -87,7 +119,9 @@ async fn batches(
     mut on_batch: impl FnMut(&RunReport),
     shutdown: impl Future<Output = ()>,
     lock: &PipelineLock,
+    mut replan: Replan,
 ) -> Result<(), RunError> {
+    let mut pipeline = pipeline.clone();
     let interval = pipeline.config.trigger_interval();
     let (tx, mut rx) = mpsc::channel::<()>(64);
     // The watcher's callback runs on notify's thread; events only wake the loop, the
@@ -100,7 +134,7 @@ async fn batches(
     let mut watching = false;
     let _watcher = match watcher {
         Ok(mut w) => {
-            for dir in landing_folders(pipeline) {
+            for dir in landing_folders(&pipeline) {
                 let _ = std::fs::create_dir_all(&dir);
                 watching |= w.watch(&dir, RecursiveMode::Recursive).is_ok();
             }
@@ -134,14 +168,18 @@ async fn batches(
     // A file left by a batch because it was still being written may get no further
     // notification: look again once it could have settled.
     let mut pending = false;
+    let mut backing = None;
     let settle = crate::inputs::settle_period(&pipeline.config);
+    // Set by a batch whose tables outgrew the plan: the next starts at once, planned
+    // again.
+    let mut replanned = false;
     loop {
         let started = Instant::now();
         // A polled server is asked every trigger interval (the wait below, after each
         // batch) and its changes are committed already: nothing to settle. Landing
         // files the same batch finds still young are left for a later one
         // (`landing_settle_seconds`).
-        if !first && !polled {
+        if !first && !polled && !replanned {
             // Wait for a wake-up (or the rescan period), then for the files to settle.
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
@@ -161,16 +199,39 @@ async fn batches(
         // may hold it now, and batches that would only fail at their commits are not
         // begun.
         lock.check()?;
-        let mut report = run_locked(pipeline, &options).await?;
+        let mut report = run_locked(&pipeline, &options).await?;
         lock.check()?;
         falling_behind(&mut report, pipeline.config.trigger_interval_seconds);
         options.full_refresh = None;
         pending = report.flows.iter().any(|f| f.pending_files > 0);
+        let pause = next_pause(&report, interval, &mut backing);
         on_batch(&report);
-        // Batches are at least the trigger interval apart.
+        replanned = report.needs_planning();
+        if replanned {
+            // No batch runs on the old plan meanwhile: the readers of the grown table
+            // would apply its new rows without the new columns.
+            let mut wait = Duration::from_secs(1);
+            pipeline = loop {
+                match replan().await {
+                    Ok(planned) => break planned,
+                    Err(e) if e.code() == crate::ErrorCode::SourceUnreachable => {
+                        tracing::warn!(error = %e, retry_in_seconds = wait.as_secs(), "the pipeline could not be planned again: its source server is out of reach");
+                        tokio::select! {
+                            () = &mut shutdown => return Ok(()),
+                            () = sleep(wait) => {}
+                        }
+                        wait = (wait * 2).min(MOST_BACK_OFF);
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            continue;
+        }
+        // Batches are at least the trigger interval apart; while a source server is
+        // out of reach, backing off.
         tokio::select! {
             () = &mut shutdown => return Ok(()),
-            () = sleep_until(started + interval) => {}
+            () = sleep_until(started + pause) => {}
         }
     }
 }
@@ -178,6 +239,23 @@ async fn batches(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreachable_source_backs_off_doubling_and_a_reached_one_resets() {
+        let interval = Duration::from_millis(500);
+        let mut down = RunReport::default();
+        let mut failed = crate::report::FlowReport::new("pg", "t", "append");
+        failed.error_code = Some(crate::ErrorCode::SourceUnreachable.as_str());
+        down.flows = vec![failed];
+        let up = RunReport::default();
+        let mut backing = None;
+        let pauses: Vec<u64> = (0..7)
+            .map(|_| next_pause(&down, interval, &mut backing).as_secs())
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(next_pause(&up, interval, &mut backing), interval);
+        assert_eq!(next_pause(&down, interval, &mut backing).as_secs(), 1);
+    }
 
     #[test]
     fn a_stateful_batch_near_the_trigger_interval_is_said() {

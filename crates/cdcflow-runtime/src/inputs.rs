@@ -62,6 +62,11 @@ pub struct BatchInputs {
     pub more: bool,
     /// Broker tombstones among the rows read (records without a value).
     pub tombstones: u64,
+    /// What the external sources said of their reads ([`crate::sources::SourceRead::warnings`]).
+    pub source_warnings: Vec<String>,
+    /// The columns of the external sources' tables that have a default, with it
+    /// ([`crate::sources::SourceRead::defaults`]).
+    pub source_defaults: BTreeMap<String, String>,
     /// Per partition of the brokers' topics read, how far behind the batch leaves the
     /// flow.
     pub partition_lag: Vec<PartitionLag>,
@@ -92,6 +97,8 @@ impl BatchInputs {
             acknowledgements: vec![],
             more: false,
             tombstones: 0,
+            source_warnings: vec![],
+            source_defaults: BTreeMap::new(),
             partition_lag: vec![],
             target: None,
         }
@@ -121,9 +128,10 @@ impl BatchInputs {
         )
     }
 
-    /// What the user should hear about the landing files of this batch.
+    /// What the user should hear about the inputs of this batch: its external
+    /// sources' reads, and its landing files.
     pub fn landing_warnings(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out = self.source_warnings.clone();
         // Said on every run: a misspelt folder would otherwise read nothing, silently.
         for path in &self.missing {
             out.push(format!(
@@ -458,6 +466,10 @@ impl InputReader<'_> {
         batch.offsets.positions.insert(key, read.position);
         batch.more |= read.more;
         batch.tombstones += read.tombstones;
+        batch.source_warnings.append(&mut read.warnings);
+        batch
+            .source_defaults
+            .extend(std::mem::take(&mut read.defaults));
         batch.partition_lag.extend(read.lag);
         batch.acknowledgements.extend(read.acknowledge);
         register_rows(planner, name, schema, rows)

@@ -108,9 +108,10 @@ impl QueryBatch {
         if !bad.is_empty() {
             let n = bad.len();
             report.quarantined = n as u64;
+            let first = quarantined_first(&bad);
             let table = quarantine::write(flow, &self.dir, &self.app, batch, bad).await?;
             report.warnings.push(format!(
-                "{n} malformed record(s) quarantined in `{table}` (file and line kept; query it with cdcflow query)"
+                "{n} malformed record(s) quarantined in `{table}` (where each came from and why kept; query it with cdcflow query); the first: {first}"
             ));
         }
         let (schema, batches) = match stateful {
@@ -156,10 +157,28 @@ impl QueryBatch {
             None => (schema, batches),
         };
         report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
+        // A table with no rows (new, or emptied by a full refresh) has no row to miss.
+        let has_rows = self.table.exists() && !self.table.is_empty()?;
+        if let Some(refused) = added_with_default(
+            self.table.arrow_schema().as_ref().filter(|_| has_rows),
+            &schema,
+            &self.inputs.source_defaults,
+            &flow.target,
+        ) {
+            return Err(refused);
+        }
         if let Some(change) =
             delta::added_columns(self.table.arrow_schema().as_ref(), &schema, &flow.target)
         {
-            report.warnings.push(change);
+            report.unplanned_columns = unplanned(rc, flow, self.table.arrow_schema(), &schema);
+            match report.unplanned_columns.is_empty() {
+                true => report.warnings.push(change),
+                false => report.warnings.push(format!(
+                    "schema change: `{}` gained column(s) {} while the run went on: the flows that read it are planned again before they read these rows",
+                    flow.target,
+                    report.unplanned_columns.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+                )),
+            }
         }
         let operation = match mode {
             Mode::Append => Operation::StreamingAppend {
@@ -344,4 +363,77 @@ async fn execute(
         .map(|b| conform(b, &stored))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((stored, batches))
+}
+
+/// The columns `written` adds to the stored table (`stored`) that the pipeline's plan of
+/// the flow's target lacks: a source whose columns grew after the pipeline was loaded.
+/// A table the plan knows no schema of has none (its readers are planned at run time).
+fn unplanned(
+    rc: &RunContext,
+    flow: &Flow,
+    stored: Option<SchemaRef>,
+    written: &SchemaRef,
+) -> Vec<String> {
+    let (Some(stored), Some(planned)) = (
+        stored,
+        rc.pipeline
+            .dataset(&flow.target)
+            .and_then(|d| d.schema.clone()),
+    ) else {
+        return vec![];
+    };
+    written
+        .fields()
+        .iter()
+        .map(|f| f.name())
+        .filter(|name| stored.field_with_name(name).is_err())
+        .filter(|name| {
+            planned
+                .fields()
+                .iter()
+                .all(|p| !p.name().eq_ignore_ascii_case(name))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The error of a write that adds to the stored table (`stored`) a column the source
+/// table has a default for (`defaults`): the source's rows not changed since the column
+/// was added have the default, which their log never carried, so the table would keep
+/// null for them for good. Only a new snapshot has their values.
+fn added_with_default(
+    stored: Option<&SchemaRef>,
+    written: &SchemaRef,
+    defaults: &std::collections::BTreeMap<String, String>,
+    table: &str,
+) -> Option<RunError> {
+    let stored = stored?;
+    let (name, default) = written.fields().iter().find_map(|f| {
+        let added = stored.field_with_name(f.name()).is_err();
+        defaults
+            .get(f.name())
+            .filter(|_| added)
+            .map(|d| (f.name(), d))
+    })?;
+    Some(
+        RunError::input(format!(
+            "schema change: column `{name}` was added to the source table with a default ({default}): the rows already there have it on the server, but their changes never carried it, so `{table}` would keep null for them; nothing was committed"
+        ))
+        .with_help(format!(
+            "run `cdcflow run --full-refresh {table} --cascade`: a new snapshot of the table has the column's values, and the tables that read it are rebuilt from it"
+        )),
+    )
+}
+
+/// The first of the records set apart, as the summary names it: where it came from (a
+/// landing file and its line, or a source table) and why.
+fn quarantined_first(bad: &[(quarantine::Source, crate::files::BadRecord)]) -> String {
+    let Some((source, record)) = bad.first() else {
+        return String::new();
+    };
+    let line = record
+        .line
+        .map(|l| format!(" line {l}"))
+        .unwrap_or_default();
+    format!("{}{line}: {}", source.shown, record.error)
 }

@@ -89,6 +89,11 @@ pub struct FlowReport {
     pub expectations: Vec<crate::expectations::ExpectationResult>,
     /// Things the user should know that did not fail the flow.
     pub warnings: Vec<String>,
+    /// Columns this batch added to the target that the pipeline was not planned with
+    /// (a source's columns grew while the run went on): the flows that read the target
+    /// wait until the pipeline is planned again.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unplanned_columns: Vec<String>,
     /// Landing files left for a later batch because they were still being written.
     #[serde(skip)]
     pub pending_files: u64,
@@ -126,6 +131,7 @@ impl FlowReport {
             state: None,
             expectations: vec![],
             warnings: vec![],
+            unplanned_columns: vec![],
             pending_files: 0,
             millis: 0,
             oldest_change_micros: None,
@@ -181,6 +187,13 @@ pub struct RunReport {
 impl RunReport {
     pub fn failed(&self) -> bool {
         self.flows.iter().any(FlowReport::failed)
+    }
+
+    /// Whether some table gained columns the pipeline was not planned with, so that
+    /// flows reading it waited: the pipeline is to be loaded again (its sources asked
+    /// for their columns) and run again before those flows read the new rows.
+    pub fn needs_planning(&self) -> bool {
+        self.flows.iter().any(|f| !f.unplanned_columns.is_empty())
     }
 }
 

@@ -267,6 +267,15 @@ fn finished(r: FlowReport, blocked: &mut BTreeMap<String, &'static str>) -> Flow
         FlowOutcome::Skipped { .. } => {
             blocked.insert(r.target.to_lowercase(), "was not updated");
         }
+        // Its readers were planned without the columns it gained: applied now, their
+        // rows would lose those values for good. They wait for the pipeline to be
+        // planned again (`RunReport::needs_planning`).
+        FlowOutcome::Committed { .. } if !r.unplanned_columns.is_empty() => {
+            blocked.insert(
+                r.target.to_lowercase(),
+                "gained columns the pipeline was not planned with: read once it is planned again",
+            );
+        }
         _ => {}
     }
     // Typed fields (no `?Debug` text): log collectors query them.

@@ -53,6 +53,15 @@ pub struct SourceRead {
     /// none of: PostgreSQL's `infinity` in a DATE): not in `rows`, but kept in the
     /// flow's quarantine table with the reason, as a malformed landing record is.
     pub rejected: Vec<RejectedRow>,
+    /// What the user should hear about this read that did not fail it (a subscribed
+    /// topic that does not exist, records skipped past a gap): in the flow's report,
+    /// so the run's summary and the event log say it.
+    pub warnings: Vec<String>,
+    /// The source table's columns that have a default, with it (as the server prints
+    /// it). A column added with a default gives the rows already there a value their
+    /// log never carries: a table that gains such a column fails rather than keep null
+    /// for them.
+    pub defaults: Vec<(String, String)>,
 }
 
 /// A row a source set apart.

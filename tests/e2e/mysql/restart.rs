@@ -16,14 +16,14 @@ use crate::query_csv;
 
 /// A MariaDB server of the test's own with the row-based binary log, restartable on
 /// the same data folder and port.
-struct BinlogServer {
+pub(super) struct BinlogServer {
     child: Option<std::process::Child>,
-    port: u16,
+    pub(super) port: u16,
     dir: tempfile::TempDir,
 }
 
 impl BinlogServer {
-    fn start() -> BinlogServer {
+    pub(super) fn start() -> BinlogServer {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(dir.path().join("data")).expect("data folder");
         std::fs::create_dir(dir.path().join("tmp")).expect("tmp folder");
@@ -107,7 +107,7 @@ impl BinlogServer {
         }
     }
 
-    fn exec(&self, sql: &str) -> Result<Vec<String>, mysql_async::Error> {
+    pub(super) fn exec(&self, sql: &str) -> Result<Vec<String>, mysql_async::Error> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -204,9 +204,10 @@ fn converges(dir: &Path, server: &BinlogServer) -> bool {
     false
 }
 
-#[test]
-fn a_server_killed_and_started_again_mid_stream_loses_and_doubles_nothing() {
-    let mut server = BinlogServer::start();
+/// A server of the test's own with `shop.customers` (ann and bob), and a pipeline
+/// folder reading it.
+fn customers_on_a_server_of_its_own() -> (BinlogServer, tempfile::TempDir) {
+    let server = BinlogServer::start();
     server
         .exec(
             "CREATE DATABASE shop;
@@ -216,6 +217,12 @@ fn a_server_killed_and_started_again_mid_stream_loses_and_doubles_nothing() {
         .expect("setup");
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), server.port);
+    (server, dir)
+}
+
+#[test]
+fn a_server_killed_and_started_again_mid_stream_loses_and_doubles_nothing() {
+    let (mut server, dir) = customers_on_a_server_of_its_own();
     run(dir.path());
     let mut child = Stopped(Some(spawn_continuous(dir.path())));
     server
@@ -249,4 +256,36 @@ fn a_server_killed_and_started_again_mid_stream_loses_and_doubles_nothing() {
         vec!["delete,2", "insert,3", "snapshot,2", "update,2"],
         "each change once: the key change is a delete and an update"
     );
+}
+
+#[test]
+fn a_shutdown_while_the_run_follows_the_binary_log_completes_in_seconds() {
+    let (mut server, dir) = customers_on_a_server_of_its_own();
+    let mut child = Stopped(Some(spawn_continuous(dir.path())));
+    server
+        .exec("INSERT INTO shop.customers VALUES (3, 'cy', 'lima')")
+        .expect("changes");
+    assert!(converges(dir.path(), &server), "before the shutdown");
+    // A normal shutdown (`mysqladmin shutdown` and SIGTERM do the same) while the run
+    // keeps its binary log dump open between polls.
+    let began = std::time::Instant::now();
+    server.shut_down();
+    let took = began.elapsed();
+    server.launch();
+    server
+        .exec("UPDATE shop.customers SET city = 'bern' WHERE id = 1; DELETE FROM shop.customers WHERE id = 2")
+        .expect("changes after the restart");
+    let after = converges(dir.path(), &server);
+    let (_, out) = stop(child.0.take().expect("the run"));
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "the server's shutdown took {took:?} while cdcflow ran: {}",
+        crate::stderr(&out)
+    );
+    assert!(
+        after,
+        "after the restart the silver table did not reach the source: {}",
+        crate::stderr(&out)
+    );
+    assert_no_doubles(dir.path());
 }

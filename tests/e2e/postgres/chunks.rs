@@ -10,7 +10,7 @@ use super::{Db, assert_no_doubles, assert_silver_is_source, pipeline, query, run
 use crate::{query_csv, stderr, stdout};
 
 /// The pipeline of `pipeline()` with `max_changes_per_batch => n`.
-fn small_batches(dir: &Path, db: &Db, n: u32) {
+pub(super) fn small_batches(dir: &Path, db: &Db, n: u32) {
     pipeline(dir, db, true);
     let flows = dir.join("flows.sql");
     let sql = std::fs::read_to_string(&flows).expect("flows.sql");

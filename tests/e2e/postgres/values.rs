@@ -60,7 +60,13 @@ fn values_spark_holds_otherwise_or_not_at_all_keep_the_table_flowing() {
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), &db, None);
     let out = run(dir.path());
-    assert!(out.contains("quarantined"), "{out}");
+    // The summary names the table, the column, the value and why.
+    assert!(
+        out.contains("4 malformed record(s) quarantined in `events_changes__quarantine`")
+            && out.contains("the first: postgres:src:public.events: column `")
+            && out.contains("has no"),
+        "{out}"
+    );
     assert_eq!(
         query(dir.path(), ROWS),
         vec!["1,-0043-03-15,-0043-03-15T10:00:00.500,+10000-01-01T00:00:00Z,1.50,NaN",],

@@ -15,6 +15,7 @@ fn source(db: &TestDb, name: &str) -> TableSource {
         max_changes: 1000,
         text_columns: vec![],
         parking: Default::default(),
+        clients: Default::default(),
         notices: Default::default(),
     }
 }

@@ -408,6 +408,8 @@ impl ExternalSource for FixtureSource {
                 acknowledge: None,
                 carried: None,
                 rejected: vec![],
+                warnings: vec![],
+                defaults: vec![],
             })
         })
     }
