@@ -587,6 +587,18 @@ fn a_subscribed_topic_that_does_not_exist_is_named_in_the_run_summary() {
     broker.create_topic("crm.public.customers", 1);
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), &broker, "crm.public.not_there_yet", "");
+    // validate says it too, at the call, while the brokers answer.
+    let out = cdcflow(&["validate", "-p", dir.path().to_str().expect("utf-8")]);
+    let checked = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{checked}");
+    assert!(
+        checked.contains("flows.sql:3:")
+            && checked.contains(
+                "subscribed Kafka topic `crm.public.not_there_yet` does not exist on the brokers"
+            )
+            && checked.contains("crm.public.customers"),
+        "{checked}"
+    );
     let said = run(dir.path());
     assert!(
         said.contains(

@@ -172,7 +172,8 @@ fn server_diagnostics(loaded: &Loaded) -> Vec<Diagnostic> {
     };
     let postgres = reads(|i| matches!(i, cdcflow_plan::Input::Postgres(_)));
     let mysql = reads(|i| matches!(i, cdcflow_plan::Input::Mysql(_)));
-    if !postgres && !mysql {
+    let kafka = reads(|i| matches!(i, cdcflow_plan::Input::Kafka(_)));
+    if !postgres && !mysql && !kafka {
         return vec![];
     }
     match tokio::runtime::Builder::new_current_thread()
@@ -186,6 +187,9 @@ fn server_diagnostics(loaded: &Loaded) -> Vec<Diagnostic> {
             }
             if mysql {
                 out.extend(cdcflow_mysql::validate::server_diagnostics(pipeline).await);
+            }
+            if kafka && !loaded.has_errors() {
+                out.extend(cdcflow_kafka::validate::server_diagnostics(pipeline));
             }
             out
         }),

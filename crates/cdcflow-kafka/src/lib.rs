@@ -13,6 +13,7 @@ pub mod client;
 pub mod offsets;
 pub mod records;
 pub mod source;
+pub mod validate;
 
 /// The client, so that tests and tools can produce records with the same one.
 pub use rdkafka;
