@@ -227,6 +227,15 @@ impl KafkaSource {
             })
             .collect();
         let read = drain_all(&consumer, &wants, self.rk.include_headers)?;
+        for (partition, r) in read.iter().filter(|(_, r)| r.stalled) {
+            warnings.push(format!(
+                "{}: no record arrived for {} s below offset {} that the read expected (the brokers answer); the batch took what it had, up to offset {}, and the next reads on from there",
+                named(partition),
+                STALL.as_secs(),
+                wants[partition].end,
+                r.next
+            ));
+        }
         let mut position = Offsets::new();
         for (partition, r) in &read {
             position.insert(partition.clone(), r.next);
@@ -378,6 +387,9 @@ struct Drained {
     after: Option<Record>,
     /// The offset of the last record the partition gave, taken or not.
     last_seen: Option<i64>,
+    /// The partition gave nothing for [`STALL`] below the end the read expected (its
+    /// brokers answering): the read took what it had.
+    stalled: bool,
 }
 
 /// Reads what `wants` asks of each partition: all partitions are fetched at once, each
@@ -501,12 +513,7 @@ impl<'a> Draining<'a> {
                         // read that failed (nothing committed, the next run resumes
                         // from the committed offsets), not the end of the partition.
                         reachable(consumer, self.partition)?;
-                        tracing::warn!(
-                            partition = %named(self.partition),
-                            next = self.out.next,
-                            end = self.want.end,
-                            "no record arrived below the end the read expected; it takes what it has"
-                        );
+                        self.out.stalled = true;
                         self.ended = true;
                     }
                     break;
