@@ -162,17 +162,7 @@ pub(crate) async fn run_locked(
                     continue;
                 }
                 let flow = &pipeline.flows[run[i]];
-                let upstream = flow.inputs.iter().find_map(|input| match input {
-                    Input::Dataset { name, .. } => blocked
-                        .get(&name.to_lowercase())
-                        .map(|why| format!("input `{name}` {why}")),
-                    Input::Files(_)
-                    | Input::Delta(_)
-                    | Input::Postgres(_)
-                    | Input::Mysql(_)
-                    | Input::Query(_)
-                    | Input::Kafka(_) => None,
-                });
+                let upstream = blocked_input(pipeline, &flow.inputs, &blocked, &mut Vec::new());
                 if let Some(reason) = upstream {
                     let kind = kind_of(flow, dataset_kind(pipeline, flow));
                     let mut r = FlowReport::new(&flow.name, &flow.target, kind);
@@ -247,6 +237,38 @@ impl RunContext {
         }
         r
     }
+}
+
+/// Why a flow reading `inputs` cannot run now: the first table among them, or among
+/// what the views among them read, that this run blocked (`blocked`, by lower-case
+/// name). `seen` holds the views already looked through.
+fn blocked_input(
+    pipeline: &Pipeline,
+    inputs: &[Input],
+    blocked: &BTreeMap<String, &'static str>,
+    seen: &mut Vec<String>,
+) -> Option<String> {
+    inputs.iter().find_map(|input| {
+        let Input::Dataset { name, .. } = input else {
+            return None;
+        };
+        let key = name.to_lowercase();
+        if let Some(why) = blocked.get(&key) {
+            return Some(format!("input `{name}` {why}"));
+        }
+        let view = pipeline
+            .dataset(name)
+            .is_some_and(|d| d.kind == DatasetKind::View);
+        if !view || seen.contains(&key) {
+            return None;
+        }
+        seen.push(key);
+        pipeline
+            .flows
+            .iter()
+            .filter(|f| f.target.eq_ignore_ascii_case(name))
+            .find_map(|f| blocked_input(pipeline, &f.inputs, blocked, seen))
+    })
 }
 
 /// The kind of the dataset `flow` writes (the run takes only flows whose target is

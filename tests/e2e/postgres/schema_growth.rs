@@ -27,10 +27,20 @@ fn a_column_added_while_a_continuous_run_follows_the_table_keeps_its_values() {
     let yaml = dir.path().join("pipeline.yaml");
     let text = std::fs::read_to_string(&yaml).expect("yaml");
     std::fs::write(&yaml, format!("{text}trigger_interval_seconds: 0.5\n")).expect("yaml");
-    // A view of every column of the silver table: planned again too.
+    // A view of every column of the silver table, and a history kept through a view of
+    // bronze: planned again too.
     std::fs::write(
         dir.path().join("gold.sql"),
-        "CREATE MATERIALIZED VIEW customers_copy AS SELECT * FROM customers;",
+        "CREATE MATERIALIZED VIEW customers_copy AS SELECT * FROM customers;
+CREATE TEMPORARY VIEW kept_changes AS
+  SELECT * FROM STREAM(customers_changes) WHERE _change_type <> 'truncate';
+CREATE OR REFRESH STREAMING TABLE customers_history;
+CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history FROM STREAM(kept_changes)
+  KEYS (id)
+  APPLY AS DELETE WHEN _change_type = 'delete'
+  SEQUENCE BY struct(_commit_lsn, _change_seq)
+  COLUMNS * EXCEPT (_change_type, _commit_lsn, _change_seq, _commit_timestamp, _xid)
+  STORED AS SCD TYPE 2;",
     )
     .expect("gold.sql");
     let child = spawn_continuous(dir.path());
@@ -47,6 +57,8 @@ fn a_column_added_while_a_continuous_run_follows_the_table_keeps_its_values() {
     let after = reaches(dir.path(), &db, sql, Duration::from_secs(60));
     let view = "SELECT id, name, city, coalesce(extra, '-') FROM customers_copy ORDER BY id";
     let viewed = super::reaches(dir.path(), &db, (view, sql), Duration::from_secs(30));
+    let open = "SELECT id, name, city, coalesce(extra, '-') FROM customers_history WHERE __END_AT IS NULL ORDER BY id";
+    let history = super::reaches(dir.path(), &db, (open, sql), Duration::from_secs(30));
     let (_, out) = stop(child);
     let said = crate::stderr(&out);
     assert!(before, "the snapshot did not arrive: {said}");
@@ -63,6 +75,11 @@ fn a_column_added_while_a_continuous_run_follows_the_table_keeps_its_values() {
         viewed,
         "the view lost the new column: {:?}",
         stdout(&query_csv(dir.path(), view))
+    );
+    assert!(
+        history,
+        "the history read through a view lost the new column: {:?}",
+        stdout(&query_csv(dir.path(), open))
     );
 }
 
