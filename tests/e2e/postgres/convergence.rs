@@ -134,7 +134,9 @@ fn write(db: &Db, writer: &mut Writer, ops: u64) {
     });
 }
 
-fn history(dir: &Path) {
+/// An SCD type 2 history of `customers_changes` through a view that leaves truncates
+/// out (an SCD type 2 flow takes none), beside the pipeline's other flows.
+pub(super) fn history(dir: &Path) {
     std::fs::write(
         dir.join("history.sql"),
         "CREATE TEMPORARY VIEW kept_changes AS
