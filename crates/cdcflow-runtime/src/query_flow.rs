@@ -157,20 +157,20 @@ impl QueryBatch {
             None => (schema, batches),
         };
         report.rows_written = batches.iter().map(|b| b.num_rows() as u64).sum();
-        // A table with no rows (new, or emptied by a full refresh) has no row to miss.
+        // The table's columns before this write; a table with no rows (new, or emptied by
+        // a full refresh) has no row to miss.
+        let stored = self.table.arrow_schema();
         let has_rows = self.table.exists() && !self.table.is_empty()?;
         if let Some(refused) = added_with_default(
-            self.table.arrow_schema().as_ref().filter(|_| has_rows),
+            stored.as_ref().filter(|_| has_rows),
             &schema,
             &self.inputs.source_defaults,
             &flow.target,
         ) {
             return Err(refused);
         }
-        if let Some(change) =
-            delta::added_columns(self.table.arrow_schema().as_ref(), &schema, &flow.target)
-        {
-            report.unplanned_columns = unplanned(rc, flow, self.table.arrow_schema(), &schema);
+        if let Some(change) = delta::added_columns(stored.as_ref(), &schema, &flow.target) {
+            report.unplanned_columns = unplanned(rc, flow, stored.clone(), &schema);
             match report.unplanned_columns.is_empty() {
                 true => report.warnings.push(change),
                 false => report.warnings.push(format!(
@@ -196,12 +196,11 @@ impl QueryBatch {
             .doing(operation);
         // A table a full refresh emptied takes the columns of its first batch: a column
         // whose type changed upstream would otherwise keep failing the appends.
-        let emptied = mode == Mode::Append && self.table.exists() && self.table.is_empty()?;
+        let emptied = mode == Mode::Append && self.table.exists() && !has_rows;
         let write_mode = match emptied {
             true => Mode::Overwrite,
             false => mode,
         };
-        let stored = self.table.arrow_schema();
         delta::write(&self.dir, &schema, batches, write_mode, &commit)
             .await
             .map_err(
