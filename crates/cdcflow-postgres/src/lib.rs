@@ -14,6 +14,8 @@
 //!   the initial copy, in chunks ([`tid_copy`] for a table without a primary key), each
 //!   read by COPY (`copy_text`);
 //! - [`pgoutput`]: the replication messages; [`types`]: values to Arrow;
+//!   [`stream`]: the slot's stream, read for one table or for several at once
+//!   ([`shared_slot`]: what it read for the others, until they take it);
 //!   [`changes`]: the rows and their metadata columns; [`rejected`]: rows with a value
 //!   their column's type has none of, set apart for the quarantine table.
 
@@ -30,9 +32,11 @@ pub mod position;
 pub mod rejected;
 pub mod runtime;
 pub mod shared_client;
+pub mod shared_slot;
 pub mod slots;
 pub mod snapshot;
 pub mod source;
+mod stream;
 pub mod tables;
 pub mod tid_copy;
 pub mod tls;

@@ -176,6 +176,26 @@ impl Parking {
         }
     }
 
+    /// Tells the session parked on `slot`, when there is one, that everything before
+    /// `position` is committed (it reports it to the server in its next status update;
+    /// [`Parking::finish`] waits for the server to take it). A table whose read took
+    /// its part of another table's stream acknowledges so: the slot streams to that
+    /// session, so the server would refuse to advance it otherwise. Returns whether
+    /// there was one.
+    pub(crate) fn acknowledge(&self, slot: &str, position: u64) -> bool {
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(parked) = sessions.get_mut(slot) else {
+            return false;
+        };
+        if position > parked.acknowledged {
+            parked
+                .session
+                .update_applied_lsn(pgwire_replication::Lsn::from_u64(position));
+            parked.acknowledged = position;
+        }
+        true
+    }
+
     /// The session parked on `slot`, taken out: the caller goes on with it or closes
     /// it before streaming the slot.
     pub(crate) fn take(&self, slot: &str) -> Option<Parked> {

@@ -29,6 +29,7 @@ use crate::client_cert::{ClientCert, Pem};
 use crate::connection::PgConnection;
 use crate::error::{PgError, Refresh};
 use crate::position;
+use crate::shared_slot::{LaneKey, Member, SharedSlot};
 use crate::slots;
 use crate::source::{Changes, ReadFrom, TableSource};
 use crate::tls::Tls;
@@ -52,6 +53,8 @@ pub struct PostgresSources {
     pub committed: CommittedSeen,
     /// The run's SQL connections, one per server and login.
     pub clients: crate::shared_client::SharedClients,
+    /// Each connection's slot, streamed once for all its tables, by connection.
+    pub shared: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<SharedSlot>>>>,
 }
 
 /// The position each input (its flow and checkpoint key) was last seen to have
@@ -80,6 +83,12 @@ impl SourceFactory for PostgresSources {
             s.source.parking = self.parking.clone();
             s.source.notices = self.notices.clone();
             s.source.clients = self.clients.clone();
+            if let Ok(mut shared) = self.shared.lock() {
+                let slot = shared.entry(rp.connection.clone()).or_insert_with(|| {
+                    Arc::new(SharedSlot::new(members(pipeline, &rp.connection)))
+                });
+                s.source.shared = Some(Arc::clone(slot));
+            }
             if let Some(readers) = Arc::get_mut(&mut s.readers) {
                 readers.seen = Arc::clone(&self.committed);
             }
@@ -207,11 +216,12 @@ fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
             // Named per read (`PgSource::named`): the name depends on the checkpoints.
             slot: names.legacy.clone(),
             publication: names.legacy.clone(),
-            max_changes: usize::try_from(rp.max_changes_per_batch).unwrap_or(usize::MAX),
+            max_changes: max_changes(rp),
             text_columns: declared_strings(rp),
             parking: Default::default(),
             clients: Default::default(),
             notices: Default::default(),
+            shared: None,
         },
         names,
         key: rp.key(),
@@ -219,6 +229,11 @@ fn open(pipeline: &Pipeline, rp: &ReadPostgres) -> Result<PgSource, RunError> {
         readers: Arc::new(readers(pipeline, &rp.connection)),
         progress: None,
     })
+}
+
+/// The most changes a read of `rp` takes.
+fn max_changes(rp: &ReadPostgres) -> usize {
+    usize::try_from(rp.max_changes_per_batch).unwrap_or(usize::MAX)
 }
 
 /// The columns `schema =>` declares STRING: they keep PostgreSQL's text.
@@ -252,6 +267,31 @@ fn readers(pipeline: &Pipeline, connection: &str) -> SlotReaders {
         inputs,
         seen: CommittedSeen::default(),
     }
+}
+
+/// Every table the pipeline reads through `connection`, with the flow whose checkpoint
+/// keeps its position (one stream of the slot serves them all).
+fn members(pipeline: &Pipeline, connection: &str) -> Vec<Member> {
+    let mut out = vec![];
+    for flow in &pipeline.flows {
+        let Some(target) = pipeline.dataset(&flow.target) else {
+            continue;
+        };
+        for input in &flow.inputs {
+            if let Input::Postgres(rp) = input
+                && rp.connection == connection
+            {
+                out.push(Member {
+                    key: LaneKey::new(&rp.source, &declared_strings(rp), max_changes(rp)),
+                    storage: pipeline.storage(),
+                    flow: flow.name.clone(),
+                    target: target.clone(),
+                    input: rp.key(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The inputs that share one slot, and where their positions are committed.

@@ -22,20 +22,18 @@
 use std::time::Duration;
 
 use cdcflow_plan::read_postgres::TableName;
-use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
+use pgwire_replication::{Lsn, ReplicationClient};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use crate::changes::{ChangeKind, ChangeMeta, ChangeRows, TableColumn};
+use crate::changes::{ChangeRows, TableColumn};
 use crate::connection::{PgConnection, quote_ident, quote_literal};
-use crate::error::{PgError, Refresh};
+use crate::error::PgError;
 use crate::identity::Identity;
 use crate::parking::{KEEP_SNAPSHOT_FOR, Parked, Parking};
-use crate::pgoutput::{self, Message, RelationColumn, Value};
+use crate::shared_slot::{self, Known, LaneKey, SharedSlot};
 use crate::snapshot::CopyProgress;
-
-/// How long the stream may stay silent before the read fails (the server sends a
-/// keepalive every `wal_sender_timeout / 2`, 30 s by default).
-const SILENCE: Duration = Duration::from_secs(120);
+pub(crate) use crate::stream::StreamState;
+use crate::stream::{Lane, stream};
 /// How often, and how many times, an acknowledgement looks whether the server took
 /// the position (10 s in all).
 const WAIT_STEP: Duration = Duration::from_millis(20);
@@ -50,8 +48,6 @@ const SENT_TRIES: usize = 200;
 const STREAM_DURING_COPY_BYTES: u64 = 256 << 20;
 /// How long a read waits for a slot another session still holds.
 const SLOT_BUSY: Duration = Duration::from_secs(10);
-/// Seconds since the Unix epoch at PostgreSQL's epoch (2000-01-01).
-const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 /// A table, schema-qualified (the planner's name for it).
 pub type TableRef = TableName;
@@ -90,6 +86,8 @@ pub struct TableSource {
     pub notices: crate::notices::Notices,
     /// The run's SQL connection to the server, for the reads that copy nothing.
     pub clients: crate::shared_client::SharedClients,
+    /// The slot streamed once for every table of the connection (`crate::shared_slot`).
+    pub shared: Option<std::sync::Arc<SharedSlot>>,
 }
 
 /// What one read found.
@@ -254,6 +252,11 @@ pub struct ReadFrom {
 }
 
 impl TableSource {
+    /// What tells this table's rows from other tables' in a shared stream.
+    fn lane_key(&self) -> LaneKey {
+        LaneKey::new(&self.table, &self.text_columns, self.max_changes)
+    }
+
     /// This table read through slot `slot` and the publication of the same name.
     pub fn named(&self, slot: &str) -> TableSource {
         TableSource {
@@ -289,6 +292,20 @@ impl TableSource {
     /// server is out of reach or shutting down: `Parking::let_go`).
     pub async fn read_from(&self, from: &ReadFrom) -> Result<Changes, PgError> {
         let read = self.read_kept(from).await;
+        if let (Ok(changes), Some(shared)) = (&read, &self.shared)
+            && changes.copy == CopyProgress::Done
+            && let Some(identity) = &changes.identity
+        {
+            shared.note(
+                &self.lane_key(),
+                Known {
+                    slot: self.slot.clone(),
+                    lsn: changes.position,
+                    within: changes.within,
+                    relid: identity.relid,
+                },
+            );
+        }
         if let Err(e) = &read {
             self.parking.let_go(&self.slot, e.unreachable()).await;
             if e.unreachable() {
@@ -313,6 +330,34 @@ impl TableSource {
         let (target, read_at_micros) = flush_position(&client).await?;
         let columns = self.columns(&client).await?;
         let identity = self.check_objects(&client, from).await?;
+        // What a stream of another table of the slot read for this one, when it starts
+        // where this read does; the lock is held through this read's own stream, which
+        // reads for the others in turn.
+        let mut parts = match (&self.shared, from.lsn, &from.copy) {
+            (Some(shared), Some(_), CopyProgress::Done) => Some(shared.kept.lock().await),
+            _ => None,
+        };
+        if let Some(parts) = parts.as_mut()
+            && let Some(part) =
+                SharedSlot::take(parts, &self.lane_key(), from, &columns, identity.relid)
+        {
+            return Ok(Changes {
+                rows: part.rows,
+                position: part.reached.position,
+                within: part.reached.within,
+                snapshot: false,
+                copy: CopyProgress::Done,
+                estimate: None,
+                more: part.more,
+                read_at_micros: part.read_at_micros,
+                keys: part.keys,
+                identity: Some(identity),
+                unresolved: part.unresolved,
+                rejected: part.rejected,
+                defaults: defaults(&columns),
+                session: None,
+            });
+        }
         // A session the run's previous read left on the slot: gone on with when this
         // read starts where that one stopped, closed otherwise (one session a slot).
         // What it was told is committed, which the server may not have yet: the
@@ -414,32 +459,46 @@ impl TableSource {
         let session = exporter
             .filter(|e| e.source_slot && from.lsn.is_none())
             .map(|e| e.session);
-        let (mut session, mut state) = match (session, resumed) {
+        // A new session of the slot streams it for the slot's other tables too.
+        let others = match (&self.shared, &parts, &session, &resumed) {
+            (Some(shared), Some(_), None, None) => {
+                shared
+                    .others(&self.lane_key(), &self.slot, acked, &client)
+                    .await
+            }
+            _ => vec![],
+        };
+        let own_lane = |rows: ChangeRows, state: StreamState| {
+            Lane::new(
+                self.table.clone(),
+                identity.relid,
+                (start, from.within),
+                rows,
+                state,
+                (limit, most),
+            )
+        };
+        let share = shared_slot::share(others.len());
+        let mut lanes: Vec<Lane> = vec![];
+        let (mut session, state) = match (session, resumed) {
             (Some(mut s), _) => {
                 s.start().await?;
                 s.wait_started().await?;
                 (s, StreamState::default())
             }
             (None, Some(p)) => (p.session, p.state),
-            (None, None) => (
-                self.start_streaming(start, acked).await?,
-                StreamState::default(),
-            ),
-        };
-        let reached = loop {
-            if let Some(r) = &state.relation {
-                rows.set_keys(&r.keys);
+            (None, None) => {
+                let lowest = others.iter().map(|o| o.start()).fold(start, u64::min);
+                lanes.extend(others.iter().map(|o| o.lane(share)));
+                (
+                    self.start_streaming(lowest, acked).await?,
+                    StreamState::default(),
+                )
             }
-            let reached = stream(
-                &mut session,
-                &mut state,
-                &mut rows,
-                (&self.table, identity.relid),
-                (start, target),
-                (limit, most),
-                from.within,
-            )
-            .await;
+        };
+        lanes.insert(0, own_lane(rows, state));
+        let reached = loop {
+            let reached = stream(&mut session, &mut lanes, target).await;
             if !(resuming && reached.is_err()) {
                 break reached?;
             }
@@ -447,10 +506,26 @@ impl TableSource {
             // connection dropped): read again from the position with a new one.
             let _ = session.shutdown().await;
             resuming = false;
-            rows = ChangeRows::new(columns.clone());
-            state = StreamState::default();
+            lanes = vec![own_lane(
+                ChangeRows::new(columns.clone()),
+                StreamState::default(),
+            )];
             session = self.start_streaming(start, acked).await?;
         };
+        let mut lanes = lanes.into_iter();
+        let Some(own) = lanes.next() else {
+            return Err(PgError::Protocol(
+                "the stream lost its reading table's lane".into(),
+            ));
+        };
+        if let Some(parts) = parts.as_mut() {
+            for (other, lane) in others.into_iter().zip(lanes) {
+                if let Some((key, part)) = other.part(lane, target, read_at_micros) {
+                    parts.insert(key, part);
+                }
+            }
+        }
+        let (rows, state) = (own.rows, own.state);
         let keys = rows.key_names();
         let finished = rows.finish()?;
         Ok(Changes {
@@ -547,6 +622,9 @@ impl TableSource {
             let mut session = session.client;
             wait_confirmed(&self.connection, &self.slot, position).await?;
             let _ = session.shutdown().await;
+        }
+        if self.parking.acknowledge(&self.slot, position) {
+            return Ok(());
         }
         let client = self.clients.get(&self.connection).await?;
         // The walsender may take a moment to let go of the slot.
@@ -797,447 +875,5 @@ impl TableSource {
             )
             .await?
             .is_some())
-    }
-}
-
-/// A change of an open transaction: what, the values, the columns left out, and the
-/// old values of an update that changed the key.
-type Change = (
-    ChangeKind,
-    Vec<Option<String>>,
-    Vec<usize>,
-    Option<Vec<Option<String>>>,
-);
-
-/// Where a stream stands between two events: the table as the stream described it,
-/// and the transaction being received.
-#[derive(Default)]
-pub(crate) struct StreamState {
-    relation: Option<Relation>,
-    open: Option<Open>,
-}
-
-/// A transaction being received.
-struct Open {
-    xid: u32,
-    commit_micros: i64,
-    /// Its commit LSN (the Begin message gives it).
-    commit_lsn: u64,
-    /// Read by an earlier batch (it committed before the position the read started
-    /// from): its changes are skipped.
-    skipped: bool,
-    /// Its changes up to this position were taken by an earlier batch.
-    taken_before: i64,
-    /// The position of its last change so far, from 1.
-    seq: i64,
-    /// Its changes taken by this read.
-    taken: usize,
-    /// The changes of the message being handled: each with the columns it left out
-    /// (unchanged TOASTed values) and, for an update that changed the key, the old
-    /// values.
-    changes: Vec<Change>,
-}
-
-/// Where a stream read stopped.
-struct Reached {
-    /// Every transaction that committed before it is read.
-    position: u64,
-    /// Inside a transaction larger than a batch: its commit LSN and the last change
-    /// taken.
-    within: Option<(u64, i64)>,
-}
-
-/// Receives transactions until the stream has passed `target`, or `rows` holds
-/// `limits.0` rows at a transaction's end, or a transaction has given `limits.1`
-/// changes to this read (it stops inside it); rows of transactions that committed at
-/// or after `start` go to `rows`, but those of transaction `within.0` only after its
-/// change `within.1`. Rows are added as they come, so memory holds a batch, whatever
-/// the size of a transaction.
-async fn stream(
-    session: &mut ReplicationClient,
-    state: &mut StreamState,
-    rows: &mut ChangeRows,
-    table: (&TableName, u32),
-    (start, target): (u64, u64),
-    (limit, most_in_transaction): (usize, usize),
-    within: Option<(u64, i64)>,
-) -> Result<Reached, PgError> {
-    let StreamState { relation, open } = state;
-    if let Some(txn) = open.as_mut() {
-        // Gone on with from an earlier read: what it took counts there.
-        txn.taken = 0;
-    }
-    let mut position = start;
-    while position < target {
-        let event = tokio::time::timeout(SILENCE, session.recv())
-            .await
-            .map_err(|_| {
-                PgError::Protocol(format!(
-                    "the server sent nothing for {} s",
-                    SILENCE.as_secs()
-                ))
-            })??;
-        let Some(event) = event else {
-            return Err(PgError::Protocol(
-                "the replication stream ended before the WAL flushed at the start was read".into(),
-            ));
-        };
-        match event {
-            ReplicationEvent::Begin {
-                xid,
-                commit_time_micros,
-                final_lsn,
-            } => {
-                let commit_lsn = final_lsn.as_u64();
-                *open = Some(Open {
-                    xid,
-                    commit_micros: commit_time_micros + PG_EPOCH_MICROS,
-                    commit_lsn,
-                    // Already read by a committed batch (a restart from a slot that
-                    // was not acknowledged, or a table ahead of the slot).
-                    skipped: commit_lsn < start,
-                    taken_before: within
-                        .filter(|(lsn, _)| *lsn == commit_lsn)
-                        .map_or(0, |(_, seq)| seq),
-                    seq: 0,
-                    taken: 0,
-                    changes: vec![],
-                });
-                // A transaction that commits at or after the target is left for the
-                // next read; every one before it has been sent (they come in commit
-                // order). The stream stops at its Begin, kept open in `state`, so that
-                // a session parked here (`crate::parking`) goes on with it.
-                if commit_lsn >= target {
-                    return Ok(Reached {
-                        position: position.max(commit_lsn),
-                        within: None,
-                    });
-                }
-            }
-            ReplicationEvent::XLogData { data, .. } => {
-                let Some(txn) = open.as_mut() else {
-                    continue;
-                };
-                let message = pgoutput::decode(&data)?;
-                change(message, table, rows.columns(), relation, txn)?;
-                if let Some(r) = relation.as_ref() {
-                    rows.set_keys(&r.keys);
-                }
-                take(txn, rows)?;
-                if txn.taken >= most_in_transaction {
-                    return Ok(Reached {
-                        position,
-                        within: Some((txn.commit_lsn, txn.seq)),
-                    });
-                }
-            }
-            ReplicationEvent::Commit { end_lsn, .. } => {
-                if open.take().is_none() {
-                    continue;
-                }
-                position = position.max(end_lsn.as_u64());
-                if rows.len() >= limit {
-                    break;
-                }
-            }
-            // Between transactions, everything before the server's position has been
-            // sent.
-            ReplicationEvent::KeepAlive { wal_end, .. } if open.is_none() => {
-                position = position.max(wal_end.as_u64());
-            }
-            ReplicationEvent::StoppedAt { reached } => {
-                position = position.max(reached.as_u64());
-            }
-            _ => {}
-        }
-    }
-    Ok(Reached {
-        position,
-        within: None,
-    })
-}
-
-/// Moves the open transaction's new changes into `rows`, numbered in the transaction,
-/// leaving out those an earlier batch took.
-fn take(txn: &mut Open, rows: &mut ChangeRows) -> Result<(), PgError> {
-    for (kind, values, unchanged, old_key) in std::mem::take(&mut txn.changes) {
-        txn.seq += 1;
-        if txn.skipped || txn.seq <= txn.taken_before {
-            continue;
-        }
-        let meta = ChangeMeta {
-            kind,
-            commit_lsn: txn.commit_lsn,
-            seq: txn.seq,
-            commit_micros: Some(txn.commit_micros),
-            xid: Some(txn.xid),
-        };
-        rows.push_change(values, meta, &unchanged, old_key.as_deref())?;
-        txn.taken += 1;
-    }
-    Ok(())
-}
-
-/// How the stream describes the table: its id, and for each of the table's columns
-/// (as the read found them) its place in the stream's tuples and whether it is part of
-/// the replica identity.
-struct Relation {
-    id: u32,
-    places: Vec<Option<usize>>,
-    keys: Vec<bool>,
-    /// The stream sends the table's columns in the table's order (the usual case).
-    in_place: bool,
-}
-
-impl Relation {
-    /// `places`: for each of the table's columns, its place among the `sent` columns
-    /// of the stream's tuples.
-    fn new(id: u32, places: Vec<Option<usize>>, keys: Vec<bool>, sent: usize) -> Self {
-        let in_place =
-            sent == places.len() && places.iter().enumerate().all(|(i, p)| *p == Some(i));
-        Self {
-            id,
-            places,
-            keys,
-            in_place,
-        }
-    }
-
-    /// The stream's tuple in the table's column order; a column the stream does not
-    /// have yet (added later upstream) is null. The values are moved, not copied.
-    fn reorder<T>(&self, tuple: Vec<T>, missing: impl Fn() -> T) -> Vec<T> {
-        if self.in_place && tuple.len() == self.places.len() {
-            return tuple;
-        }
-        let mut sent: Vec<Option<T>> = tuple.into_iter().map(Some).collect();
-        self.places
-            .iter()
-            .map(|p| {
-                p.and_then(|p| sent.get_mut(p).and_then(Option::take))
-                    .unwrap_or_else(&missing)
-            })
-            .collect()
-    }
-}
-
-/// The stream's description of a table against the columns the read found: every
-/// stream column must be one of them with the same type; a table column the stream
-/// lacks was added later and reads as null.
-fn relation(
-    id: u32,
-    sent: &[RelationColumn],
-    columns: &[TableColumn],
-    table: &str,
-) -> Result<Relation, PgError> {
-    for s in sent {
-        match columns.iter().find(|c| c.name == s.name) {
-            None => {
-                return Err(PgError::Data {
-                    message: format!(
-                        "column `{}` of `{table}` is in the change stream but no longer in the table (dropped or renamed upstream)",
-                        s.name
-                    ),
-                    help: "run `cdcflow run --full-refresh <table>` to take a new snapshot of the table as it is".into(),
-                });
-            }
-            Some(c) if c.type_oid != s.type_oid || c.type_modifier != s.type_modifier => {
-                let old = crate::types::arrow_type(s.type_oid, s.type_modifier);
-                return Err(PgError::Data {
-                    message: format!(
-                        "column `{}` of `{table}` changed its type upstream, from {old} (type oid {}) to {} (type oid {}), while changes of the old type are still to be read",
-                        s.name,
-                        s.type_oid,
-                        c.arrow_type(),
-                        c.type_oid
-                    ),
-                    help: "run `cdcflow run --full-refresh <table> --cascade` to take a new snapshot of the table as it is (the tables that read it are rebuilt with the new type)".into(),
-                });
-            }
-            Some(_) => {}
-        }
-    }
-    let places: Vec<Option<usize>> = columns
-        .iter()
-        .map(|c| sent.iter().position(|s| s.name == c.name))
-        .collect();
-    let keys = places
-        .iter()
-        .map(|p| p.is_some_and(|p| sent[p].key))
-        .collect();
-    Ok(Relation::new(id, places, keys, sent.len()))
-}
-
-/// Adds the rows of one decoded message to the open transaction. The table is known by
-/// its OID (`relid`), which a rename keeps; another table under its name is the table
-/// dropped and created again, a gap the read cannot fill.
-fn change(
-    message: Message,
-    (table, relid): (&TableName, u32),
-    columns: &[TableColumn],
-    current: &mut Option<Relation>,
-    txn: &mut Open,
-) -> Result<(), PgError> {
-    let ours = |id: u32, current: &Option<Relation>| current.as_ref().is_some_and(|r| r.id == id);
-    if let Message::Relation {
-        id,
-        columns: sent,
-        namespace,
-        name,
-    } = &message
-    {
-        // The slot's publication has the other tables of the pipeline too.
-        if *id != relid {
-            if *namespace == table.schema && *name == table.name {
-                return Err(PgError::Gap {
-                    message: format!(
-                        "table `{table}` was dropped and created again while the stream was read (it was OID {relid}, the stream now has OID {id})"
-                    ),
-                    refresh: Refresh::Table,
-                });
-            }
-            return Ok(());
-        }
-        *current = Some(relation(
-            *id,
-            sent,
-            columns,
-            &format!("{namespace}.{name}"),
-        )?);
-        return Ok(());
-    }
-    let Some(rel) = current.as_ref() else {
-        return Ok(());
-    };
-    // Values and left-out columns in the table's column order.
-    let ordered = |tuple: Vec<Value>, old: Option<&[Value]>| {
-        let (values, unchanged) = texts(tuple, old);
-        let mut left_out = vec![false; values.len()];
-        for i in unchanged {
-            left_out[i] = true;
-        }
-        let values = rel.reorder(values, || None);
-        let left_out = rel.reorder(left_out, || false);
-        let unchanged: Vec<usize> = left_out
-            .iter()
-            .enumerate()
-            .filter(|(_, u)| **u)
-            .map(|(i, _)| i)
-            .collect();
-        (values, unchanged)
-    };
-    match message {
-        Message::Insert { relation: id, new } if ours(id, current) => {
-            let (new, unchanged) = ordered(new, None);
-            txn.changes.push((ChangeKind::Insert, new, unchanged, None));
-        }
-        Message::Update {
-            relation: id,
-            old,
-            new,
-        } if ours(id, current) => {
-            let (new, unchanged) = ordered(new, old.as_deref());
-            let mut moved_from = None;
-            if let Some(old) = old {
-                let old = rel.reorder(texts_lenient(old), || None);
-                let moved = rel
-                    .keys
-                    .iter()
-                    .enumerate()
-                    .any(|(i, key)| *key && old.get(i) != new.get(i));
-                // A changed key: the row under its old key is gone.
-                if moved {
-                    let key_only: Vec<Option<String>> = old
-                        .into_iter()
-                        .zip(&rel.keys)
-                        .map(|(v, key)| v.filter(|_| *key))
-                        .collect();
-                    moved_from = Some(key_only.clone());
-                    txn.changes
-                        .push((ChangeKind::Delete, key_only, vec![], None));
-                }
-            }
-            txn.changes
-                .push((ChangeKind::Update, new, unchanged, moved_from));
-        }
-        Message::Delete { relation: id, old } if ours(id, current) => {
-            let old = rel.reorder(texts_lenient(old), || None);
-            txn.changes.push((ChangeKind::Delete, old, vec![], None));
-        }
-        Message::Truncate { relations } if relations.iter().any(|r| ours(*r, current)) => {
-            txn.changes.push((
-                ChangeKind::Truncate,
-                vec![None; columns.len()],
-                vec![],
-                None,
-            ));
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-/// A tuple's values as text, with the columns it leaves out: an unchanged TOASTed
-/// value is taken from `old` (sent under `REPLICA IDENTITY FULL`), else left for
-/// [`ChangeRows`] to carry over from the key's row before.
-fn texts(values: Vec<Value>, old: Option<&[Value]>) -> (Vec<Option<String>>, Vec<usize>) {
-    let mut unchanged = vec![];
-    let values = values
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| match v {
-            Value::Null => None,
-            Value::Text(t) => Some(t),
-            Value::UnchangedToast => match old.and_then(|o| o.get(i)) {
-                Some(Value::Text(t)) => Some(t.clone()),
-                _ => {
-                    unchanged.push(i);
-                    None
-                }
-            },
-        })
-        .collect();
-    (values, unchanged)
-}
-
-/// Old values (a key or a whole old row): an unchanged TOASTed value is null.
-fn texts_lenient(values: Vec<Value>) -> Vec<Option<String>> {
-    values
-        .into_iter()
-        .map(|v| match v {
-            Value::Text(t) => Some(t),
-            Value::Null | Value::UnchangedToast => None,
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn relation(places: Vec<Option<usize>>, sent: usize) -> Relation {
-        let keys = vec![false; places.len()];
-        Relation::new(1, places, keys, sent)
-    }
-
-    fn texts(values: &[&str]) -> Vec<Option<String>> {
-        values.iter().map(|v| Some(v.to_string())).collect()
-    }
-
-    #[test]
-    fn a_tuple_in_the_tables_order_is_kept_as_sent() {
-        let r = relation(vec![Some(0), Some(1)], 2);
-        assert_eq!(r.reorder(texts(&["1", "a"]), || None), texts(&["1", "a"]));
-    }
-
-    #[test]
-    fn a_tuple_in_another_order_or_short_of_a_column_takes_the_tables_order() {
-        // The table's columns: id, added later (not in the stream yet), name; the
-        // stream sends name before id.
-        let r = relation(vec![Some(1), None, Some(0)], 2);
-        assert_eq!(
-            r.reorder(texts(&["a", "1"]), || None),
-            vec![Some("1".to_string()), None, Some("a".to_string())]
-        );
-        assert_eq!(r.reorder(vec![true, false], || false), [false, false, true]);
     }
 }

@@ -53,6 +53,7 @@ pub async fn server_diagnostics(pipeline: &Pipeline) -> Vec<Diagnostic> {
                 parking: Default::default(),
                 clients: Default::default(),
                 notices: Default::default(),
+                shared: None,
             };
             let checked = tokio::time::timeout(ANSWER_WITHIN, async {
                 let client = match source.connection.connect().await {

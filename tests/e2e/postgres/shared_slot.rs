@@ -13,6 +13,11 @@ use crate::{cdcflow, stderr, stdout};
 /// A pipeline that reads `tables` of `db` through one connection, each into a bronze
 /// `<t>_changes` table and an SCD type 1 table `<t>`.
 fn pipeline(dir: &Path, db: &Db, tables: &[&str]) {
+    pipeline_reading(dir, db, tables, "");
+}
+
+/// [`pipeline`], each `read_postgres` given `options` too (`, name => value`).
+fn pipeline_reading(dir: &Path, db: &Db, tables: &[&str], options: &str) {
     std::fs::write(
         dir.join("pipeline.yaml"),
         format!(
@@ -26,7 +31,7 @@ fn pipeline(dir: &Path, db: &Db, tables: &[&str]) {
         .map(|t| {
             format!(
                 "CREATE OR REFRESH STREAMING TABLE {t}_changes AS
-SELECT * FROM STREAM read_postgres(connection => 'src', table => 'public.{t}', schema => 'id INT NOT NULL, v STRING');
+SELECT * FROM STREAM read_postgres(connection => 'src', table => 'public.{t}', schema => 'id INT NOT NULL, v STRING'{options});
 
 CREATE OR REFRESH STREAMING TABLE {t};
 CREATE FLOW {t}_cdc AS AUTO CDC INTO {t} FROM STREAM({t}_changes)
@@ -62,6 +67,16 @@ fn assert_tables_are_source(dir: &Path, db: &Db, tables: &[&str], when: &str) {
             "{t}, {when}: a change was stored twice"
         );
     }
+}
+
+/// Transactions the server's logical decoding has given the output plugin for `slot`
+/// (each stream of the slot decodes again every transaction after its start).
+fn decoded_transactions(db: &Db, slot: &str) -> i64 {
+    db.rows(&format!(
+        "SELECT coalesce(total_txns, 0) FROM pg_stat_replication_slots WHERE slot_name = '{slot}'"
+    ))
+    .first()
+    .map_or(0, |n| n.parse().expect("a number"))
 }
 
 /// The slots of the test's database, with their confirmed positions.
@@ -191,4 +206,68 @@ fn tables_of_one_connection_share_a_slot_acknowledged_up_to_the_slowest() {
     }
     run(dir.path());
     assert_tables_are_source(dir.path(), &db, &["a", "b", "c"], "after two killed runs");
+}
+
+/// A catch-up of many tables streams the slot once for all of them: the server decodes
+/// each transaction once, not once per table. Small batches make the tables stop at
+/// their sizes, inside transactions and at different places, and the tables still
+/// equal the source with nothing doubled.
+#[test]
+fn a_catch_up_of_many_tables_streams_the_slot_once() {
+    const TABLES: usize = 12;
+    const TRANSACTIONS: i64 = 30;
+    let db = Db::create("one_stream");
+    let names: Vec<String> = (0..TABLES).map(|t| format!("t{t}")).collect();
+    let tables: Vec<&str> = names.iter().map(String::as_str).collect();
+    let setup: String = tables
+        .iter()
+        .map(|t| format!("CREATE TABLE {t} (id int PRIMARY KEY, v text); INSERT INTO {t} SELECT i, 'v' || i FROM generate_series(1, 20) i;"))
+        .collect();
+    db.exec(&setup);
+    let dir = tempfile::tempdir().expect("tempdir");
+    pipeline(dir.path(), &db, &tables);
+    run(dir.path());
+    let slot = slots(&db)[0].split(',').next().expect("a name").to_string();
+
+    db.exec(&changes(&tables, TRANSACTIONS, ".", 100));
+    let before = decoded_transactions(&db, &slot);
+    run(dir.path());
+    let decoded = decoded_transactions(&db, &slot) - before;
+    assert_tables_are_source(dir.path(), &db, &tables, "after the catch-up");
+    assert!(
+        decoded <= 2 * TRANSACTIONS,
+        "{TABLES} tables decoded {decoded} transactions for {TRANSACTIONS} made: the slot was streamed once per table"
+    );
+
+    // Small batches: each table stops at its size, inside the transactions (each gives
+    // a table 6 or so changes), and the parts of the others stop at theirs.
+    pipeline_reading(dir.path(), &db, &tables, ", max_changes_per_batch => 5");
+    db.exec(&changes(&tables, 4, "+", 200));
+    run(dir.path());
+    assert_tables_are_source(
+        dir.path(),
+        &db,
+        &tables,
+        "after the catch-up in small batches",
+    );
+}
+
+/// `transactions` transactions, each touching every table of `tables`: a few rows
+/// updated (`mark` and the transaction's number appended), one inserted from id
+/// `first_id` on, one deleted.
+fn changes(tables: &[&str], transactions: i64, mark: &str, first_id: i64) -> String {
+    let mut sql = String::new();
+    for n in 0..transactions {
+        sql.push_str("BEGIN;");
+        for t in tables {
+            sql.push_str(&format!(
+                "UPDATE {t} SET v = v || '{mark}{n}' WHERE id % 5 = {m}; INSERT INTO {t} VALUES ({id}, 'new'); DELETE FROM {t} WHERE id = {gone};",
+                m = n % 5,
+                id = first_id + n,
+                gone = 1 + n % 20,
+            ));
+        }
+        sql.push_str("COMMIT;");
+    }
+    sql
 }

@@ -17,6 +17,7 @@ fn source(db: &TestDb, name: &str) -> TableSource {
         parking: Default::default(),
         clients: Default::default(),
         notices: Default::default(),
+        shared: None,
     }
 }
 
