@@ -7,6 +7,7 @@
 # run. Prints each run's wall time, the most connections the pipeline held on the
 # server at once (sampled every 20 ms), the replication slots it keeps (PostgreSQL),
 # and the binary log dumps of the catch-up run (MySQL); checks every table's count.
+# A last run of each form finds nothing new (an idle poll's cost).
 #
 #   bash benches/many_tables/run.sh CDCFLOW_BIN [--source postgres|mysql] [--tables T]
 #        [--rows R] [--changes C] [--work DIR]
@@ -164,4 +165,8 @@ sql <"$WORK/changes.sql" >/dev/null
 for form in declared flows; do
   timed_run "$form" catch-up
   check "$form"
+done
+# A run with nothing new: what a poll of `run --continuous` costs when the source is idle.
+for form in declared flows; do
+  timed_run "$form" nothing-new
 done
