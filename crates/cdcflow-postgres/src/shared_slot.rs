@@ -281,8 +281,9 @@ pub(crate) fn share(n: usize) -> usize {
     KEPT_FOR_OTHERS / n.max(1)
 }
 
-/// The columns of `tables`, in order, each table's asked in one query.
-async fn columns_of(
+/// The columns of `tables`, in order, asked in one query (a table that does not exist
+/// has none).
+pub(crate) async fn columns_of(
     client: &Client,
     tables: &[&LaneKey],
 ) -> Result<HashMap<LaneKey, Vec<TableColumn>>, PgError> {

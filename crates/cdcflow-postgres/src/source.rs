@@ -690,35 +690,11 @@ impl TableSource {
 
     /// The table's columns, in order.
     pub async fn columns(&self, client: &Client) -> Result<Vec<TableColumn>, PgError> {
-        let rows = client
-            .query(
-                "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, a.attnotnull, \
-                 pg_get_expr(d.adbin, d.adrelid) \
-                 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
-                 JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
-                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
-                 ORDER BY a.attnum",
-                &[&self.table.schema, &self.table.name],
-            )
-            .await?;
-        if rows.is_empty() {
-            return Err(self.missing_table());
-        }
-        Ok(rows
-            .iter()
-            .map(|r| {
-                let name: String = r.get(0);
-                TableColumn {
-                    keep_text: self.text_columns.contains(&name),
-                    name,
-                    type_oid: r.get(1),
-                    type_modifier: r.get(2),
-                    not_null: r.get(3),
-                    default: r.get(4),
-                }
-            })
-            .collect())
+        let key = self.lane_key();
+        shared_slot::columns_of(client, &[&key])
+            .await?
+            .remove(&key)
+            .ok_or_else(|| self.missing_table())
     }
 
     /// Checks the table and its publication before anything is changed on the server
