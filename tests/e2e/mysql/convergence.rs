@@ -4,15 +4,16 @@
 //! while `cdcflow run --continuous` follows the table through the binary log and is
 //! killed with SIGKILL twice. Afterwards the SCD type 1 table equals the source and so
 //! do the SCD type 2 table's open versions, except keys that only the TRUNCATE removed
-//! (an SCD type 2 flow leaves truncates out, as for PostgreSQL).
+//! (an SCD type 2 flow leaves truncates out, as for PostgreSQL). The SCD type 2 table
+//! is the one a `syncs:` declaration generates for the same table, with a current table
+//! of its own beside the hand-written one: generated flows converge through the
+//! truncate too.
 //!
 //! A second table, `accounts`, is written alone and in the same transactions as
 //! `customers` by a fifth writer and read through the same connection, so one reader of
 //! the log serves both tables (each in batches of its own size) through the kills.
 //!
 //! Short in CI; `CDCFLOW_MYSQL_RANDOM_KEYS`, `…_OPS` and `…_SEED` run it longer.
-
-use std::path::Path;
 
 use mysql_async::prelude::Queryable;
 
@@ -131,23 +132,6 @@ fn execute(db: &Maria, ops: u64, mut next: impl FnMut() -> String) {
     });
 }
 
-fn history(dir: &Path) {
-    std::fs::write(
-        dir.join("history.sql"),
-        "CREATE TEMPORARY VIEW kept_changes AS
-  SELECT * FROM STREAM(customers_changes) WHERE _change_type <> 'truncate';
-CREATE OR REFRESH STREAMING TABLE customers_history;
-CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history FROM STREAM(kept_changes)
-  KEYS (id)
-  APPLY AS DELETE WHEN _change_type = 'delete'
-  SEQUENCE BY struct(_binlog_position, _change_seq)
-  COLUMNS * EXCEPT (_change_type, _binlog_position, _change_seq, _commit_timestamp, _binlog_file)
-  STORED AS SCD TYPE 2;
-",
-    )
-    .expect("history.sql");
-}
-
 /// The second table of the connection: its bronze and SCD type 1 tables, in batches of
 /// 50 changes (the first table's are of 400).
 const ACCOUNTS: &str = "CREATE OR REFRESH STREAMING TABLE accounts_changes AS
@@ -177,6 +161,27 @@ fn write_accounts(db: &Maria, rng: &mut Lcg, ops: u64, keys: u64) {
 /// The current rows, the same text in MariaDB and in cdcflow.
 const CURRENT: &str = "SELECT id, name, city, md5(coalesce(notes, '-')) FROM customers ORDER BY id";
 
+/// `customers` once more through a sync: its SCD type 1 table `synced_customers` and its
+/// history `synced_customers_history`, flows generated as for any synced table.
+fn synced(db: &Maria) -> String {
+    format!(
+        "syncs:
+  mirror:
+    connection: shop
+    tables: '{}.customers'
+    scd_type: [1, 2]
+    bronze_table: 'synced_{{table}}_changes'
+    target: 'synced_{{table}}'
+    history_target: 'synced_{{table}}_history'
+",
+        db.name
+    )
+}
+
+/// The synced SCD type 1 table's rows, as `CURRENT` reads the source.
+const SYNCED_CURRENT: &str =
+    "SELECT id, name, city, md5(coalesce(notes, '-')) FROM synced_customers ORDER BY id";
+
 #[test]
 fn a_random_workload_with_a_truncate_and_two_kills_converges() {
     let keys = setting("CDCFLOW_MYSQL_RANDOM_KEYS", 300);
@@ -196,10 +201,13 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), &db, ACCOUNTS);
-    history(dir.path());
     let yaml = dir.path().join("pipeline.yaml");
     let text = std::fs::read_to_string(&yaml).expect("yaml");
-    std::fs::write(&yaml, format!("{text}trigger_interval_seconds: 0.2\n")).expect("yaml");
+    std::fs::write(
+        &yaml,
+        format!("{text}trigger_interval_seconds: 0.2\n{}", synced(&db)),
+    )
+    .expect("yaml");
     // The snapshot first, so that the writers' changes all come through the log.
     run(dir.path());
 
@@ -245,8 +253,7 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
     let source = db.rows(CURRENT);
     let balances = "SELECT id, balance FROM accounts ORDER BY id";
     let accounts = db.rows(balances);
-    let mut seen = vec![];
-    let mut seen_accounts = vec![];
+    let (mut seen, mut seen_accounts, mut seen_synced) = (vec![], vec![], vec![]);
     let lines = |out: &std::process::Output| -> Vec<String> {
         crate::stdout(out)
             .lines()
@@ -255,12 +262,18 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
             .collect()
     };
     for _ in 0..setting("CDCFLOW_MYSQL_RANDOM_WAIT_SECONDS", 150) * 4 {
-        let (out, out_accounts) = (
+        let (out, out_accounts, out_synced) = (
             query_csv(dir.path(), CURRENT),
             query_csv(dir.path(), balances),
+            query_csv(dir.path(), SYNCED_CURRENT),
         );
-        (seen, seen_accounts) = (lines(&out), lines(&out_accounts));
-        if out.status.success() && seen == source && seen_accounts == accounts {
+        (seen, seen_accounts, seen_synced) =
+            (lines(&out), lines(&out_accounts), lines(&out_synced));
+        if out.status.success()
+            && seen == source
+            && seen_accounts == accounts
+            && seen_synced == source
+        {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
@@ -277,6 +290,10 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
         seen_accounts, accounts,
         "seed {seed}: the second table of the connection, read by the same reader of the log"
     );
+    assert_eq!(
+        seen_synced, source,
+        "seed {seed}: the synced SCD type 1 table"
+    );
     assert!(
         term.success() && out.status.success(),
         "seed {seed}: kill -TERM: {term}; the continuous run: {}; its stderr: {}",
@@ -285,7 +302,7 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
     );
     let open = query(
         dir.path(),
-        "SELECT id, name, city, md5(coalesce(notes, '-')) FROM customers_history WHERE __END_AT IS NULL ORDER BY id",
+        "SELECT id, name, city, md5(coalesce(notes, '-')) FROM synced_customers_history WHERE __END_AT IS NULL ORDER BY id",
     );
     let ids: std::collections::BTreeSet<String> = source
         .iter()

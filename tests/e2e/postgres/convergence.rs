@@ -7,6 +7,10 @@
 //! TRUNCATE removed: an SCD type 2 flow leaves truncates out (docs/sources.md), so
 //! those keep their open version.
 //!
+//! The SCD type 2 table is the one a `syncs:` declaration generates for the same table
+//! (with a current table of its own beside the hand-written one): the flows a user
+//! cannot edit must converge through the truncate too.
+//!
 //! Short in CI; `just soak-postgres` runs it long (`CDCFLOW_PG_RANDOM_KEYS`,
 //! `CDCFLOW_PG_RANDOM_OPS`, `CDCFLOW_PG_RANDOM_SEED`).
 
@@ -155,6 +159,22 @@ CREATE FLOW customers_history_cdc AS AUTO CDC INTO customers_history FROM STREAM
 
 const CURRENT: &str = "SELECT id, name, city, md5(coalesce(notes, '-')) FROM customers ORDER BY id";
 
+/// The same table once more through a sync: its SCD type 1 table `synced_customers`
+/// and its history `synced_customers_history`, flows generated as for any synced table.
+const SYNCED: &str = "syncs:
+  mirror:
+    connection: src
+    tables: public.customers
+    scd_type: [1, 2]
+    bronze_table: 'synced_{table}_changes'
+    target: 'synced_{table}'
+    history_target: 'synced_{table}_history'
+";
+
+/// The synced SCD type 1 table's rows, as `CURRENT` reads the source.
+const SYNCED_CURRENT: &str =
+    "SELECT id, name, city, md5(coalesce(notes, '-')) FROM synced_customers ORDER BY id";
+
 #[test]
 fn a_random_workload_with_a_truncate_and_two_kills_converges() {
     let keys = setting("CDCFLOW_PG_RANDOM_KEYS", 300);
@@ -170,10 +190,13 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
     ));
     let dir = tempfile::tempdir().expect("tempdir");
     pipeline(dir.path(), &db, false);
-    history(dir.path());
     let yaml = dir.path().join("pipeline.yaml");
     let text = std::fs::read_to_string(&yaml).expect("yaml");
-    std::fs::write(&yaml, format!("{text}trigger_interval_seconds: 0.2\n")).expect("yaml");
+    std::fs::write(
+        &yaml,
+        format!("{text}trigger_interval_seconds: 0.2\n{SYNCED}"),
+    )
+    .expect("yaml");
     // The snapshot first, so that the writers' changes all come through the stream.
     run(dir.path());
 
@@ -207,16 +230,22 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
         }
     }
     let source = db.rows(CURRENT);
-    let mut seen = vec![];
-    // Four polls a second, for CDCFLOW_PG_RANDOM_WAIT_SECONDS (150 by default).
-    for _ in 0..setting("CDCFLOW_PG_RANDOM_WAIT_SECONDS", 150) * 4 {
-        let out = query_csv(dir.path(), CURRENT);
-        seen = crate::stdout(&out)
+    let (mut seen, mut seen_synced) = (vec![], vec![]);
+    let lines = |out: &std::process::Output| -> Vec<String> {
+        crate::stdout(out)
             .lines()
             .skip(1)
             .map(String::from)
-            .collect();
-        if out.status.success() && seen == source {
+            .collect()
+    };
+    // Four polls a second, for CDCFLOW_PG_RANDOM_WAIT_SECONDS (150 by default).
+    for _ in 0..setting("CDCFLOW_PG_RANDOM_WAIT_SECONDS", 150) * 4 {
+        let (out, synced) = (
+            query_csv(dir.path(), CURRENT),
+            query_csv(dir.path(), SYNCED_CURRENT),
+        );
+        (seen, seen_synced) = (lines(&out), lines(&synced));
+        if out.status.success() && seen == source && seen_synced == source {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
@@ -229,17 +258,21 @@ fn a_random_workload_with_a_truncate_and_two_kills_converges() {
         source.len(),
         stderr(&out)
     );
+    assert_eq!(
+        seen_synced, source,
+        "seed {seed}: the synced SCD type 1 table"
+    );
     assert!(
         term.success() && out.status.success(),
         "seed {seed}: kill -TERM: {term}; the continuous run: {}; its stderr: {}",
         out.status,
         stderr(&out)
     );
-    // The SCD type 2 table's open versions: the source's rows, and beside them only
-    // keys the truncate removed.
+    // The synced SCD type 2 table's open versions: the source's rows, and beside them
+    // only keys the truncate removed.
     let open = query(
         dir.path(),
-        "SELECT id, name, city, md5(coalesce(notes, '-')) FROM customers_history WHERE __END_AT IS NULL ORDER BY id",
+        "SELECT id, name, city, md5(coalesce(notes, '-')) FROM synced_customers_history WHERE __END_AT IS NULL ORDER BY id",
     );
     let ids: std::collections::BTreeSet<String> = source
         .iter()
