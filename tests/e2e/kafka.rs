@@ -151,6 +151,20 @@ impl Broker {
     /// of its own: tansu 0.6 finds no record when a fetch starts inside a batch (Kafka
     /// returns the batch), which a read cut by maxOffsetsPerTrigger does.
     pub fn produce(&self, topic: &str, partition: i32, records: &[(String, Option<String>)]) {
+        let records: Vec<(String, Option<Vec<u8>>)> = records
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_ref().map(|v| v.as_bytes().to_vec())))
+            .collect();
+        self.produce_bytes(topic, partition, &records);
+    }
+
+    /// [`Broker::produce`] of values that are not text (Avro).
+    pub fn produce_bytes(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[(String, Option<Vec<u8>>)],
+    ) {
         for (k, v) in records {
             let headers = OwnedHeaders::new().insert(Header {
                 key: "source",
@@ -161,7 +175,7 @@ impl Broker {
                 .key(k.as_str())
                 .headers(headers);
             if let Some(v) = v {
-                record = record.payload(v.as_str());
+                record = record.payload(v.as_slice());
             }
             self.producer
                 .send(record)

@@ -21,6 +21,7 @@ mod diagnostics;
 mod escape_attempt;
 mod initial_load;
 mod kafka;
+mod kafka_avro;
 mod kafka_sasl;
 mod kafka_tls;
 mod landing;

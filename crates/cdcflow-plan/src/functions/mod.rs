@@ -11,6 +11,7 @@
 //! docs/pipeline-format.md, "Spark functions", lists what is where.
 
 mod aliases;
+mod avro;
 mod by;
 mod casts;
 mod coerced;
@@ -26,6 +27,7 @@ mod raw_row;
 mod regex_fns;
 mod secret;
 pub mod service;
+mod spark_map;
 mod struct_names;
 pub mod syntax;
 pub mod time_window;
@@ -95,6 +97,7 @@ fn scalar_functions() -> Vec<Arc<ScalarUDF>> {
     all.extend(nulls::functions());
     all.extend(json::functions());
     all.push(from_json::function());
+    all.push(avro::function());
     all.push(debezium::function());
     all.extend(regex_fns::functions());
     all.extend(unix_timestamp::functions());

@@ -51,6 +51,7 @@ impl VisitorMut for Generators {
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         super::struct_names::name_struct(expr);
+        super::spark_map::lists_of_pairs(expr);
         ControlFlow::Continue(())
     }
 }
