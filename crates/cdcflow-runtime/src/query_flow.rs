@@ -18,6 +18,7 @@ use crate::report::{FlowOutcome, FlowReport};
 use crate::{RunError, layout};
 use crate::{declared, expectations, generated, identity};
 use cdcflow_plan::config::BadRecords;
+use cdcflow_plan::functions::rejected::Rejected;
 
 /// A query flow's batch in the making: its target, progress and registered input.
 struct QueryBatch {
@@ -105,15 +106,10 @@ impl QueryBatch {
             self.inputs.offsets.state = Some(crate::stateful::version_name(batch));
         }
         self.checkpoint.write_intent(&self.inputs.offsets).await?;
-        if !bad.is_empty() {
-            let n = bad.len();
-            report.quarantined = n as u64;
-            let first = quarantined_first(&bad);
-            let table = quarantine::write(flow, &self.dir, &self.app, batch, bad).await?;
-            report.warnings.push(format!(
-                "{n} malformed record(s) quarantined in `{table}` (where each came from and why kept; query it with cdcflow query); the first: {first}"
-            ));
-        }
+        // What the query's functions set apart (`debezium(…, map('mode', 'QUARANTINE'))`):
+        // kept with the landing records above, for an append only (a recompute would keep
+        // them again at each refresh).
+        let rejected = Rejected::default();
         let (schema, batches) = match stateful {
             Some(op) => {
                 let at = (
@@ -138,8 +134,36 @@ impl QueryBatch {
                 report.state = Some(done.metrics);
                 out
             }
+            None if mode == Mode::Append => {
+                execute(&with_rejected(&rc.ctx, &rejected), plan).await?
+            }
             None => execute(&rc.ctx, plan).await?,
         };
+        let mut bad = bad;
+        bad.extend(rejected.take().into_iter().map(|r| {
+            let source = quarantine::Source {
+                shown: r.function.to_string(),
+                bytes: r.function.as_bytes().to_vec(),
+            };
+            let record = crate::files::BadRecord {
+                line: None,
+                text: Some(r.text),
+                error: r.error,
+            };
+            (source, record)
+        }));
+        if !bad.is_empty() {
+            if rc.pipeline.config.bad_records == BadRecords::Fail {
+                return Err(quarantine::malformed(&bad));
+            }
+            let n = bad.len();
+            report.quarantined = n as u64;
+            let first = quarantined_first(&bad);
+            let table = quarantine::write(flow, &self.dir, &self.app, batch, bad).await?;
+            report.warnings.push(format!(
+                "{n} malformed record(s) quarantined in `{table}` (where each came from and why kept; query it with cdcflow query); the first: {first}"
+            ));
+        }
         // The target's rules, then the columns it makes and declares, in that order:
         // expectations see the query's rows, the table stores the declared ones.
         let (schema, batches) = match rc.pipeline.dataset(&flow.target) {
@@ -344,6 +368,21 @@ pub(crate) async fn explain(
 
 /// Runs the flow's plan (bound to the batch's input); the result's columns are all
 /// nullable, as stored.
+/// A context like `ctx` whose executions report the values functions set apart into
+/// `rejected`.
+fn with_rejected(
+    ctx: &datafusion::prelude::SessionContext,
+    rejected: &Rejected,
+) -> datafusion::prelude::SessionContext {
+    let state = ctx.state();
+    let mut config = state.config().clone();
+    config.options_mut().extensions.insert(rejected.clone());
+    let state = datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
+        .with_config(config)
+        .build();
+    datafusion::prelude::SessionContext::new_with_state(state)
+}
+
 async fn execute(
     ctx: &datafusion::prelude::SessionContext,
     plan: datafusion::logical_expr::LogicalPlan,

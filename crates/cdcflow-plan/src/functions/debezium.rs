@@ -1,4 +1,4 @@
-//! `debezium(value, 'id INT, name STRING' [, key])`: a Debezium change event (JSON, with
+//! `debezium(value, 'id INT, name STRING' [, key] [, options])`: a Debezium change event (JSON, with
 //! or without the `schema`/`payload` wrapper) as a struct of flat columns: the row's
 //! columns (from `after`; from `before` for a delete; none for a truncate), then
 //! `_op` (`c`, `u`, `d`, `r` for a snapshot read, `t` for a truncate), `_position`
@@ -19,6 +19,11 @@
 //! bad data is never silently dropped. `key`, the message key, fills the key columns of
 //! a delete whose `before` is null (a table without a replica identity sends only the
 //! key in the key).
+//!
+//! `map('mode', 'QUARANTINE')` keeps such a record in the quarantine table of the
+//! streaming table whose flow reads it (`<table>__quarantine`, with the batch it came
+//! in, its text and why) and gives a null struct for it, so the flow goes on
+//! ([`super::rejected`]); the default, `FAILFAST`, fails the query.
 //!
 //! The position: PostgreSQL's `source.sequence` (`[last commit LSN, LSN]`, so changes
 //! sort in commit order and then within their transaction) or `source.lsn`; MySQL's
@@ -46,6 +51,7 @@ use super::columnar;
 use super::from_json::{schema_argument, text_args};
 pub use super::raw_row::RowFields;
 use super::raw_row::decode_rows;
+use super::rejected::{Rejected, RejectedValue};
 
 /// The change metadata columns after the row's.
 pub const OP: &str = "_op";
@@ -91,7 +97,14 @@ impl ScalarUDFImpl for Debezium {
     }
 
     fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
-        text_args(self.name(), args, 2, 3)
+        let mut types = text_args(self.name(), args, 2, 4)?;
+        // The options map keeps its type; the key is text.
+        for (i, t) in args.iter().enumerate().skip(2) {
+            if matches!(t, DataType::Map(..)) {
+                types[i] = t.clone();
+            }
+        }
+        Ok(types)
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
@@ -123,20 +136,107 @@ impl ScalarUDFImpl for Debezium {
         let DataType::Struct(fields) = args.return_field.data_type().clone() else {
             return exec_err!("debezium() returns a struct");
         };
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let values = as_string_array(&arrays[0])?;
-        let keys = match arrays.get(2) {
-            Some(k) => Some(as_string_array(k)?),
-            None => None,
+        // The key (text) and the options (a map), after the schema, in that order.
+        let (key_arg, options_arg) = match args.args.get(2).map(|a| a.data_type()) {
+            Some(DataType::Map(..)) => (None, args.args.get(2)),
+            Some(_) => (args.args.get(2), args.args.get(3)),
+            None => (None, None),
+        };
+        let quarantine = quarantine_mode(options_arg)?;
+        let keep = match quarantine {
+            true => Rejected::of(&args.config_options),
+            false => None,
+        };
+        let values = args.args[0].to_array(args.number_rows)?;
+        let values = as_string_array(&values)?;
+        let keys = key_arg.map(|k| k.to_array(args.number_rows)).transpose()?;
+        let keys = keys.as_ref().map(|k| as_string_array(k)).transpose()?;
+        let refuse = |text: &str, e: DataFusionError| -> Result<()> {
+            match keep {
+                Some(kept) => {
+                    kept.push(RejectedValue {
+                        function: "debezium()",
+                        text: text.to_string(),
+                        error: reason(e, text),
+                    });
+                    Ok(())
+                }
+                None if quarantine => Err(DataFusionError::Execution(format!(
+                    "{} (map('mode', 'QUARANTINE') keeps such records in the quarantine table of \
+                     a streaming table whose flow decodes them; this query is not one: decode \
+                     the events in a streaming table and read that)",
+                    message(e)
+                ))),
+                None => Err(e),
+            }
         };
         let mut events = Vec::with_capacity(values.len());
         for i in 0..values.len() {
             let key = keys.and_then(|k| k.is_valid(i).then(|| k.value(i)));
             let value = values.is_valid(i).then(|| values.value(i));
-            events.push(value.map(|v| event(v, key)).transpose()?.flatten());
+            match value.map(|v| event(v, key)).transpose() {
+                Ok(e) => events.push(e.flatten()),
+                Err(e) => {
+                    refuse(values.value(i), e)?;
+                    events.push(None);
+                }
+            }
         }
-        let out = to_struct(&events, &fields)?;
+        let out = match to_struct(&events, &fields) {
+            Ok(out) => out,
+            Err(e) if !quarantine => return Err(e),
+            Err(_) => {
+                // A row that does not fit the schema: find which, one at a time.
+                for i in 0..events.len() {
+                    if events[i].is_some()
+                        && let Err(e) = to_struct(&events[i..=i], &fields)
+                    {
+                        refuse(values.value(i), e)?;
+                        events[i] = None;
+                    }
+                }
+                to_struct(&events, &fields)?
+            }
+        };
         columnar(Arc::new(out), &args.args)
+    }
+}
+
+/// Whether the options ask for `QUARANTINE` (else `FAILFAST`, the default).
+fn quarantine_mode(arg: Option<&ColumnarValue>) -> Result<bool> {
+    let mut quarantine = false;
+    for (key, value) in super::options::entries("debezium", arg)? {
+        match (key.to_ascii_lowercase().as_str(), value.as_deref()) {
+            ("mode", Some(m)) if m.eq_ignore_ascii_case("quarantine") => quarantine = true,
+            ("mode", Some(m)) if m.eq_ignore_ascii_case("failfast") => quarantine = false,
+            ("mode", other) => {
+                return exec_err!(
+                    "debezium(): option mode is FAILFAST or QUARANTINE, not {other:?}"
+                );
+            }
+            _ => return exec_err!("debezium(): unknown option `{key}` (known: mode)"),
+        }
+    }
+    Ok(quarantine)
+}
+
+/// Why `text` was refused, for its quarantine row (which holds the text beside it):
+/// the error without the function's name and without the text it quotes.
+fn reason(e: DataFusionError, text: &str) -> String {
+    let words = message(e);
+    let words = words.strip_prefix("debezium(): ").unwrap_or(&words);
+    let quoted: String = text.chars().take(120).collect();
+    words
+        .strip_suffix(&format!(": {quoted}"))
+        .unwrap_or(words)
+        .to_string()
+}
+
+/// An error's words without DataFusion's prefix.
+fn message(e: DataFusionError) -> String {
+    match e {
+        DataFusionError::Execution(m) => m,
+        other => other.to_string(),
     }
 }
 

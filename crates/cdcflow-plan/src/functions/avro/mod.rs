@@ -26,7 +26,7 @@ mod schema;
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, MapArray};
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
@@ -84,31 +84,10 @@ fn options(arg: Option<&ColumnarValue>) -> Result<Options> {
         mode: Mode::FailFast,
         registry: None,
     };
-    let map = match arg {
-        None => return Ok(out),
-        Some(ColumnarValue::Scalar(ScalarValue::Map(m))) => Arc::clone(m) as Arc<dyn Array>,
-        Some(ColumnarValue::Scalar(s)) if s.is_null() => return Ok(out),
-        Some(ColumnarValue::Array(a)) => Arc::clone(a),
-        Some(ColumnarValue::Scalar(other)) => {
-            return exec_err!(
-                "from_avro() takes its options as map('mode', 'PERMISSIVE', …), not {}",
-                other.data_type()
-            );
-        }
-    };
-    let Some(map) = map.as_any().downcast_ref::<MapArray>() else {
-        return exec_err!("from_avro() takes its options as map('mode', 'PERMISSIVE', …)");
-    };
-    if map.is_empty() || map.is_null(0) {
-        return Ok(out);
-    }
-    let entries = map.value(0);
-    let keys = cast(entries.column(0), &DataType::Utf8)?;
-    let values = cast(entries.column(1), &DataType::Utf8)?;
-    let (keys, values) = (keys.as_string::<i32>(), values.as_string::<i32>());
+    let entries = super::options::entries("from_avro", arg)?;
     let (mut address, mut user_info) = (None, None);
-    for i in 0..keys.len() {
-        let (key, value) = (keys.value(i), values.is_valid(i).then(|| values.value(i)));
+    for (key, value) in &entries {
+        let (key, value) = (key.as_str(), value.as_deref());
         match (key.to_ascii_lowercase().as_str(), value) {
             ("mode", Some(m)) if m.eq_ignore_ascii_case("failfast") => out.mode = Mode::FailFast,
             ("mode", Some(m)) if m.eq_ignore_ascii_case("permissive") => {

@@ -1,0 +1,1 @@
+SELECT flow, batch, file, record, error FROM changes__quarantine
