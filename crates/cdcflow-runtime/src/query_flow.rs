@@ -366,23 +366,25 @@ pub(crate) async fn explain(
         .to_string())
 }
 
-/// Runs the flow's plan (bound to the batch's input); the result's columns are all
-/// nullable, as stored.
 /// A context like `ctx` whose executions report the values functions set apart into
 /// `rejected`.
 fn with_rejected(
     ctx: &datafusion::prelude::SessionContext,
     rejected: &Rejected,
 ) -> datafusion::prelude::SessionContext {
-    let state = ctx.state();
-    let mut config = state.config().clone();
-    config.options_mut().extensions.insert(rejected.clone());
-    let state = datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
-        .with_config(config)
-        .build();
-    datafusion::prelude::SessionContext::new_with_state(state)
+    // The builder's own copy of the configuration is changed, not replaced: replacing it
+    // would turn the default catalog's creation back on, and `build` would register an
+    // empty one into the catalog list this context shares with `ctx`.
+    let mut builder =
+        datafusion::execution::session_state::SessionStateBuilder::new_from_existing(ctx.state());
+    if let Some(config) = builder.config().as_mut() {
+        config.options_mut().extensions.insert(rejected.clone());
+    }
+    datafusion::prelude::SessionContext::new_with_state(builder.build())
 }
 
+/// Runs the flow's plan (bound to the batch's input); the result's columns are all
+/// nullable, as stored.
 async fn execute(
     ctx: &datafusion::prelude::SessionContext,
     plan: datafusion::logical_expr::LogicalPlan,

@@ -23,3 +23,7 @@ CREATE OR REFRESH STREAMING TABLE not_json AS
 SELECT from_avro(value, '{type: record}') AS c FROM STREAM(bronze);
 CREATE OR REFRESH STREAMING TABLE not_literal AS
 SELECT from_avro(value, CAST(value AS STRING)) AS c FROM STREAM(bronze);
+
+-- debezium()'s options come after its key.
+CREATE OR REFRESH STREAMING TABLE options_first AS
+SELECT debezium(CAST(value AS STRING), 'id INT', map('mode', 'QUARANTINE'), 'k') AS e FROM STREAM(bronze);

@@ -98,7 +98,8 @@ impl ScalarUDFImpl for Debezium {
 
     fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
         let mut types = text_args(self.name(), args, 2, 4)?;
-        // The options map keeps its type; the key is text.
+        // (value, schema [, key] [, options]): the options map keeps its type (its place
+        // is checked with the result's type, where the message is ours); the key is text.
         for (i, t) in args.iter().enumerate().skip(2) {
             if matches!(t, DataType::Map(..)) {
                 types[i] = t.clone();
@@ -112,6 +113,17 @@ impl ScalarUDFImpl for Debezium {
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        let is_map = |i: usize| {
+            args.arg_fields
+                .get(i)
+                .is_some_and(|f| matches!(f.data_type(), DataType::Map(..)))
+        };
+        if (args.arg_fields.len() == 4 && (is_map(2) || !is_map(3))) || is_map(0) || is_map(1) {
+            return plan_err!(
+                "debezium() takes (value, schema [, key] [, options]): the options map comes \
+                 last, after the message key"
+            );
+        }
         let row = schema_argument(self.name(), args.scalar_arguments.get(1).copied().flatten())?;
         let metadata = metadata_fields();
         if let Some(clash) = row
@@ -163,8 +175,10 @@ impl ScalarUDFImpl for Debezium {
                 }
                 None if quarantine => Err(DataFusionError::Execution(format!(
                     "{} (map('mode', 'QUARANTINE') keeps such records in the quarantine table of \
-                     a streaming table whose flow decodes them; this query is not one: decode \
-                     the events in a streaming table and read that)",
+                     a streaming table whose flow decodes them; here nothing keeps them: a view \
+                     read by AUTO CDC, a materialized view, a stateful streaming table and a \
+                     query keep no quarantine: decode the events in a plain streaming table and \
+                     read that)",
                     message(e)
                 ))),
                 None => Err(e),

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use arrow_avro::errors::AvroError;
 use arrow_avro::reader::{Decoder, ReaderBuilder};
 use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StructArray, UInt32Array};
@@ -66,7 +67,16 @@ pub(super) fn decode(
                 framed.extend_from_slice(bytes);
                 frames.push((row, Cow::Owned(framed)));
             }
-            Writers::Registry(_) => match id_of(bytes) {
+            Writers::Registry(registry) => match id_of(bytes) {
+                // An id the registry does not know is the value's fault (a plain
+                // record may start with a zero byte too), not the registry's.
+                Some(id) if !registry.has(id)? => malformed.push((
+                    row,
+                    format!(
+                        "its schema id {id} is not in the registry at {} (HTTP 404)",
+                        registry.address
+                    ),
+                )),
                 Some(id) => {
                     ids.insert(id);
                     frames.push((row, Cow::Borrowed(bytes)));
@@ -185,11 +195,12 @@ fn writer_store(
         }
         Writers::Registry(registry) => {
             for id in ids {
-                let writer = registry.schema(*id)?;
-                store.set(
-                    Fingerprint::Id(*id),
-                    AvroSchema::new(reader.writer_json(&writer)),
-                )?;
+                if let Some(writer) = registry.schema(*id)? {
+                    store.set(
+                        Fingerprint::Id(*id),
+                        AvroSchema::new(reader.writer_json(&writer)),
+                    )?;
+                }
             }
         }
     }
@@ -251,6 +262,23 @@ fn all_at_once(
                 frame.len() - at,
                 frame.len()
             ));
+        }
+        // Bytes after the record that look like the next value's framing are taken in
+        // as such, the decoder then waiting for a body: a lone byte that is no framing
+        // shows it. A decoder between values refuses it as no framing, without
+        // changing; one waiting for a body reads it as a body (and fails otherwise, or
+        // waits for more). A full batch takes no byte at all, so it is emptied first.
+        if decoder.batch_is_full()
+            && let Some(batch) = decoder.flush().map_err(|e| e.to_string())?
+        {
+            parts.push(StructArray::from(batch));
+        }
+        let between_values = matches!(
+            decoder.decode(&[0x80]),
+            Err(AvroError::ParseError(m)) if m.starts_with("Missing magic bytes")
+        );
+        if !between_values {
+            return Err("bytes after its record look like the start of another value".into());
         }
     }
     while let Some(batch) = decoder.flush().map_err(|e| e.to_string())? {

@@ -19,7 +19,7 @@ pub(super) struct Registry {
 }
 
 /// Schemas already fetched, by registry address and id.
-type Known = Mutex<HashMap<(String, u32), Arc<String>>>;
+type Known = Mutex<HashMap<(String, u32), Option<Arc<String>>>>;
 
 fn known() -> &'static Known {
     static KNOWN: OnceLock<Known> = OnceLock::new();
@@ -39,20 +39,28 @@ struct SchemaById {
 }
 
 impl Registry {
-    /// The Avro schema (JSON text) registered under `id`.
-    pub fn schema(&self, id: u32) -> Result<Arc<String>> {
+    /// The Avro schema (JSON text) registered under `id`; `None` when the registry
+    /// answers that it has none (HTTP 404). Any other failure is an error: the registry
+    /// is down or refuses us, which no value is to blame for.
+    pub fn schema(&self, id: u32) -> Result<Option<Arc<String>>> {
         let key = (self.address.clone(), id);
         if let Some(s) = known().lock().ok().and_then(|k| k.get(&key).cloned()) {
             return Ok(s);
         }
-        let schema = Arc::new(self.fetch(id)?);
+        let schema = self.fetch(id)?.map(Arc::new);
+        // A missing id is kept for the process too; a new process asks again.
         if let Ok(mut k) = known().lock() {
-            k.insert(key, Arc::clone(&schema));
+            k.insert(key, schema.clone());
         }
         Ok(schema)
     }
 
-    fn fetch(&self, id: u32) -> Result<String> {
+    /// Whether the registry has a schema of `id`.
+    pub fn has(&self, id: u32) -> Result<bool> {
+        Ok(self.schema(id)?.is_some())
+    }
+
+    fn fetch(&self, id: u32) -> Result<Option<String>> {
         let url = format!("{}/schemas/ids/{id}", self.address);
         let fail = |why: String| {
             DataFusionError::Execution(format!(
@@ -79,6 +87,9 @@ impl Registry {
             .body_mut()
             .read_to_string()
             .map_err(|e| fail(e.to_string()))?;
+        if status.as_u16() == 404 {
+            return Ok(None);
+        }
         if !status.is_success() {
             return Err(fail(format!("HTTP {status}: {}", body.trim())));
         }
@@ -94,6 +105,6 @@ impl Registry {
                     .into(),
             ));
         }
-        Ok(answer.schema)
+        Ok(Some(answer.schema))
     }
 }

@@ -157,11 +157,16 @@ async fn a_value_that_is_not_a_record_fails_the_query_or_is_null_when_permissive
     truncated.truncate(6);
     let mut longer = v1(3, "longer", None);
     longer.extend_from_slice(&[9, 9, 9]);
+    // Five zero bytes after the record: the framing of a next value, in plain mode.
+    let mut padded = v1(5, "padded", None);
+    padded.extend_from_slice(&[0; 5]);
     let values = vec![
         Some(v1(1, "ok", None)),
         Some(truncated),
         Some(longer),
         Some(v1(4, "fine", None)),
+        Some(padded),
+        Some(v1(6, "after", None)),
     ];
     let err = decoded(values.clone(), &call("")).await.unwrap_err();
     assert!(
@@ -178,7 +183,9 @@ async fn a_value_that_is_not_a_record_fails_the_query_or_is_null_when_permissive
             "{id: 1, name: ok, email: }",
             "",
             "",
-            "{id: 4, name: fine, email: }"
+            "{id: 4, name: fine, email: }",
+            "",
+            "{id: 6, name: after, email: }"
         ]
     );
 }
@@ -293,7 +300,7 @@ async fn an_unknown_id_or_an_unframed_value_is_named() {
         .await
         .unwrap_err();
     assert!(
-        err.contains("did not give schema id 99") && err.contains("Schema not found"),
+        err.contains("its schema id 99 is not in the registry at http://127.0.0.1:"),
         "{err}"
     );
     let err = decoded(vec![Some(v1(1, "a", None))], &call(&options))
