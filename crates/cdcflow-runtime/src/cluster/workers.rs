@@ -75,7 +75,7 @@ pub async fn check(cluster: &Cluster) -> Result<(), RunError> {
                     .with_help(help)
             })?
             .map_err(|e| {
-                RunError::input(format!("worker {url} does not answer: {e}")).with_help(help)
+                RunError::input(format!("worker {url} did not answer: {e}")).with_help(help)
             })?;
         if info.version != VERSION {
             return Err(RunError::input(format!(
